@@ -1,0 +1,375 @@
+// Package config loads weft.yaml: the sources to watch, the watched resource
+// types and how they are indexed, and the targets to render, validate and
+// deploy. Load applies defaults, resolves relative paths against the file's
+// folder and reports every problem at once, each with its field path. A
+// Config is immutable once loaded; services receive the parts they need.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/weftio/weft/pkg/config/fieldpath"
+	"github.com/weftio/weft/pkg/msg"
+)
+
+// ErrInvalid wraps every configuration problem.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is a loaded weft.yaml.
+type Config struct {
+	// Sources are where state comes from.
+	Sources []Source `json:"sources"`
+	// WatchedResourcesIgnoreFields are stripped from every object before it
+	// is stored (default: metadata.managedFields).
+	WatchedResourcesIgnoreFields []string `json:"watched_resources_ignore_fields"`
+	// WatchedResources are the object types templates see, by type name.
+	WatchedResources map[string]Resource `json:"watched_resources"`
+	// Targets are the outputs, by name.
+	Targets map[string]Target `json:"targets"`
+
+	// Dir is the folder of the file; relative paths were resolved against it.
+	Dir string `json:"-"`
+	// Hash identifies the file's content.
+	Hash string `json:"-"`
+}
+
+// Source kinds.
+const SourceManifests = "manifests"
+
+// Source is one place state comes from.
+type Source struct {
+	Name   string   `json:"name"`
+	Type   string   `json:"type"`
+	Path   string   `json:"path,omitempty"`   // manifests: the folder
+	Rescan Duration `json:"rescan,omitempty"` // manifests: safety-net full re-scan (default 30s)
+}
+
+// Resource is one watched object type.
+type Resource struct {
+	APIVersion string   `json:"api_version"`
+	Kind       string   `json:"kind"`
+	IndexBy    []string `json:"index_by,omitempty"`
+	// EnableValidationWebhook is accepted for compatibility; weft validates
+	// rendered output, not admission requests.
+	EnableValidationWebhook bool `json:"enable_validation_webhook,omitempty"`
+}
+
+// Template is one template text.
+type Template struct {
+	Name     string `json:"name,omitempty"`
+	Template string `json:"template"`
+}
+
+// Target is one rendered output: templates, how it is validated and where it
+// is deployed.
+type Target struct {
+	TemplateSnippets map[string]Template `json:"template_snippets,omitempty"`
+	Maps             map[string]Template `json:"maps,omitempty"`
+	Files            map[string]Template `json:"files,omitempty"`
+	Certificates     map[string]Template `json:"certificates,omitempty"`
+	HAProxyConfig    Template            `json:"haproxy_config"`
+
+	// Base is the absolute folder the bundle is deployed under, as the
+	// running program sees it; get_path() returns paths below it. Default:
+	// deploy.dest.
+	Base     string   `json:"base,omitempty"`
+	Render   Render   `json:"render,omitempty"`
+	Validate Validate `json:"validate,omitempty"`
+	Deploy   Deploy   `json:"deploy"`
+}
+
+// Render tunes when a target renders.
+type Render struct {
+	// Debounce coalesces bursts of changes: the first change of a quiet
+	// period renders at once (leading edge) unless Leading is false, and the
+	// rest render once, Debounce after the last (trailing edge).
+	Debounce Duration `json:"debounce,omitempty"`
+	Leading  *bool    `json:"leading,omitempty"`
+	// MaxIdle forces a render after this long without one (0: never).
+	MaxIdle Duration `json:"max_idle,omitempty"`
+}
+
+// LeadingEdge reports whether the first change of a quiet period renders at once.
+func (r Render) LeadingEdge() bool { return r.Leading == nil || *r.Leading }
+
+// Validator kinds.
+const (
+	KindTemplate = "template"
+	KindHAProxy  = "haproxy"
+)
+
+// Validate names the validator kinds a bundle must pass.
+type Validate struct {
+	Kinds   []string `json:"kinds,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Deploy drivers.
+const DriverFiles = "files"
+
+// Deploy says where and how a target's bundle is delivered.
+type Deploy struct {
+	Driver            string   `json:"driver"`
+	Instance          string   `json:"instance,omitempty"` // default "local"
+	Dest              string   `json:"dest"`
+	Owner             string   `json:"owner,omitempty"`
+	Group             string   `json:"group,omitempty"`
+	Mode              string   `json:"mode,omitempty"` // octal, e.g. "0644"
+	CheckCmd          string   `json:"check_cmd,omitempty"`
+	ReloadCmd         string   `json:"reload_cmd,omitempty"`
+	MinReloadInterval Duration `json:"min_reload_interval,omitempty"`
+}
+
+// FileMode parses Mode (0 when unset).
+func (d Deploy) FileMode() (os.FileMode, error) {
+	if d.Mode == "" {
+		return 0, nil
+	}
+	m, err := strconv.ParseUint(d.Mode, 8, 32)
+	if err != nil || m > 0o7777 {
+		return 0, fmt.Errorf("mode %q is not an octal file mode", d.Mode)
+	}
+	return os.FileMode(m), nil
+}
+
+// Duration is a time.Duration written as "250ms", "30s", "1m".
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"250ms\": %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Defaults.
+const (
+	DefaultRescan          = 30 * time.Second
+	DefaultDebounce        = 100 * time.Millisecond
+	DefaultValidateTimeout = 10 * time.Second
+	DefaultInstance        = "local"
+)
+
+// Load reads, defaults, resolves and validates a weft.yaml.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, filepath.Dir(abs))
+}
+
+// Parse is Load for content already read; dir resolves relative paths.
+func Parse(data []byte, dir string) (*Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	sum := sha256.Sum256(data)
+	c.Hash = hex.EncodeToString(sum[:8])
+	c.Dir = dir
+	c.defaults()
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.Dir, p)
+}
+
+func (c *Config) defaults() {
+	if c.WatchedResourcesIgnoreFields == nil {
+		c.WatchedResourcesIgnoreFields = []string{"metadata.managedFields"}
+	}
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if s.Type == SourceManifests {
+			s.Path = c.resolve(s.Path)
+			if s.Rescan == 0 {
+				s.Rescan = Duration(DefaultRescan)
+			}
+		}
+	}
+	for name, t := range c.Targets {
+		t.Deploy.Dest = c.resolve(t.Deploy.Dest)
+		if t.Deploy.Instance == "" {
+			t.Deploy.Instance = DefaultInstance
+		}
+		if t.Base == "" {
+			t.Base = t.Deploy.Dest
+		}
+		if t.Render.Debounce == 0 {
+			t.Render.Debounce = Duration(DefaultDebounce)
+		}
+		if len(t.Validate.Kinds) == 0 {
+			t.Validate.Kinds = []string{KindTemplate, KindHAProxy}
+		}
+		slices.Sort(t.Validate.Kinds)
+		if t.Validate.Timeout == 0 {
+			t.Validate.Timeout = Duration(DefaultValidateTimeout)
+		}
+		c.Targets[name] = t
+	}
+}
+
+func (c *Config) check() error {
+	var errs []error
+	bad := func(field, f string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(f, args...)))
+	}
+	token := func(field, s string) {
+		if err := msg.ValidToken(s); err != nil {
+			bad(field, "%v", err)
+		}
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Sources {
+		f := fmt.Sprintf("sources[%d]", i)
+		token(f+".name", s.Name)
+		if seen[s.Name] {
+			bad(f+".name", "%q is used twice", s.Name)
+		}
+		seen[s.Name] = true
+		switch s.Type {
+		case SourceManifests:
+			if s.Path == "" {
+				bad(f+".path", "required for a manifests source")
+			}
+			if s.Rescan < 0 {
+				bad(f+".rescan", "must not be negative")
+			}
+		default:
+			bad(f+".type", "unknown source type %q (known: %s)", s.Type, SourceManifests)
+		}
+	}
+	for _, expr := range c.WatchedResourcesIgnoreFields {
+		if _, err := fieldpath.Parse(expr); err != nil {
+			bad("watched_resources_ignore_fields", "%v", err)
+		}
+	}
+	for _, name := range sortedKeys(c.WatchedResources) {
+		r := c.WatchedResources[name]
+		f := "watched_resources." + name
+		token(f, name)
+		if r.APIVersion == "" {
+			bad(f+".api_version", "required")
+		}
+		if r.Kind == "" {
+			bad(f+".kind", "required")
+		}
+		for _, expr := range r.IndexBy {
+			if _, err := fieldpath.Parse(expr); err != nil {
+				bad(f+".index_by", "%v", err)
+			}
+		}
+	}
+	for _, name := range sortedKeys(c.Targets) {
+		t := c.Targets[name]
+		f := "targets." + name
+		token(f, name)
+		if strings.TrimSpace(t.HAProxyConfig.Template) == "" {
+			bad(f+".haproxy_config.template", "required")
+		}
+		if !filepath.IsAbs(t.Base) {
+			bad(f+".base", "must be an absolute path, got %q", t.Base)
+		}
+		for _, k := range t.Validate.Kinds {
+			if k != KindTemplate && k != KindHAProxy {
+				bad(f+".validate.kinds", "unknown kind %q (known: %s, %s)", k, KindTemplate, KindHAProxy)
+			}
+		}
+		for group, m := range map[string]map[string]Template{"maps": t.Maps, "files": t.Files, "certificates": t.Certificates} {
+			for n := range m {
+				if err := msg.SafePath(n); err != nil || strings.Contains(n, "/") {
+					bad(f+"."+group+"."+n, "file name must be a plain name")
+				}
+			}
+		}
+		d := t.Deploy
+		switch d.Driver {
+		case DriverFiles:
+			if d.Dest == "" {
+				bad(f+".deploy.dest", "required for the files driver")
+			}
+		default:
+			bad(f+".deploy.driver", "unknown driver %q (known: %s)", d.Driver, DriverFiles)
+		}
+		token(f+".deploy.instance", d.Instance)
+		if _, err := d.FileMode(); err != nil {
+			bad(f+".deploy.mode", "%v", err)
+		}
+		if d.MinReloadInterval < 0 || t.Render.Debounce < 0 || t.Render.MaxIdle < 0 || t.Validate.Timeout < 0 {
+			bad(f, "durations must not be negative")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TargetNames returns the target names in order.
+func (c *Config) TargetNames() []string { return sortedKeys(c.Targets) }
+
+// ResourceTypes returns the watched type names in order.
+func (c *Config) ResourceTypes() []string { return sortedKeys(c.WatchedResources) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// TypeFor returns the watched type name of objects with apiVersion and kind.
+func (c *Config) TypeFor(apiVersion, kind string) (string, bool) {
+	for name, r := range c.WatchedResources {
+		if r.APIVersion == apiVersion && r.Kind == kind {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// IgnorePaths returns the parsed watched_resources_ignore_fields (checked
+// when the file loaded).
+func (c *Config) IgnorePaths() []fieldpath.Path {
+	out := make([]fieldpath.Path, 0, len(c.WatchedResourcesIgnoreFields))
+	for _, f := range c.WatchedResourcesIgnoreFields {
+		if p, err := fieldpath.Parse(f); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,100 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/config"
+)
+
+func TestLoadGood(t *testing.T) {
+	c, err := config.Load("testdata/good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := filepath.Abs("testdata")
+	tg := c.Targets["edge"]
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"source path resolved", c.Sources[0].Path, filepath.Join(dir, "manifests")},
+		{"default rescan", c.Sources[0].Rescan.D(), config.DefaultRescan},
+		{"default ignore fields", c.WatchedResourcesIgnoreFields, []string{"metadata.managedFields"}},
+		{"dest resolved", tg.Deploy.Dest, filepath.Join(dir, "out")},
+		{"base defaults to dest", tg.Base, filepath.Join(dir, "out")},
+		{"default instance", tg.Deploy.Instance, config.DefaultInstance},
+		{"debounce", tg.Render.Debounce.D(), 250 * time.Millisecond},
+		{"leading edge off", tg.Render.LeadingEdge(), false},
+		{"default kinds", strings.Join(tg.Validate.Kinds, ","), "haproxy,template"},
+		{"targets", strings.Join(c.TargetNames(), ","), "edge"},
+		{"types", strings.Join(c.ResourceTypes(), ","), "endpoints,ingresses"},
+		{"ignore paths", len(c.IgnorePaths()), 1},
+	}
+	for _, ck := range checks {
+		if !equal(ck.got, ck.want) {
+			t.Errorf("%s: got %v, want %v", ck.name, ck.got, ck.want)
+		}
+	}
+	if m, err := tg.Deploy.FileMode(); err != nil || m != 0o640 {
+		t.Errorf("mode = %o, %v", m, err)
+	}
+	if typ, ok := c.TypeFor("discovery.k8s.io/v1", "EndpointSlice"); !ok || typ != "endpoints" {
+		t.Errorf("TypeFor = %q %v", typ, ok)
+	}
+	if _, ok := c.TypeFor("v1", "Pod"); ok {
+		t.Error("TypeFor found an unwatched kind")
+	}
+}
+
+func equal(a, b any) bool {
+	as, aok := a.([]string)
+	bs, bok := b.([]string)
+	if aok && bok {
+		return strings.Join(as, "\x00") == strings.Join(bs, "\x00")
+	}
+	return a == b
+}
+
+// TestLoadBad checks that every problem is reported at once, each naming its
+// field (testdata/bad.errors lists them, one per line).
+func TestLoadBad(t *testing.T) {
+	_, err := config.Load("testdata/bad.yaml")
+	if !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("got %v, want ErrInvalid", err)
+	}
+	want, _ := os.ReadFile("testdata/bad.errors")
+	for _, line := range strings.Split(strings.TrimSpace(string(want)), "\n") {
+		if !strings.Contains(err.Error(), line) {
+			t.Errorf("error does not mention %q:\n%v", line, err)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct{ name, yaml, want string }{
+		{"unknown field", "targetz: {}", "unknown field"},
+		{"bad duration", "sources: [{name: m, type: manifests, path: x, rescan: soon}]", "soon"},
+		{"not yaml", "sources: [", "yaml"},
+		{"duplicate source", "sources: [{name: m, type: manifests, path: a}, {name: m, type: manifests, path: b}]", `"m" is used twice`},
+		{"relative base", "targets: {t: {base: rel, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "must be an absolute path"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tc.yaml), "/tmp")
+			if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrInvalid mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestQuickstartLoads(t *testing.T) {
+	if _, err := config.Load("../../examples/quickstart/weft.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,20 @@
+module github.com/weftio/weft/pkg/config
+
+go 1.26.0
+
+require (
+	github.com/weftio/weft/pkg/msg v0.0.0
+	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/weftio/weft/pkg/msg => ../msg

@@ -1,0 +1,66 @@
+package msg
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Entry is one row of the catalogue of subjects, streams, buckets and stores.
+type Entry struct {
+	Name    string // subject pattern or store name
+	Kind    string // "stream subject", "core subject", "stream", "kv bucket", "object store"
+	Payload string // schema or content
+	What    string
+}
+
+// Catalog lists every subject, stream, bucket and object store weft uses.
+// The README's table is generated from it and a test keeps them equal.
+func Catalog() []Entry {
+	return []Entry{
+		{ChangeSubject("<source>", "<type>"), "stream subject", SchemaChange, "one resource upsert/delete, only when its content changed"},
+		{SyncSubject("<source>", "<type>"), "stream subject", SchemaSync, "initial listing of a watched type complete, with counts"},
+		{RenderSubject("<target>"), "stream subject", SchemaRender, "a rendered bundle (hash, files, provenance) or a render failure"},
+		{ValidateSubject("<target>"), "core request (scatter-gather)", SchemaValidate + " → " + SchemaValidateReply, "one reply per validator kind (queue group per kind)"},
+		{ValidatedSubject("<target>"), "stream subject", SchemaValidated, "the gathered verdict on a bundle"},
+		{DeploySubject("<target>", "<instance>"), "stream subject", SchemaDeployOrder, "deploy order for one instance"},
+		{DeployedSubject("<target>", "<instance>"), "stream subject", SchemaDeployed, "deploy outcome: files written, reloads, error"},
+		{TriggerRenderSubject("<target>"), "core subject", SchemaTrigger + " (or empty)", "force a render of a target"},
+		{TriggerResyncSubject("<source>"), "core subject", SchemaTrigger + " (or empty)", "force a full re-read of a source"},
+		{TriggerDeploySubject("<target>"), "core subject", SchemaTrigger + " (or empty)", "re-deploy the last valid bundle (repairs drift)"},
+		{APIStatus, "core request", SchemaStatusReport, "status of every source and target"},
+		{DLQSubject("<service>"), "stream subject", SchemaDeadLetter, "a message a service could not decode or handle, with the reason"},
+		{StreamChanges, "stream", "", strings.Join(streamSubjects(StreamChanges), ", ")},
+		{StreamRenders, "stream", "", strings.Join(streamSubjects(StreamRenders), ", ")},
+		{StreamValidated, "stream", "", strings.Join(streamSubjects(StreamValidated), ", ")},
+		{StreamDeploys, "stream", "", strings.Join(streamSubjects(StreamDeploys), ", ")},
+		{StreamDLQ, "stream", "", strings.Join(streamSubjects(StreamDLQ), ", ")},
+		{BucketResources, "kv bucket", SchemaResource, "watched objects: `<source>.<type>.<namespace>.<name>`"},
+		{BucketStatus, "kv bucket", SchemaSyncStatus + ", " + SchemaRenderStatus + ", " + SchemaValidStatus + ", " + SchemaDeployStatus, "`sync.<source>.<type>`, `render.<target>`, `validate.<target>`, `deploy.<target>.<instance>`"},
+		{BucketLeases, "kv bucket", "replica id", "`render.<target>`: which renderer replica renders a target"},
+		{BucketVerdicts, "kv bucket", SchemaValidated, "`<bundle hash>.<kinds>`: cached verdicts"},
+		{ObjectBundles, "object store", SchemaBundle, "rendered bundles by content hash"},
+	}
+}
+
+func streamSubjects(name string) []string {
+	for _, s := range streamDefs {
+		if s.name == name {
+			return s.subjects
+		}
+	}
+	return nil
+}
+
+// CatalogMarkdown renders Catalog as a Markdown table.
+func CatalogMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| name | kind | payload | what |\n|---|---|---|---|\n")
+	for _, e := range Catalog() {
+		p := e.Payload
+		if p != "" && !strings.Contains(p, "`") {
+			p = "`" + p + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", e.Name, e.Kind, p, e.What)
+	}
+	return b.String()
+}

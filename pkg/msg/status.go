@@ -1,0 +1,78 @@
+package msg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StatusReader is the part of jetstream.KeyValue ReadStatus needs.
+type StatusReader interface {
+	ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error)
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+}
+
+// ReadStatus collects every sync, render, validation and deploy status from
+// BucketStatus into one report, targets in name order. Entries that do not
+// decode are skipped.
+func ReadStatus(ctx context.Context, kv StatusReader) (StatusReport, error) {
+	rep := StatusReport{At: time.Now().UTC(), Targets: []TargetReport{}}
+	keys, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return rep, nil
+	}
+	if err != nil {
+		return rep, fmt.Errorf("status: %w", err)
+	}
+	targets := map[string]*TargetReport{}
+	tr := func(name string) *TargetReport {
+		if t, ok := targets[name]; ok {
+			return t
+		}
+		t := &TargetReport{Target: name}
+		targets[name] = t
+		return t
+	}
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		kind, rest, _ := strings.Cut(key, ".")
+		switch kind {
+		case "sync":
+			var s SyncStatus
+			if Decode(e.Value(), &s) == nil {
+				rep.Syncs = append(rep.Syncs, s)
+			}
+		case "render":
+			var s RenderStatus
+			if Decode(e.Value(), &s) == nil {
+				tr(rest).Render = &s
+			}
+		case "validate":
+			var s ValidationStatus
+			if Decode(e.Value(), &s) == nil {
+				tr(rest).Validation = &s
+			}
+		case "deploy":
+			var s DeployStatus
+			if Decode(e.Value(), &s) == nil {
+				t := tr(s.Target)
+				t.Deploys = append(t.Deploys, s)
+			}
+		}
+	}
+	slices.SortFunc(rep.Syncs, func(a, b SyncStatus) int { return strings.Compare(a.Source+"."+a.Type, b.Source+"."+b.Type) })
+	for _, t := range targets {
+		slices.SortFunc(t.Deploys, func(a, b DeployStatus) int { return strings.Compare(a.Instance, b.Instance) })
+		rep.Targets = append(rep.Targets, *t)
+	}
+	slices.SortFunc(rep.Targets, func(a, b TargetReport) int { return strings.Compare(a.Target, b.Target) })
+	return rep, nil
+}

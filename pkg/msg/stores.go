@@ -1,0 +1,135 @@
+package msg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream names.
+const (
+	StreamChanges   = "WEFT_CHANGES"
+	StreamRenders   = "WEFT_RENDERS"
+	StreamValidated = "WEFT_VALIDATED"
+	StreamDeploys   = "WEFT_DEPLOYS"
+	StreamDLQ       = "WEFT_DLQ"
+)
+
+// Key-value bucket and object store names.
+const (
+	BucketResources = "weft-resources"
+	BucketStatus    = "weft-status"
+	BucketLeases    = "weft-leases"
+	BucketVerdicts  = "weft-verdicts"
+	ObjectBundles   = "weft-bundles"
+)
+
+// DedupWindow is how long JetStream remembers a Nats-Msg-Id.
+const DedupWindow = 2 * time.Minute
+
+// streamDefs lists every stream with the subjects it captures.
+var streamDefs = []struct {
+	name, desc string
+	subjects   []string
+	maxAge     time.Duration
+}{
+	{StreamChanges, "resource changes and initial-sync markers from the watcher", []string{ChangeAll, SyncAll}, 24 * time.Hour},
+	{StreamRenders, "rendered bundles (by hash) with provenance, and render failures", []string{RenderAll}, 7 * 24 * time.Hour},
+	{StreamValidated, "gathered validation verdicts per bundle", []string{ValidatedAll}, 7 * 24 * time.Hour},
+	{StreamDeploys, "deploy orders and their outcomes per instance", []string{DeployAll, DeployedAll}, 7 * 24 * time.Hour},
+	{StreamDLQ, "messages a service could not decode or handle, with the reason", []string{DLQAll}, 30 * 24 * time.Hour},
+}
+
+// Streams returns the configuration of every weft stream at the given
+// replica count (1 for a single server, 3 for a cluster).
+func Streams(replicas int) []jetstream.StreamConfig {
+	out := make([]jetstream.StreamConfig, 0, len(streamDefs))
+	for _, s := range streamDefs {
+		out = append(out, jetstream.StreamConfig{
+			Name:        s.name,
+			Description: s.desc,
+			Subjects:    s.subjects,
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      s.maxAge,
+			MaxMsgSize:  MaxPayload,
+			Duplicates:  DedupWindow,
+			Replicas:    replicas,
+			Discard:     jetstream.DiscardOld,
+		})
+	}
+	return out
+}
+
+// KeyValues returns the configuration of every weft key-value bucket.
+func KeyValues(replicas int) []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		{Bucket: BucketResources, Description: "watched objects by <source>.<type>.<namespace>.<name>", History: 1, Replicas: replicas, Storage: jetstream.FileStorage},
+		{Bucket: BucketStatus, Description: "sync, render, validation and deploy status per source, target and instance", History: 5, Replicas: replicas, Storage: jetstream.FileStorage},
+		{Bucket: BucketLeases, Description: "leases: which replica renders a target", History: 1, TTL: LeaseTTL, Replicas: replicas, Storage: jetstream.FileStorage},
+		{Bucket: BucketVerdicts, Description: "validation verdicts cached by bundle hash", History: 1, TTL: 7 * 24 * time.Hour, Replicas: replicas, Storage: jetstream.FileStorage},
+	}
+}
+
+// ObjectStores returns the configuration of every weft object store.
+func ObjectStores(replicas int) []jetstream.ObjectStoreConfig {
+	return []jetstream.ObjectStoreConfig{
+		{Bucket: ObjectBundles, Description: "rendered bundles keyed by content hash", Replicas: replicas, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
+	}
+}
+
+// LeaseTTL bounds how long a dead replica's lease blocks a target.
+const LeaseTTL = 15 * time.Second
+
+// Provisioner is the part of jetstream.JetStream that Provision needs.
+type Provisioner interface {
+	CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error)
+	CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error)
+	CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error)
+}
+
+// Provision creates or updates every stream, bucket and object store. Every
+// service calls it at start, so any of them can come up first.
+func Provision(ctx context.Context, js Provisioner, replicas int) error {
+	if replicas < 1 {
+		return fmt.Errorf("provision: replicas must be >= 1, got %d", replicas)
+	}
+	var errs []error
+	for _, c := range Streams(replicas) {
+		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
+			errs = append(errs, fmt.Errorf("stream %s: %w", c.Name, err))
+		}
+	}
+	for _, c := range KeyValues(replicas) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, c); err != nil {
+			errs = append(errs, fmt.Errorf("bucket %s: %w", c.Bucket, err))
+		}
+	}
+	for _, c := range ObjectStores(replicas) {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, c); err != nil {
+			errs = append(errs, fmt.Errorf("object store %s: %w", c.Bucket, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	return nil
+}
+
+// KVStream is the name of the stream that holds a key-value bucket.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// ResourceSubject is the subject a resource key is stored under in the
+// bucket's stream. The watcher writes resources by publishing there (with
+// the expected last revision, as KV Update does) so that the write carries
+// trace context in its headers.
+func ResourceSubject(key string) string { return "$KV." + BucketResources + "." + key }
+
+// ResourceKeyOf returns the key of a ResourceSubject.
+func ResourceKeyOf(subject string) (string, bool) {
+	return strings.CutPrefix(subject, "$KV."+BucketResources+".")
+}

@@ -1,0 +1,399 @@
+package msg
+
+import (
+	"fmt"
+	"time"
+)
+
+// Schema strings of every message and stored type, in one place. A change
+// that breaks readers bumps the major version here.
+const (
+	SchemaChange        = "weft.change.v1"
+	SchemaSync          = "weft.sync.v1"
+	SchemaRender        = "weft.render.v1"
+	SchemaValidate      = "weft.validate.v1"
+	SchemaValidateReply = "weft.validatereply.v1"
+	SchemaValidated     = "weft.validated.v1"
+	SchemaDeployOrder   = "weft.deploy.v1"
+	SchemaDeployed      = "weft.deployed.v1"
+	SchemaTrigger       = "weft.trigger.v1"
+	SchemaDeadLetter    = "weft.deadletter.v1"
+	SchemaBundle        = "weft.bundle.v1"
+	SchemaResource      = "weft.resource.v1"
+	SchemaSyncStatus    = "weft.syncstatus.v1"
+	SchemaRenderStatus  = "weft.renderstatus.v1"
+	SchemaValidStatus   = "weft.validationstatus.v1"
+	SchemaDeployStatus  = "weft.deploystatus.v1"
+	SchemaStatusReport  = "weft.statusreport.v1"
+)
+
+// Op is what happened to a resource.
+type Op string
+
+const (
+	OpPut    Op = "put"
+	OpDelete Op = "delete"
+)
+
+// Change is one resource upsert or delete, published on ChangeSubject only
+// when the stored content changed. The object itself is in BucketResources
+// under Key at Revision; readers re-read it there.
+type Change struct {
+	Source          string    `json:"source"`
+	Type            string    `json:"type"`
+	Key             string    `json:"key"`
+	Op              Op        `json:"op"`
+	Namespace       string    `json:"namespace,omitempty"`
+	Name            string    `json:"name"`
+	ResourceVersion string    `json:"resourceVersion,omitempty"`
+	Hash            string    `json:"hash,omitempty"`
+	Revision        uint64    `json:"revision"`
+	Initial         bool      `json:"initial,omitempty"`
+	ObservedAt      time.Time `json:"observedAt"`
+}
+
+func (Change) Schema() string { return SchemaChange }
+func (c Change) Validate() error {
+	if err := need("source", c.Source, "type", c.Type, "key", c.Key, "name", c.Name); err != nil {
+		return err
+	}
+	if c.Op != OpPut && c.Op != OpDelete {
+		return fmt.Errorf("%w: op %q is neither put nor delete", ErrInvalid, c.Op)
+	}
+	if c.Revision == 0 {
+		return fmt.Errorf("%w: revision is 0", ErrInvalid)
+	}
+	return nil
+}
+
+// ChangeID is the Nats-Msg-Id of a change: the key at its new revision,
+// which only the replica that won the compare-and-set can publish.
+func ChangeID(key string, revision uint64) string { return fmt.Sprintf("%s@%d", key, revision) }
+
+// Sync marks the initial listing of one source's type complete.
+type Sync struct {
+	Source   string    `json:"source"`
+	Type     string    `json:"type"`
+	Count    int       `json:"count"`
+	Revision uint64    `json:"revision"` // BucketResources revision after the listing
+	Errors   []string  `json:"errors,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+func (Sync) Schema() string    { return SchemaSync }
+func (s Sync) Validate() error { return need("source", s.Source, "type", s.Type) }
+
+// Resource is how a watched object is stored in BucketResources.
+type Resource struct {
+	Source          string         `json:"source"`
+	Type            string         `json:"type"`
+	Namespace       string         `json:"namespace,omitempty"`
+	Name            string         `json:"name"`
+	ResourceVersion string         `json:"resourceVersion,omitempty"`
+	Hash            string         `json:"hash"`
+	Origin          string         `json:"origin,omitempty"` // where it came from (file, cluster)
+	Object          map[string]any `json:"object"`
+}
+
+func (Resource) Schema() string { return SchemaResource }
+func (r Resource) Validate() error {
+	if err := need("source", r.Source, "type", r.Type, "name", r.Name, "hash", r.Hash); err != nil {
+		return err
+	}
+	if r.Object == nil {
+		return fmt.Errorf("%w: object is missing", ErrInvalid)
+	}
+	return nil
+}
+
+// TemplateError locates a template failure.
+type TemplateError struct {
+	Template string `json:"template"`
+	Line     int    `json:"line,omitempty"`
+	Message  string `json:"message"`
+}
+
+// ResourceError is an error a template registered against one resource
+// (register_error) without failing the render.
+type ResourceError struct {
+	Type    string `json:"type"`
+	ID      string `json:"id"`
+	Message string `json:"message"`
+}
+
+// Provenance names the state a bundle was rendered from.
+type Provenance struct {
+	// StateRevision is the highest BucketResources revision applied.
+	StateRevision uint64 `json:"stateRevision"`
+	// Counts is the number of objects per watched type.
+	Counts map[string]int `json:"counts,omitempty"`
+	// Cause is the subject or reason that triggered this render.
+	Cause string `json:"cause,omitempty"`
+}
+
+// Render is the result of one render of a target: either a bundle (stored in
+// ObjectBundles under BundleHash) or a Failure. Version grows by one for
+// every published render of the target.
+type Render struct {
+	Target     string          `json:"target"`
+	Version    uint64          `json:"version"`
+	BundleHash string          `json:"bundleHash,omitempty"`
+	Files      []FileRef       `json:"files,omitempty"`
+	Provenance Provenance      `json:"provenance"`
+	Errors     []ResourceError `json:"errors,omitempty"`
+	Failure    *TemplateError  `json:"failure,omitempty"`
+	RenderTime time.Duration   `json:"renderTimeNs"`
+	At         time.Time       `json:"at"`
+}
+
+func (Render) Schema() string { return SchemaRender }
+func (r Render) Validate() error {
+	if err := need("target", r.Target); err != nil {
+		return err
+	}
+	if r.Version == 0 {
+		return fmt.Errorf("%w: version is 0", ErrInvalid)
+	}
+	if (r.BundleHash == "") == (r.Failure == nil) {
+		return fmt.Errorf("%w: a render has exactly one of bundleHash and failure", ErrInvalid)
+	}
+	return nil
+}
+
+// RenderID is the Nats-Msg-Id of a render.
+func RenderID(target string, version uint64) string { return fmt.Sprintf("%s@%d", target, version) }
+
+// ValidateRequest asks every validator kind for its verdict on a bundle.
+type ValidateRequest struct {
+	Target     string `json:"target"`
+	Version    uint64 `json:"version"`
+	BundleHash string `json:"bundleHash"`
+}
+
+func (ValidateRequest) Schema() string { return SchemaValidate }
+func (v ValidateRequest) Validate() error {
+	return need("target", v.Target, "bundleHash", v.BundleHash)
+}
+
+// Problem is one finding of a validator.
+type Problem struct {
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Severity string `json:"severity,omitempty"` // "error" (default) or "warning"
+	Message  string `json:"message"`
+}
+
+// ValidateReply is one validator kind's answer.
+type ValidateReply struct {
+	Kind     string        `json:"kind"`
+	Replica  string        `json:"replica,omitempty"`
+	OK       bool          `json:"ok"`
+	Problems []Problem     `json:"problems,omitempty"`
+	Error    string        `json:"error,omitempty"` // the validator could not decide
+	Duration time.Duration `json:"durationNs"`
+}
+
+func (ValidateReply) Schema() string    { return SchemaValidateReply }
+func (v ValidateReply) Validate() error { return need("kind", v.Kind) }
+
+// Validated is the gathered verdict on one bundle. OK is true only when
+// every expected kind answered and accepted it.
+type Validated struct {
+	Target     string          `json:"target"`
+	Version    uint64          `json:"version"`
+	BundleHash string          `json:"bundleHash"`
+	OK         bool            `json:"ok"`
+	Replies    []ValidateReply `json:"replies,omitempty"`
+	Missing    []string        `json:"missing,omitempty"` // expected kinds that did not answer
+	Reason     string          `json:"reason,omitempty"`
+	Cached     bool            `json:"cached,omitempty"`
+	At         time.Time       `json:"at"`
+}
+
+func (Validated) Schema() string { return SchemaValidated }
+func (v Validated) Validate() error {
+	if err := need("target", v.Target, "bundleHash", v.BundleHash); err != nil {
+		return err
+	}
+	if !v.OK && v.Reason == "" {
+		return fmt.Errorf("%w: a refusal needs a reason", ErrInvalid)
+	}
+	return nil
+}
+
+// DeployOrder asks the deployer to bring one instance to a bundle.
+type DeployOrder struct {
+	Target     string `json:"target"`
+	Instance   string `json:"instance"`
+	Version    uint64 `json:"version"`
+	BundleHash string `json:"bundleHash"`
+	Reason     string `json:"reason,omitempty"` // validated, trigger, drift
+}
+
+func (DeployOrder) Schema() string { return SchemaDeployOrder }
+func (d DeployOrder) Validate() error {
+	return need("target", d.Target, "instance", d.Instance, "bundleHash", d.BundleHash)
+}
+
+// Deploy outcomes.
+const (
+	OutcomeApplied   = "applied"
+	OutcomeUnchanged = "unchanged"
+	OutcomeSkipped   = "skipped" // an older bundle than the one deployed
+	OutcomeFailed    = "failed"
+)
+
+// Deployed is the outcome of one deploy order.
+type Deployed struct {
+	Target       string        `json:"target"`
+	Instance     string        `json:"instance"`
+	Version      uint64        `json:"version"`
+	BundleHash   string        `json:"bundleHash"`
+	Driver       string        `json:"driver"`
+	Outcome      string        `json:"outcome"`
+	Written      []string      `json:"written,omitempty"`
+	Removed      []string      `json:"removed,omitempty"`
+	Reloaded     bool          `json:"reloaded"`
+	ReloadReason string        `json:"reloadReason,omitempty"`
+	Error        string        `json:"error,omitempty"`
+	Duration     time.Duration `json:"durationNs"`
+	At           time.Time     `json:"at"`
+}
+
+func (Deployed) Schema() string { return SchemaDeployed }
+func (d Deployed) Validate() error {
+	return need("target", d.Target, "instance", d.Instance, "outcome", d.Outcome)
+}
+
+// Trigger is a manual request (render, resync, deploy). An empty payload is
+// a valid trigger, so `nats pub weft.trigger.render.<target> ”` works.
+type Trigger struct {
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}
+
+func (Trigger) Schema() string  { return SchemaTrigger }
+func (Trigger) Validate() error { return nil }
+
+// DecodeTrigger decodes a trigger, accepting an empty payload.
+func DecodeTrigger(data []byte) (Trigger, error) {
+	var t Trigger
+	if len(data) == 0 {
+		return t, nil
+	}
+	return t, Decode(data, &t)
+}
+
+// DeadLetter records a message a service could not decode or handle.
+type DeadLetter struct {
+	Service  string            `json:"service"`
+	Subject  string            `json:"subject"`
+	Stream   string            `json:"stream,omitempty"`
+	Sequence uint64            `json:"sequence,omitempty"`
+	Reason   string            `json:"reason"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Payload  []byte            `json:"payload,omitempty"` // at most DeadLetterPayloadMax bytes
+	Size     int               `json:"size"`
+	At       time.Time         `json:"at"`
+}
+
+// DeadLetterPayloadMax bounds the copy of the payload kept in a DeadLetter.
+const DeadLetterPayloadMax = 64 << 10
+
+func (DeadLetter) Schema() string { return SchemaDeadLetter }
+func (d DeadLetter) Validate() error {
+	return need("service", d.Service, "subject", d.Subject, "reason", d.Reason)
+}
+
+// SyncStatus is the initial-sync marker of a source's type in BucketStatus.
+type SyncStatus struct {
+	Source   string    `json:"source"`
+	Type     string    `json:"type"`
+	Synced   bool      `json:"synced"`
+	Count    int       `json:"count"`
+	Revision uint64    `json:"revision"`
+	Errors   []string  `json:"errors,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+func (SyncStatus) Schema() string    { return SchemaSyncStatus }
+func (s SyncStatus) Validate() error { return need("source", s.Source, "type", s.Type) }
+
+// RenderStatus is a target's last render in BucketStatus.
+type RenderStatus struct {
+	Target      string          `json:"target"`
+	Version     uint64          `json:"version"`
+	BundleHash  string          `json:"bundleHash,omitempty"` // last good bundle
+	Provenance  Provenance      `json:"provenance"`
+	Errors      []ResourceError `json:"errors,omitempty"`
+	LastError   string          `json:"lastError,omitempty"`
+	LastErrorAt time.Time       `json:"lastErrorAt,omitzero"`
+	At          time.Time       `json:"at"`
+}
+
+func (RenderStatus) Schema() string    { return SchemaRenderStatus }
+func (s RenderStatus) Validate() error { return need("target", s.Target) }
+
+// ValidationStatus is a target's last verdict in BucketStatus.
+type ValidationStatus struct {
+	Target     string    `json:"target"`
+	Version    uint64    `json:"version"`
+	BundleHash string    `json:"bundleHash"`
+	OK         bool      `json:"ok"`
+	Reason     string    `json:"reason,omitempty"`
+	Problems   []Problem `json:"problems,omitempty"`
+	// LastGood is the hash of the newest bundle that passed.
+	LastGood        string    `json:"lastGood,omitempty"`
+	LastGoodVersion uint64    `json:"lastGoodVersion,omitempty"`
+	At              time.Time `json:"at"`
+}
+
+func (ValidationStatus) Schema() string    { return SchemaValidStatus }
+func (s ValidationStatus) Validate() error { return need("target", s.Target) }
+
+// DeployStatus is one instance's deploy state in BucketStatus.
+type DeployStatus struct {
+	Target      string           `json:"target"`
+	Instance    string           `json:"instance"`
+	Driver      string           `json:"driver"`
+	Version     uint64           `json:"version"`
+	BundleHash  string           `json:"bundleHash,omitempty"`
+	Deploys     uint64           `json:"deploys"`
+	Reloads     map[string]int64 `json:"reloads,omitempty"` // by reason
+	LastError   string           `json:"lastError,omitempty"`
+	LastErrorAt time.Time        `json:"lastErrorAt,omitzero"`
+	At          time.Time        `json:"at"`
+}
+
+func (DeployStatus) Schema() string { return SchemaDeployStatus }
+func (s DeployStatus) Validate() error {
+	return need("target", s.Target, "instance", s.Instance)
+}
+
+// TargetReport is everything known about one target.
+type TargetReport struct {
+	Target     string            `json:"target"`
+	Render     *RenderStatus     `json:"render,omitempty"`
+	Validation *ValidationStatus `json:"validation,omitempty"`
+	Deploys    []DeployStatus    `json:"deploys,omitempty"`
+}
+
+// StatusReport answers APIStatus and `weft status`.
+type StatusReport struct {
+	Syncs   []SyncStatus   `json:"syncs,omitempty"`
+	Targets []TargetReport `json:"targets"`
+	At      time.Time      `json:"at"`
+}
+
+func (StatusReport) Schema() string  { return SchemaStatusReport }
+func (StatusReport) Validate() error { return nil }
+
+// need checks that the named string fields are set: need("a", a, "b", b).
+func need(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			return fmt.Errorf("%w: %s is missing", ErrInvalid, pairs[i])
+		}
+	}
+	return nil
+}

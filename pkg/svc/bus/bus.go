@@ -1,0 +1,234 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/telemetry"
+)
+
+// Publisher is the part of jetstream.JetStream that publishing needs.
+type Publisher interface {
+	PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// Publish encodes m, sets its schema header, Nats-Msg-Id (when id is not
+// empty) and trace context from ctx, and publishes it to a stream subject.
+func Publish[T msg.Message](ctx context.Context, p Publisher, subject, id string, m T) (*jetstream.PubAck, error) {
+	out, err := msg.NewMsg(subject, id, m)
+	if err != nil {
+		return nil, err
+	}
+	telemetry.Inject(ctx, out.Header)
+	ack, err := p.PublishMsg(ctx, out)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return ack, nil
+}
+
+// Options configure Consume and Serve.
+type Options struct {
+	Service string // "renderer": names metrics, spans and the DLQ subject
+	Stage   string // "changes": what this handler consumes
+	Log     *slog.Logger
+	Tracer  trace.Tracer
+	Metrics *Metrics
+	DLQ     Publisher
+	// AckWait of the consumer: a handler still running after a third of it
+	// keeps its message alive with InProgress. Zero: 30s.
+	AckWait time.Duration
+}
+
+func (o Options) check() error {
+	if o.Service == "" || o.Stage == "" || o.Log == nil || o.Tracer == nil || o.Metrics == nil || o.DLQ == nil {
+		return errors.New("bus: options need service, stage, log, tracer, metrics and dlq")
+	}
+	return nil
+}
+
+// Handler handles one JetStream message.
+type Handler func(ctx context.Context, m jetstream.Msg) error
+
+// MessageSource is the part of jetstream.Consumer that Consume needs.
+type MessageSource interface {
+	Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error)
+}
+
+// Consume runs h over every message of cons, one at a time, until ctx is
+// done, then stops and returns nil.
+func Consume(ctx context.Context, cons MessageSource, h Handler, o Options) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("%s %s: messages: %w", o.Service, o.Stage, err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return nil
+			}
+			o.Log.Warn("consumer error", "stage", o.Stage, "err", err)
+			continue
+		}
+		handleJS(ctx, m, h, o)
+	}
+}
+
+func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {
+	start := time.Now()
+	ctx, span := startSpan(ctx, m.Headers(), m.Subject(), o)
+	defer span.End()
+	err := withKeepAlive(ctx, m, o.AckWait, func() error { return h(ctx, m) })
+	d := msg.Classify(err)
+	var settleErr error
+	switch d.Action {
+	case msg.Ack:
+		settleErr = m.Ack()
+	case msg.Nak:
+		o.Log.WarnContext(ctx, "handling failed; will retry", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)
+		settleErr = m.NakWithDelay(d.Delay)
+	case msg.Term:
+		dl := msg.DeadLetter{Service: o.Service, Subject: m.Subject(), Reason: d.Reason, Size: len(m.Data()), At: time.Now().UTC()}
+		id := ""
+		if meta, merr := m.Metadata(); merr == nil {
+			dl.Stream, dl.Sequence = meta.Stream, meta.Sequence.Stream
+			id = o.Service + "." + meta.Stream + "." + strconv.FormatUint(meta.Sequence.Stream, 10)
+		}
+		deadLetter(ctx, dl, m.Data(), m.Headers(), id, o)
+		settleErr = m.TermWithReason(truncate(d.Reason, 200))
+	}
+	if settleErr != nil {
+		o.Log.WarnContext(ctx, "settling message failed", "stage", o.Stage, "err", settleErr)
+	}
+	finish(span, o, d, err, time.Since(start))
+}
+
+// CoreHandler handles one core NATS message (requests and triggers).
+type CoreHandler func(ctx context.Context, m *nats.Msg) error
+
+// Serve subscribes to subject in queue group queue (empty: every replica
+// gets every message) and runs h for each message until ctx is done. A
+// permanent error is dead-lettered; others are logged (core messages are not
+// redelivered: the sender retries).
+func Serve(ctx context.Context, nc *nats.Conn, subject, queue string, h CoreHandler, o Options) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	ch := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanQueueSubscribe(subject, queue, ch)
+	if err != nil {
+		return fmt.Errorf("%s: subscribe %s: %w", o.Service, subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-ch:
+			handleCore(ctx, m, h, o)
+		}
+	}
+}
+
+func handleCore(ctx context.Context, m *nats.Msg, h CoreHandler, o Options) {
+	start := time.Now()
+	ctx, span := startSpan(ctx, m.Header, m.Subject, o)
+	defer span.End()
+	err := h(ctx, m)
+	d := msg.Classify(err)
+	switch d.Action {
+	case msg.Term:
+		dl := msg.DeadLetter{Service: o.Service, Subject: m.Subject, Reason: d.Reason, Size: len(m.Data), At: time.Now().UTC()}
+		deadLetter(ctx, dl, m.Data, m.Header, "", o)
+	case msg.Nak:
+		o.Log.WarnContext(ctx, "handling failed", "stage", o.Stage, "subject", m.Subject, "err", err)
+	}
+	finish(span, o, d, err, time.Since(start))
+}
+
+func startSpan(ctx context.Context, h nats.Header, subject string, o Options) (context.Context, trace.Span) {
+	ctx = telemetry.Extract(ctx, h)
+	return o.Tracer.Start(ctx, o.Service+" "+o.Stage, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject)))
+}
+
+func finish(span trace.Span, o Options, d msg.Decision, err error, took time.Duration) {
+	o.Metrics.messages.WithLabelValues(o.Stage, d.Action.String()).Inc()
+	o.Metrics.duration.WithLabelValues(o.Stage).Observe(took.Seconds())
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, truncate(err.Error(), 200))
+	}
+}
+
+func deadLetter(ctx context.Context, dl msg.DeadLetter, data []byte, h nats.Header, id string, o Options) {
+	o.Metrics.deadLetters.WithLabelValues(o.Stage).Inc()
+	o.Log.ErrorContext(ctx, "message dead-lettered", "stage", o.Stage, "subject", dl.Subject, "reason", dl.Reason)
+	if len(data) > msg.DeadLetterPayloadMax {
+		data = data[:msg.DeadLetterPayloadMax]
+	}
+	dl.Payload = data
+	if len(h) > 0 {
+		dl.Headers = map[string]string{}
+		for k := range h {
+			dl.Headers[k] = h.Get(k)
+		}
+	}
+	if _, err := Publish(ctx, o.DLQ, msg.DLQSubject(o.Service), id, dl); err != nil {
+		o.Log.ErrorContext(ctx, "dead-letter publish failed", "stage", o.Stage, "err", err)
+	}
+}
+
+// withKeepAlive runs f, sending InProgress for m every third of ackWait
+// while f runs.
+func withKeepAlive(ctx context.Context, m jetstream.Msg, ackWait time.Duration, f func() error) error {
+	if ackWait <= 0 {
+		ackWait = 30 * time.Second
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	err := f()
+	close(done)
+	<-stopped
+	return err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

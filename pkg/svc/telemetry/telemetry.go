@@ -1,0 +1,69 @@
+// Package telemetry carries OpenTelemetry trace context through NATS message
+// headers (W3C traceparent) and builds the JSON logger whose records carry
+// the current trace and span ids.
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/weftio/weft/pkg/msg"
+)
+
+var propagator = propagation.TraceContext{}
+
+// Extract returns ctx carrying the remote span context found in h, if any.
+func Extract(ctx context.Context, h nats.Header) context.Context {
+	if h == nil {
+		return ctx
+	}
+	return propagator.Extract(ctx, msg.Carrier(h))
+}
+
+// Inject writes ctx's span context into h (traceparent, tracestate).
+func Inject(ctx context.Context, h nats.Header) {
+	if h == nil {
+		return
+	}
+	propagator.Inject(ctx, msg.Carrier(h))
+}
+
+// NewTracerProvider returns an SDK tracer provider that samples every span
+// and exports them to the given exporters (none: spans still get ids, which
+// logs and headers carry).
+func NewTracerProvider(exporters ...sdktrace.SpanExporter) *sdktrace.TracerProvider {
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithSampler(sdktrace.AlwaysSample())}
+	for _, e := range exporters {
+		opts = append(opts, sdktrace.WithSyncer(e))
+	}
+	return sdktrace.NewTracerProvider(opts...)
+}
+
+// NewLogger returns a JSON logger at level whose records carry trace_id and
+// span_id when the context has a span.
+func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(traceHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})})
+}
+
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(a)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}
