@@ -1,0 +1,21 @@
+// Command weft-deployer runs the deployer service against a NATS server.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/weftio/weft/pkg/svc/host"
+	"github.com/weftio/weft/services/deployer"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "weft-deployer:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	return host.Main("weft-deployer", os.Args[1:], false, host.Service{Name: deployer.Service, Run: deployer.Run})
+}

@@ -1,0 +1,401 @@
+// Package deployer delivers validated bundles to running programs.
+//
+// It runs two durable consumers. "deployer-orders" reads verdicts: an
+// accepted bundle becomes one deploy order per instance of its target
+// (weft.deploy.<target>.<instance>, de-duplicated by target, instance and
+// version); a refused one is logged and nothing is deployed, so the last
+// good configuration keeps serving. "deployer" carries out orders: it skips
+// an order for an older version than the instance already has, reads the
+// bundle from the object store, applies it with the target's driver, and
+// records the outcome on weft.deployed.<target>.<instance> and in the
+// status bucket. A driver refusal (check_cmd failed, reload failed) is an
+// outcome, recorded and not retried; an infrastructure error is retried.
+// weft.trigger.deploy.<target> re-deploys the last accepted bundle, which
+// repairs drift. The deployer also answers weft.api.status.
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc"
+	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/services/deployer/driver/files"
+)
+
+// Service is the name in metrics, logs and the DLQ subject.
+const Service = "deployer"
+
+// Durable consumer names.
+const (
+	OrdersConsumer = "deployer-orders"
+	DeployConsumer = "deployer"
+)
+
+type metrics struct {
+	deploys *prometheus.CounterVec
+	reloads *prometheus.CounterVec
+	dur     *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_deployer_deploys_total", Help: "Deploys by target, driver and outcome (applied, unchanged, skipped, failed).",
+		}, []string{"target", "driver", "outcome"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_deployer_reloads_total", Help: "Reloads by target and reason.",
+		}, []string{"target", "reason"}),
+		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "weft_deployer_deploy_duration_seconds", Help: "Time to deploy a bundle to one instance.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}, []string{"target", "driver"}),
+	}
+	for _, c := range []prometheus.Collector{m.deploys, m.reloads, m.dur} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("deployer metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Applier is what a deploy driver does with a bundle.
+type Applier interface {
+	Apply(ctx context.Context, files []files.File) (files.Result, error)
+}
+
+type instance struct {
+	target, name, driver string
+	apply                Applier
+}
+
+type deployer struct {
+	env       svc.Env
+	cfg       *config.Config
+	m         *metrics
+	status    jetstream.KeyValue
+	bundles   jetstream.ObjectStore
+	instances map[string][]*instance // by target
+}
+
+// Run delivers bundles until ctx is done.
+func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
+	if err := env.Check(); err != nil {
+		return err
+	}
+	env = env.For(Service)
+	d := &deployer{env: env, cfg: cfg, instances: map[string][]*instance{}}
+	var err error
+	if d.m, err = newMetrics(env.Registry); err != nil {
+		return err
+	}
+	if d.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	for _, name := range cfg.TargetNames() {
+		in, err := newInstance(name, cfg.Targets[name])
+		if err != nil {
+			return err
+		}
+		d.instances[name] = append(d.instances[name], in)
+	}
+	orders, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamValidated, jetstream.ConsumerConfig{
+		Durable: OrdersConsumer, Description: "turns accepted verdicts into deploy orders",
+		FilterSubject: msg.ValidatedAll, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 20,
+	})
+	if err != nil {
+		return fmt.Errorf("deployer: consumer: %w", err)
+	}
+	deploys, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
+		Durable: DeployConsumer, Description: "carries out deploy orders",
+		FilterSubject: msg.DeployAll, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxDeliver: 20,
+	})
+	if err != nil {
+		return fmt.Errorf("deployer: consumer: %w", err)
+	}
+	bm, err := bus.NewMetrics(Service, env.Registry)
+	if err != nil {
+		return err
+	}
+	opts := bus.Options{Service: Service, Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm, DLQ: env.JS, AckWait: time.Minute}
+	stage := func(s string) bus.Options { o := opts; o.Stage = s; return o }
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return bus.Consume(ctx, orders, d.onVerdict, stage("verdicts")) })
+	g.Go(func() error { return bus.Consume(ctx, deploys, d.onOrder, stage("orders")) })
+	g.Go(func() error {
+		return bus.Serve(ctx, env.NC, msg.TriggerDeployAll, "weft-deployer", d.onTrigger, stage("trigger-deploy"))
+	})
+	g.Go(func() error {
+		return bus.Serve(ctx, env.NC, msg.APIStatus, "weft-api", d.onStatus, stage("api-status"))
+	})
+	return g.Wait()
+}
+
+func newInstance(target string, t config.Target) (*instance, error) {
+	mode, err := t.Deploy.FileMode()
+	if err != nil {
+		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+	}
+	if err := os.MkdirAll(t.Deploy.Dest, 0o755); err != nil {
+		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+	}
+	drv, err := files.New(files.Options{
+		Dest: t.Deploy.Dest, Owner: t.Deploy.Owner, Group: t.Deploy.Group, Mode: mode,
+		CheckCmd: t.Deploy.CheckCmd, ReloadCmd: t.Deploy.ReloadCmd, MinReloadInterval: t.Deploy.MinReloadInterval.D(),
+		Main: "haproxy.cfg",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+	}
+	return &instance{target: target, name: t.Deploy.Instance, driver: t.Deploy.Driver, apply: drv}, nil
+}
+
+// onVerdict turns an accepted bundle into deploy orders.
+func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
+	var v msg.Validated
+	if err := msg.Decode(m.Data(), &v); err != nil {
+		return err
+	}
+	ins, ok := d.instances[v.Target]
+	if !ok {
+		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
+	}
+	if !v.OK {
+		d.env.Log.WarnContext(ctx, "bundle refused by validation; the deployed configuration stays", "target", v.Target, "version", v.Version, "reason", v.Reason)
+		return nil
+	}
+	return d.order(ctx, ins, v.Version, v.BundleHash, "validated", true)
+}
+
+func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, hash, reason string, dedupe bool) error {
+	for _, in := range ins {
+		o := msg.DeployOrder{Target: in.target, Instance: in.name, Version: version, BundleHash: hash, Reason: reason}
+		id := ""
+		if dedupe {
+			id = fmt.Sprintf("%s.%s@%d", in.target, in.name, version)
+		}
+		if _, err := bus.Publish(ctx, d.env.JS, msg.DeploySubject(in.target, in.name), id, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// onTrigger re-deploys to every instance of a target the bundle it should
+// have: the one last deployed there, else the last accepted one. This
+// repairs drift (someone changed the instance).
+func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
+	defer func() {
+		if m.Reply == "" {
+			return
+		}
+		if err != nil {
+			_ = m.Respond([]byte("error: " + err.Error()))
+			return
+		}
+		_ = m.Respond([]byte("queued"))
+	}()
+	name := msg.SubjectToken(m.Subject, 3)
+	t, err := msg.DecodeTrigger(m.Data)
+	if err != nil {
+		return err
+	}
+	ins, ok := d.instances[name]
+	if !ok {
+		return msg.Permanent(fmt.Errorf("unknown target %q", name))
+	}
+	d.env.Log.InfoContext(ctx, "re-deploy requested", "target", name, "reason", t.Reason)
+	for _, in := range ins {
+		st, _, err := d.readStatus(ctx, in)
+		if err != nil {
+			return err
+		}
+		version, hash := st.Version, st.BundleHash
+		if hash == "" {
+			if version, hash, err = d.lastAccepted(ctx, name); err != nil {
+				return err
+			}
+		}
+		if err := d.order(ctx, []*instance{in}, version, hash, "trigger", false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *deployer) lastAccepted(ctx context.Context, target string) (uint64, string, error) {
+	e, err := d.status.Get(ctx, msg.ValidationStatusKey(target))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, "", msg.Permanent(fmt.Errorf("no accepted bundle for %s yet", target))
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("read validation status: %w", err)
+	}
+	var vs msg.ValidationStatus
+	if err := msg.Decode(e.Value(), &vs); err != nil {
+		return 0, "", err
+	}
+	if vs.LastGood == "" {
+		return 0, "", msg.Permanent(fmt.Errorf("no accepted bundle for %s yet", target))
+	}
+	return vs.LastGoodVersion, vs.LastGood, nil
+}
+
+// onOrder carries out one deploy order.
+func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
+	var o msg.DeployOrder
+	if err := msg.Decode(m.Data(), &o); err != nil {
+		return err
+	}
+	in := d.instance(o.Target, o.Instance)
+	if in == nil {
+		return msg.Permanent(fmt.Errorf("order for unknown instance %s/%s", o.Target, o.Instance))
+	}
+	log := d.env.Log.With("target", o.Target, "instance", o.Instance, "version", o.Version)
+	st, rev, err := d.readStatus(ctx, in)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}
+	if o.Version < st.Version && o.Reason != "trigger" {
+		out.Outcome = msg.OutcomeSkipped
+		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version)
+		return d.finish(ctx, out, start, nil, 0)
+	}
+	data, err := d.bundles.GetBytes(ctx, o.BundleHash)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return msg.Permanent(fmt.Errorf("bundle %s is not in the object store", o.BundleHash))
+	}
+	if err != nil {
+		return fmt.Errorf("read bundle: %w", err)
+	}
+	b, err := msg.DecodeBundle(data)
+	if err != nil {
+		return err
+	}
+	fs := make([]files.File, len(b.Files))
+	for i, f := range b.Files {
+		fs[i] = files.File{Path: f.Path, Content: f.Content}
+	}
+	res, aerr := in.apply.Apply(ctx, fs)
+	out.Written, out.Removed, out.Reloaded = res.Written, res.Removed, res.Reloaded
+	switch {
+	case aerr == nil && len(res.Written)+len(res.Removed) == 0:
+		out.Outcome = msg.OutcomeUnchanged
+	case aerr == nil:
+		out.Outcome = msg.OutcomeApplied
+	case errors.Is(aerr, files.ErrCheckFailed), errors.Is(aerr, files.ErrReloadFailed),
+		errors.Is(aerr, files.ErrConflict), errors.Is(aerr, files.ErrBadPath):
+		out.Outcome, out.Error = msg.OutcomeFailed, aerr.Error()
+		log.ErrorContext(ctx, "deploy refused by the driver", "err", aerr, "check_output", res.CheckOutput, "reload_output", res.ReloadOutput)
+	default:
+		return fmt.Errorf("deploy %s/%s: %w", o.Target, o.Instance, aerr)
+	}
+	if res.Reloaded {
+		out.ReloadReason = "files-changed"
+	}
+	if out.Outcome != msg.OutcomeFailed {
+		log.InfoContext(ctx, "deployed", "outcome", out.Outcome, "written", res.Written, "removed", res.Removed, "reloaded", res.Reloaded)
+	}
+	return d.finish(ctx, out, start, &st, rev)
+}
+
+// finish publishes the outcome and, when st is given, updates the status.
+func (d *deployer) finish(ctx context.Context, out msg.Deployed, start time.Time, st *msg.DeployStatus, rev uint64) error {
+	out.Duration, out.At = time.Since(start), time.Now().UTC()
+	d.m.deploys.WithLabelValues(out.Target, out.Driver, out.Outcome).Inc()
+	d.m.dur.WithLabelValues(out.Target, out.Driver).Observe(out.Duration.Seconds())
+	if st != nil {
+		st.Driver, st.At = out.Driver, out.At
+		st.Deploys++
+		if out.Outcome == msg.OutcomeFailed {
+			st.LastError, st.LastErrorAt = out.Error, out.At
+		} else {
+			st.Version, st.BundleHash, st.LastError, st.LastErrorAt = out.Version, out.BundleHash, "", time.Time{}
+		}
+		if out.Reloaded {
+			if st.Reloads == nil {
+				st.Reloads = map[string]int64{}
+			}
+			st.Reloads[out.ReloadReason]++
+			d.m.reloads.WithLabelValues(out.Target, out.ReloadReason).Inc()
+		}
+		if err := d.writeStatus(ctx, *st, rev); err != nil {
+			return err
+		}
+	}
+	_, err := bus.Publish(ctx, d.env.JS, msg.DeployedSubject(out.Target, out.Instance), "", out)
+	return err
+}
+
+func (d *deployer) instance(target, name string) *instance {
+	for _, in := range d.instances[target] {
+		if in.name == name {
+			return in
+		}
+	}
+	return nil
+}
+
+func (d *deployer) readStatus(ctx context.Context, in *instance) (msg.DeployStatus, uint64, error) {
+	st := msg.DeployStatus{Target: in.target, Instance: in.name, Driver: in.driver}
+	e, err := d.status.Get(ctx, msg.DeployStatusKey(in.target, in.name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return st, 0, nil
+	}
+	if err != nil {
+		return st, 0, fmt.Errorf("read deploy status: %w", err)
+	}
+	if err := msg.Decode(e.Value(), &st); err != nil {
+		d.env.Log.Error("unreadable deploy status; starting over", "target", in.target, "instance", in.name, "err", err)
+		st = msg.DeployStatus{Target: in.target, Instance: in.name, Driver: in.driver}
+	}
+	return st, e.Revision(), nil
+}
+
+func (d *deployer) writeStatus(ctx context.Context, st msg.DeployStatus, rev uint64) error {
+	data, err := msg.Encode(st)
+	if err != nil {
+		return err
+	}
+	key := msg.DeployStatusKey(st.Target, st.Instance)
+	if rev == 0 {
+		_, err = d.status.Create(ctx, key, data)
+	} else {
+		_, err = d.status.Update(ctx, key, data, rev)
+	}
+	if err != nil {
+		return msg.Retry(fmt.Errorf("write deploy status: %w", err), 200*time.Millisecond)
+	}
+	return nil
+}
+
+// onStatus answers weft.api.status with every target's status.
+func (d *deployer) onStatus(ctx context.Context, m *nats.Msg) error {
+	rep, err := msg.ReadStatus(ctx, d.status)
+	if err != nil {
+		return err
+	}
+	out, err := msg.NewMsg(m.Reply, "", rep)
+	if err != nil {
+		return err
+	}
+	if m.Reply == "" {
+		return nil
+	}
+	return m.RespondMsg(out)
+}

@@ -1,0 +1,179 @@
+package deployer_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type fixture struct {
+	t    *testing.T
+	bus  *testkit.Bus
+	dest string
+}
+
+func start(t *testing.T) *fixture {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(`
+targets:
+  edge:
+    deploy:
+      driver: files
+      dest: out
+      reload_cmd: echo reload >> ../reloads.log
+    haproxy_config: {template: unused}
+`), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t), dest: filepath.Join(dir, "out")}
+	env := testkit.NewEnv(t, f.bus, "d1")
+	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, env.Env, cfg) })
+	return f
+}
+
+func (f *fixture) store(cfg string) msg.Bundle {
+	f.t.Helper()
+	b, err := msg.NewBundle("edge", f.dest, "haproxy.cfg", []msg.BundleFile{
+		{Path: "haproxy.cfg", Kind: msg.FileConfig, Content: []byte(cfg)},
+		{Path: "maps/host.map", Kind: msg.FileMap, Content: []byte("a b\n")},
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	obs, _ := f.bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
+	data, _ := msg.EncodeBundle(b)
+	if _, err := obs.PutBytes(context.Background(), b.Hash, data); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+func (f *fixture) publish(subject string, m msg.Message) {
+	f.t.Helper()
+	out, err := msg.NewMsg(subject, "", m)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.bus.JS.PublishMsg(context.Background(), out); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// outcome waits for the n-th deploy outcome of edge/local.
+func (f *fixture) outcome(n uint64) msg.Deployed {
+	f.t.Helper()
+	stream, _ := f.bus.JS.Stream(context.Background(), msg.StreamDeploys)
+	var d msg.Deployed
+	testkit.Eventually(f.t, 15*time.Second, func() error {
+		info, err := stream.Info(context.Background(), jetstreamFilter(msg.DeployedSubject("edge", "local")))
+		if err != nil {
+			return err
+		}
+		if got := info.State.Subjects[msg.DeployedSubject("edge", "local")]; got < n {
+			return fmt.Errorf("%d outcomes, want %d", got, n)
+		}
+		m, err := stream.GetLastMsgForSubject(context.Background(), msg.DeployedSubject("edge", "local"))
+		if err != nil {
+			return err
+		}
+		d = msg.Deployed{}
+		return msg.Decode(m.Data, &d)
+	})
+	return d
+}
+
+func (f *fixture) file(p string) string {
+	data, _ := os.ReadFile(filepath.Join(f.dest, p))
+	return string(data)
+}
+
+func (f *fixture) reloads() int {
+	data, _ := os.ReadFile(filepath.Join(filepath.Dir(f.dest), "reloads.log"))
+	return strings.Count(string(data), "\n")
+}
+
+func TestDeployFlow(t *testing.T) {
+	f := start(t)
+	b1 := f.store("global # one\n")
+	b2 := f.store("global # two\n")
+	steps := []struct {
+		name    string
+		act     func()
+		n       uint64
+		outcome string
+		cfg     string
+		reloads int
+	}{
+		{"accepted bundle is deployed", func() {
+			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
+		}, 1, msg.OutcomeApplied, "global # one\n", 1},
+		{"refused bundle is not", func() {
+			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: false, Reason: "haproxy refused"})
+			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 3, BundleHash: b1.Hash, OK: true})
+		}, 2, msg.OutcomeUnchanged, "global # one\n", 1},
+		{"newer bundle is deployed", func() {
+			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 4, BundleHash: b2.Hash, OK: true})
+		}, 3, msg.OutcomeApplied, "global # two\n", 2},
+		{"an order for an older bundle is skipped", func() {
+			f.publish(msg.DeploySubject("edge", "local"), msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b1.Hash})
+		}, 4, msg.OutcomeSkipped, "global # two\n", 2},
+		{"drift is repaired by a deploy trigger", func() {
+			if err := os.WriteFile(filepath.Join(f.dest, "haproxy.cfg"), []byte("tampered\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 5*time.Second, func() error {
+				_, err := f.bus.NC.Request(msg.TriggerDeploySubject("edge"), nil, 2*time.Second)
+				return err
+			})
+		}, 5, msg.OutcomeApplied, "global # two\n", 3},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			st.act()
+			d := f.outcome(st.n)
+			if d.Outcome != st.outcome {
+				t.Fatalf("outcome = %+v, want %s", d, st.outcome)
+			}
+			if got := f.file("haproxy.cfg"); got != st.cfg {
+				t.Fatalf("haproxy.cfg = %q, want %q", got, st.cfg)
+			}
+			if f.file("maps/host.map") != "a b\n" {
+				t.Fatal("map file missing")
+			}
+			if got := f.reloads(); got != st.reloads {
+				t.Fatalf("reloads = %d, want %d", got, st.reloads)
+			}
+		})
+	}
+	kv, _ := f.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	rep, err := msg.ReadStatus(context.Background(), kv)
+	if err != nil || len(rep.Targets) != 1 || len(rep.Targets[0].Deploys) != 1 {
+		t.Fatalf("status = %+v %v", rep, err)
+	}
+	if ds := rep.Targets[0].Deploys[0]; ds.Version != 4 || ds.BundleHash != b2.Hash || ds.Reloads["files-changed"] != 3 {
+		t.Fatalf("deploy status = %+v", ds)
+	}
+	// weft.api.status answers with the same report.
+	resp, err := f.bus.NC.Request(msg.APIStatus, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viaAPI msg.StatusReport
+	if err := msg.Decode(resp.Data, &viaAPI); err != nil || len(viaAPI.Targets) != 1 {
+		t.Fatalf("api status = %+v %v", viaAPI, err)
+	}
+}

@@ -1,0 +1,437 @@
+// Package engine compiles and renders one target's templates: the
+// haproxy.cfg (or any config), maps, files and certificates of the seed's
+// configuration format, written in Jinja2 syntax and run by gonja v2.
+//
+// Contract:
+//
+//   - Compile parses every snippet and output exactly once. Renders reuse
+//     the parsed trees; `{% include "name" %}` executes the compiled
+//     snippet and never re-parses. A syntax error, an include of a snippet
+//     that does not exist (when the name is a literal) and an unknown filter
+//     are compile errors.
+//   - Render runs the outputs in the order of Spec.Outputs and returns one
+//     File per output in that order, plus the errors templates registered
+//     with register_error (in registration order, exact duplicates dropped).
+//     A failing output yields an *Error naming it (and the snippet and line
+//     when known); every failing output is reported (errors.Join), and a
+//     panic inside gonja becomes an *Error, never a crash.
+//   - Every error about a template matches ErrTemplate (errors.Is) and is,
+//     or wraps, an *Error (errors.As).
+//   - A Set is immutable after Compile; Render may be called concurrently.
+//     All per-render state lives in the render's own context.
+//   - ctx is checked before each output and at each include.
+//
+// What templates see: `resources` (type name to *index.Store, or any other
+// value the caller puts there; a store answers items(), keys(), values(),
+// get(id[, default]), get_indexed(keys...), len(), store['id'] and the
+// length filter; iterate it with items()) and `values`. Objects reach
+// templates as the stored maps themselves, answering get/items/keys/values
+// without copying (gonja's generic dict methods deep-copy the receiver);
+// as in Python a method name wins over a key of the same name, which stays
+// reachable as obj['items']. Resource data and values are read-only:
+// `{% set obj.attr = ... %}` on them is an error (use namespace()).
+//
+// Besides gonja's builtins, the environment has the filters log,
+// b64decode, b64encode and get_path, the global register_error, a range
+// that returns a list (bounded), Python list methods on lists bound with
+// set (append, extend, insert, pop, remove, index, count, clear, copy,
+// reverse) with reference semantics across scopes, and an include that
+// honours "with context" (the default) and "without context" and is
+// bounded in depth.
+//
+// Whitespace follows Jinja2's defaults (no trim_blocks, no lstrip_blocks)
+// except that an output keeps its final newline; a snippet drops its final
+// newline like a Jinja2 template without keep_trailing_newline, so
+// `{% include %}` can be used mid-line.
+//
+// Data should be plain map[string]any / []any with integers as int (see
+// index.Decode): gonja prints a float64 80 as "80.0", and `2 ** 3` as
+// "8.0" (Jinja2: 8); use the int filter where an integer is meant.
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/parser"
+	"github.com/nikolalohinski/gonja/v2/tokens"
+)
+
+// Kind is the kind of an output.
+type Kind string
+
+// Output kinds.
+const (
+	KindConfig Kind = "config" // the main configuration (haproxy_config)
+	KindMap    Kind = "map"
+	KindFile   Kind = "file"
+	KindCert   Kind = "cert"
+)
+
+func (k Kind) valid() bool {
+	switch k {
+	case KindConfig, KindMap, KindFile, KindCert:
+		return true
+	}
+	return false
+}
+
+// Template is one output template.
+type Template struct {
+	Kind Kind
+	Name string
+	Text string
+}
+
+// Spec is everything one target renders: includable snippets and outputs.
+type Spec struct {
+	Snippets map[string]string
+	Outputs  []Template
+}
+
+// Input is the data of one render.
+type Input struct {
+	// Resources maps a type name to an *index.Store (or any map-like
+	// value); templates see it as `resources`.
+	Resources map[string]any
+	// Values are exported values; templates see them as `values`.
+	Values map[string]any
+	// Path returns where an output of the given kind and name will live;
+	// it answers the get_path filter.
+	Path func(kind Kind, name string) (string, error)
+}
+
+// File is one rendered output.
+type File struct {
+	Kind    Kind
+	Name    string
+	Content []byte
+}
+
+// RegisteredError is one call of register_error(type, id, message).
+type RegisteredError struct {
+	Type    string
+	ID      string
+	Message string
+}
+
+// Output is the result of a render.
+type Output struct {
+	Files  []File
+	Errors []RegisteredError
+}
+
+// ErrTemplate is matched (errors.Is) by every template error.
+var ErrTemplate = errors.New("template error")
+
+// Error is a compile or render error in a template.
+type Error struct {
+	// Kind and Template name the output; for an error while compiling a
+	// snippet Kind is "" and Template is the snippet's name.
+	Kind     Kind
+	Template string
+	// Snippet is the innermost snippet the failure is in, if any.
+	Snippet string
+	// Line is the 1-based line in Snippet when set, else in Template;
+	// 0 when unknown.
+	Line    int
+	Message string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Kind == "" && e.Snippet != "":
+		fmt.Fprintf(&b, "snippet %q", e.Snippet)
+	case e.Snippet != "":
+		fmt.Fprintf(&b, "template %q: snippet %q", e.Template, e.Snippet)
+	default:
+		fmt.Fprintf(&b, "template %q", e.Template)
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, " line %d", e.Line)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Message)
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrTemplate) true.
+func (e *Error) Is(target error) bool { return target == ErrTemplate }
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Set is a compiled Spec.
+type Set struct {
+	env        *exec.Environment
+	snippetCfg *config.Config
+	outputCfg  *config.Config
+	snippets   map[string]*exec.Template
+	outputs    []*output
+}
+
+type output struct {
+	Template
+	tpl      *exec.Template
+	lastSize atomic.Int64
+}
+
+// Compile parses every snippet and output of spec once.
+func Compile(spec Spec) (*Set, error) {
+	s := &Set{
+		snippetCfg: config.New(),
+		outputCfg:  config.New(),
+		snippets:   make(map[string]*exec.Template, len(spec.Snippets)),
+	}
+	s.outputCfg.KeepTrailingNewline = true
+	s.env = newEnvironment(s, spec.Snippets)
+
+	sources := make(memLoader, len(spec.Snippets)+len(spec.Outputs))
+	for name, text := range spec.Snippets {
+		if name == "" {
+			return nil, &Error{Message: "snippet with empty name"}
+		}
+		sources[name] = text
+	}
+	seen := map[string]bool{}
+	for i, o := range spec.Outputs {
+		if !o.Kind.valid() {
+			return nil, &Error{Kind: o.Kind, Template: o.Name, Message: fmt.Sprintf("unknown kind %q (want config, map, file or cert)", o.Kind)}
+		}
+		if o.Name == "" {
+			return nil, &Error{Kind: o.Kind, Message: fmt.Sprintf("output %d has no name", i)}
+		}
+		key := string(o.Kind) + "\x00" + o.Name
+		if seen[key] {
+			return nil, &Error{Kind: o.Kind, Template: o.Name, Message: fmt.Sprintf("%s %q declared twice", o.Kind, o.Name)}
+		}
+		seen[key] = true
+		// Output identifiers cannot collide with snippet names: a NUL
+		// byte cannot appear in an include name written in a template.
+		sources[outputID(i)] = o.Text
+	}
+
+	// Report errors in a stable order: snippets by name, then outputs in
+	// spec order.
+	names := make([]string, 0, len(spec.Snippets))
+	for name := range spec.Snippets {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var errs []error
+	for _, name := range names {
+		tpl, err := s.parse(name, spec.Snippets[name], s.snippetCfg, sources)
+		if err != nil {
+			errs = append(errs, compileError("", name, name, err))
+			continue
+		}
+		s.snippets[name] = tpl
+	}
+	for i, o := range spec.Outputs {
+		tpl, err := s.parse(outputID(i), o.Text, s.outputCfg, sources)
+		if err != nil {
+			errs = append(errs, compileError(o.Kind, o.Name, "", err))
+			continue
+		}
+		s.outputs = append(s.outputs, &output{Template: o, tpl: tpl})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+func outputID(i int) string { return "\x00output/" + strconv.Itoa(i) }
+
+func (s *Set) parse(id, text string, cfg *config.Config, loader memLoader) (*exec.Template, error) {
+	if err := s.checkFilters(text, cfg); err != nil {
+		return nil, err
+	}
+	return exec.NewTemplate(id, cfg, loader, s.env)
+}
+
+// checkFilters reports the first use of a filter the environment does not
+// have, so a typo fails at compile time rather than on the render that
+// first reaches it.
+func (s *Set) checkFilters(text string, cfg *config.Config) error {
+	stream := tokens.LexAll(text, cfg)
+	prevPipe := false
+	for !stream.End() {
+		tok := stream.Next()
+		if prevPipe && tok.Type == tokens.Name && !s.env.Filters.Exists(tok.Val) {
+			return &parser.SyntaxError{Message: fmt.Sprintf("no filter named %q", tok.Val), Raw: tok.Val, Line: tok.Line, Column: tok.Col}
+		}
+		prevPipe = tok.Type == tokens.Pipe
+	}
+	return nil
+}
+
+// compileError turns a gonja parse error into an *Error.
+func compileError(kind Kind, template, snippet string, err error) *Error {
+	e := &Error{Kind: kind, Template: template, Snippet: snippet, Err: err}
+	var se *parser.SyntaxError
+	if errors.As(err, &se) {
+		e.Line = se.Line
+		e.Message = se.Message
+		if se.Raw != "" {
+			e.Message += fmt.Sprintf(" (near %q)", se.Raw)
+		}
+		if se.Column > 0 {
+			e.Message += fmt.Sprintf(" at column %d", se.Column)
+		}
+		return e
+	}
+	// gonja prefixes parse errors with the whole template source; keep
+	// only what follows it.
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "': "); i >= 0 && strings.HasPrefix(msg, "failed to parse template '") {
+		msg = msg[i+3:]
+	}
+	e.Message = msg
+	return e
+}
+
+// Outputs returns the compiled outputs' templates in order.
+func (s *Set) Outputs() []Template {
+	out := make([]Template, len(s.outputs))
+	for i, o := range s.outputs {
+		out[i] = o.Template
+	}
+	return out
+}
+
+// stateKey names the per-render state in the render context. It is not an
+// identifier, so no template can reach it.
+const stateKey = "weft:render"
+
+// renderState is the mutable state of one Render call. One render runs on
+// one goroutine, so it needs no locking.
+type renderState struct {
+	ctx     context.Context
+	in      *Input
+	data    *exec.Context
+	depth   int
+	errors  []RegisteredError
+	seenErr map[RegisteredError]bool
+}
+
+func stateOf(c *exec.Context) *renderState {
+	v, _ := c.Get(stateKey)
+	st, _ := v.(*renderState)
+	return st
+}
+
+func (st *renderState) registerError(args *exec.VarArgs) (any, error) {
+	if len(args.Args) != 3 || len(args.KwArgs) > 0 {
+		return nil, exec.ErrInvalidCall(errors.New("register_error(type, id, message) takes exactly 3 arguments"))
+	}
+	e := RegisteredError{Type: args.Args[0].String(), ID: args.Args[1].String(), Message: args.Args[2].String()}
+	if !st.seenErr[e] {
+		st.seenErr[e] = true
+		st.errors = append(st.errors, e)
+	}
+	return "", nil
+}
+
+// Render renders every output of the Set from in.
+func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
+	st := &renderState{ctx: ctx, in: &in, seenErr: map[RegisteredError]bool{}}
+	values := in.Values
+	if values == nil {
+		values = map[string]any{}
+	}
+	st.data = exec.NewContext(map[string]any{
+		"resources":      newResources(in.Resources),
+		"values":         objectMap(values),
+		"register_error": st.registerError,
+		stateKey:         st,
+	})
+	out := &Output{Files: make([]File, 0, len(s.outputs))}
+	var errs []error
+	for _, o := range s.outputs {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("render %s %q: %w", o.Kind, o.Name, err)
+		}
+		content, err := s.renderOne(st, o)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return nil, fmt.Errorf("render %s %q: %w", o.Kind, o.Name, cerr)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		out.Files = append(out.Files, File{Kind: o.Kind, Name: o.Name, Content: content})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	out.Errors = st.errors
+	return out, nil
+}
+
+func (s *Set) renderOne(st *renderState, o *output) (content []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &Error{Kind: o.Kind, Template: o.Name, Message: fmt.Sprintf("panic while rendering: %v", p)}
+		}
+	}()
+	buf := bytes.NewBuffer(make([]byte, 0, o.lastSize.Load()+512))
+	if err := o.tpl.Execute(buf, st.data); err != nil {
+		return nil, runtimeError(o, err)
+	}
+	o.lastSize.Store(int64(buf.Len()))
+	return buf.Bytes(), nil
+}
+
+var (
+	snippetMarker = regexp.MustCompile(`in snippet "((?:[^"\\]|\\.)*)": `)
+	lineRef       = regexp.MustCompile(`at line (\d+)`)
+	noise         = []*regexp.Regexp{
+		regexp.MustCompile(`unable to execute template: `),
+		regexp.MustCompile(`Unable to execute controlStructure at line \d+: [^:]*?\(Line=\d+ Col=\d+\): `),
+		regexp.MustCompile(`Unable to execute controlStructure at line \d+: include [^:]*: `),
+		regexp.MustCompile(`Unable to (?:render expression|render condition|evaluation condition as boolean) at line \d+: `),
+		regexp.MustCompile(`call\(\[[^\]]*\], map\[[^\]]*\]\): `),
+	}
+	filterNode = regexp.MustCompile(`unable to evaluate filter &\{<Token\[Name\] Val='(\w+)'[^}]*\}`)
+	noneCall   = regexp.MustCompile(`invalid call to method '([^']+)' of : '[^']+' is not callable on ?$`)
+)
+
+// runtimeError turns a gonja execution error into an *Error: the innermost
+// snippet the failure passed through, the innermost line gonja reported
+// there, and the message without gonja's wrapping.
+func runtimeError(o *output, err error) *Error {
+	e := &Error{Kind: o.Kind, Template: o.Name, Err: err}
+	msg := err.Error()
+	if m := snippetMarker.FindAllStringSubmatchIndex(msg, -1); len(m) > 0 {
+		last := m[len(m)-1]
+		name, uerr := strconv.Unquote(`"` + msg[last[2]:last[3]] + `"`)
+		if uerr != nil {
+			name = msg[last[2]:last[3]]
+		}
+		e.Snippet = name
+		msg = msg[last[1]:]
+	}
+	if m := lineRef.FindAllStringSubmatch(msg, -1); len(m) > 0 {
+		e.Line, _ = strconv.Atoi(m[len(m)-1][1])
+	}
+	for _, re := range noise {
+		msg = re.ReplaceAllString(msg, "")
+	}
+	msg = filterNode.ReplaceAllString(msg, "filter '$1'")
+	msg = noneCall.ReplaceAllString(msg, "cannot call method '$1' on None (an undefined or null value)")
+	e.Message = strings.TrimSpace(msg)
+	return e
+}

@@ -1,0 +1,466 @@
+// Package index is the renderer's in-memory view of watched resources.
+//
+// An Index holds one Store per watched type. Each Store keeps the current
+// object for every id, ordered by id, and secondary indexes built from the
+// type's index_by field paths (package fieldpath): one map for the full key
+// tuple and one for every prefix of it, so GetIndexed is a single map lookup
+// whether it is given all keys or only the leading ones. A field that is
+// missing (or null) indexes as "".
+//
+// Revisions: every Upsert and Delete carries the source revision of the
+// change (for example a NATS KV revision). A change whose revision is not
+// newer than the one already applied for that id is ignored, so redelivered
+// and duplicate changes alter nothing. Deletions leave a tombstone with their
+// revision, so an older upsert delivered late cannot resurrect the object.
+// Revision reports the highest revision applied to the whole Index.
+//
+// Concurrency: any number of readers and one writer. Writers (Upsert,
+// Delete) take the write lock; every read method takes the read lock and
+// returns data the writer never touches again (slices are fresh copies).
+// Stored objects are plain map[string]any / []any trees as decoded by
+// encoding/json (Decode keeps integers as int, which templates print as
+// Jinja2 does); the Index never modifies them, the caller must not modify
+// an object after handing it to Upsert, and readers must not modify what
+// they get. Each read is consistent on its own; a reader that needs several
+// reads to see one revision (a whole render) wraps them in Read, which holds
+// writers off until it returns.
+package index
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/weftio/weft/pkg/config/fieldpath"
+)
+
+// ErrSpec is matched (errors.Is) by every error New returns.
+var ErrSpec = errors.New("invalid index spec")
+
+// Spec declares one watched type and the field paths it is indexed by.
+type Spec struct {
+	Type    string
+	IndexBy []string
+}
+
+// Index is the set of Stores for all watched types. Create it with New.
+type Index struct {
+	// gate serialises Read sections against writers: writers hold it
+	// exclusively, Read holds it shared. Store methods never touch it, so a
+	// Read section can call them without recursive locking.
+	gate sync.RWMutex
+	// mu guards all Store contents and rev.
+	mu     sync.RWMutex
+	stores map[string]*Store
+	types  []string
+	rev    uint64
+}
+
+// Item is one stored object and its id.
+type Item struct {
+	ID     string
+	Object map[string]any
+}
+
+// Store holds the objects of one type. It is what templates see as
+// resources.<type>. All methods are safe for concurrent use with the
+// Index's writer.
+type Store struct {
+	typ     string
+	indexBy []fieldpath.Path
+	mu      *sync.RWMutex
+
+	entries map[string]*entry
+	ids     []string // sorted ids of live objects
+	// tombstones records the revision at which an id was deleted.
+	tombstones map[string]uint64
+	// prefixes[k] maps the encoded first k+1 index keys to the sorted ids
+	// of the objects with those keys.
+	prefixes []map[string][]string
+}
+
+type entry struct {
+	rev  uint64
+	obj  map[string]any
+	keys []string // the object's index key values, one per index_by path
+}
+
+// New builds an empty Index for the given types, compiling every index_by
+// expression. An empty or duplicate type name or a malformed expression is
+// an error naming the type and the expression.
+func New(specs []Spec) (*Index, error) {
+	ix := &Index{stores: make(map[string]*Store, len(specs))}
+	for _, sp := range specs {
+		if sp.Type == "" {
+			return nil, fmt.Errorf("%w: empty type name", ErrSpec)
+		}
+		if _, dup := ix.stores[sp.Type]; dup {
+			return nil, fmt.Errorf("%w: type %q declared twice", ErrSpec, sp.Type)
+		}
+		st := &Store{
+			typ:        sp.Type,
+			mu:         &ix.mu,
+			entries:    map[string]*entry{},
+			tombstones: map[string]uint64{},
+		}
+		for _, expr := range sp.IndexBy {
+			p, err := fieldpath.Parse(expr)
+			if err != nil {
+				return nil, fmt.Errorf("%w: type %q: index_by %q: %w", ErrSpec, sp.Type, expr, err)
+			}
+			st.indexBy = append(st.indexBy, p)
+			st.prefixes = append(st.prefixes, map[string][]string{})
+		}
+		ix.stores[sp.Type] = st
+		ix.types = append(ix.types, sp.Type)
+	}
+	sort.Strings(ix.types)
+	return ix, nil
+}
+
+// Upsert stores obj as the current state of id in typ at revision rev.
+// It returns false, changing nothing, when typ is unknown or rev is not
+// newer than the revision already applied for id (including a deletion).
+func (ix *Index) Upsert(typ, id string, rev uint64, obj map[string]any) bool {
+	st := ix.stores[typ]
+	if st == nil {
+		return false
+	}
+	ix.gate.Lock()
+	defer ix.gate.Unlock()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if !st.newer(id, rev) {
+		return false
+	}
+	keys := make([]string, len(st.indexBy))
+	for i, p := range st.indexBy {
+		keys[i] = KeyString(p.Lookup(obj))
+	}
+	if old := st.entries[id]; old != nil {
+		if !slices.Equal(old.keys, keys) {
+			st.unindex(id, old.keys)
+			st.index(id, keys)
+		}
+		old.rev, old.obj, old.keys = rev, obj, keys
+	} else {
+		delete(st.tombstones, id)
+		st.entries[id] = &entry{rev: rev, obj: obj, keys: keys}
+		st.ids = insertSorted(st.ids, id)
+		st.index(id, keys)
+	}
+	ix.bump(rev)
+	return true
+}
+
+// Delete removes id from typ at revision rev and reports whether an object
+// was removed. A stale revision (not newer than the one applied for id) is
+// ignored. Deleting an id that is not stored still records the revision, so
+// a late older upsert of it is ignored too.
+func (ix *Index) Delete(typ, id string, rev uint64) bool {
+	st := ix.stores[typ]
+	if st == nil {
+		return false
+	}
+	ix.gate.Lock()
+	defer ix.gate.Unlock()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if !st.newer(id, rev) {
+		return false
+	}
+	st.tombstones[id] = rev
+	ix.bump(rev)
+	old := st.entries[id]
+	if old == nil {
+		return false
+	}
+	st.unindex(id, old.keys)
+	delete(st.entries, id)
+	st.ids = removeSorted(st.ids, id)
+	return true
+}
+
+func (ix *Index) bump(rev uint64) {
+	if rev > ix.rev {
+		ix.rev = rev
+	}
+}
+
+// Revision returns the highest revision applied so far (0 when none).
+func (ix *Index) Revision() uint64 {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.rev
+}
+
+// Read calls fn while no writer can change the Index, passing the revision
+// fn sees. Store methods may be used inside fn; Read must not be nested.
+func (ix *Index) Read(fn func(rev uint64)) {
+	ix.gate.RLock()
+	defer ix.gate.RUnlock()
+	fn(ix.Revision())
+}
+
+// Counts returns the number of stored objects per type.
+func (ix *Index) Counts() map[string]int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make(map[string]int, len(ix.stores))
+	for typ, st := range ix.stores {
+		out[typ] = len(st.ids)
+	}
+	return out
+}
+
+// Store returns the Store of typ, or nil when typ was not declared.
+func (ix *Index) Store(typ string) *Store {
+	return ix.stores[typ]
+}
+
+// Types returns the declared type names, sorted.
+func (ix *Index) Types() []string {
+	return slices.Clone(ix.types)
+}
+
+// Stores returns every Store keyed by type name, ready to be handed to
+// templates as resources.
+func (ix *Index) Stores() map[string]any {
+	out := make(map[string]any, len(ix.stores))
+	for typ, st := range ix.stores {
+		out[typ] = st
+	}
+	return out
+}
+
+func (st *Store) newer(id string, rev uint64) bool {
+	if e := st.entries[id]; e != nil {
+		return rev > e.rev
+	}
+	if dead, ok := st.tombstones[id]; ok {
+		return rev > dead
+	}
+	return true
+}
+
+func (st *Store) index(id string, keys []string) {
+	for k := range st.prefixes {
+		pk := prefixKey(keys[:k+1])
+		st.prefixes[k][pk] = insertSorted(st.prefixes[k][pk], id)
+	}
+}
+
+func (st *Store) unindex(id string, keys []string) {
+	for k := range st.prefixes {
+		pk := prefixKey(keys[:k+1])
+		left := removeSorted(st.prefixes[k][pk], id)
+		if len(left) == 0 {
+			delete(st.prefixes[k], pk)
+		} else {
+			st.prefixes[k][pk] = left
+		}
+	}
+}
+
+// Type is the type name the Store holds.
+func (st *Store) Type() string { return st.typ }
+
+// IndexBy returns the index_by paths in canonical form.
+func (st *Store) IndexBy() []string {
+	out := make([]string, len(st.indexBy))
+	for i, p := range st.indexBy {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// Len returns the number of stored objects.
+func (st *Store) Len() int {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return len(st.ids)
+}
+
+// Get returns the object stored under id.
+func (st *Store) Get(id string) (map[string]any, bool) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	e := st.entries[id]
+	if e == nil {
+		return nil, false
+	}
+	return e.obj, true
+}
+
+// Revision returns the revision at which id was last upserted, or false
+// when id is not stored.
+func (st *Store) Revision(id string) (uint64, bool) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	e := st.entries[id]
+	if e == nil {
+		return 0, false
+	}
+	return e.rev, true
+}
+
+// Items returns all stored objects ordered by id.
+func (st *Store) Items() []Item {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	out := make([]Item, len(st.ids))
+	for i, id := range st.ids {
+		out[i] = Item{ID: id, Object: st.entries[id].obj}
+	}
+	return out
+}
+
+// GetIndexed returns, ordered by id, the objects whose first len(keys)
+// index_by values equal keys. With no keys it returns every object; with
+// more keys than index_by paths it returns nothing. The lookup is one map
+// access for the full tuple and for any prefix of it.
+func (st *Store) GetIndexed(keys ...string) []map[string]any {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	var ids []string
+	switch {
+	case len(keys) == 0:
+		ids = st.ids
+	case len(keys) > len(st.prefixes):
+		return nil
+	default:
+		ids = st.prefixes[len(keys)-1][prefixKey(keys)]
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]map[string]any, len(ids))
+	for i, id := range ids {
+		out[i] = st.entries[id].obj
+	}
+	return out
+}
+
+// KeyString converts a looked-up field value to its index key: "" for a
+// missing field or null, the string itself, decimal numbers without
+// exponent or trailing zeros, "true"/"false", and compact JSON for maps and
+// lists.
+func KeyString(v any, found bool) string {
+	if !found || v == nil {
+		return ""
+	}
+	switch x := v.(type) {
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case float32:
+		return strconv.FormatFloat(float64(x), 'f', -1, 32)
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case json.Number:
+		return x.String()
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// prefixKey encodes a key tuple unambiguously: each key is preceded by its
+// length, so no separator can be confused with key content.
+func prefixKey(keys []string) string {
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+func insertSorted(s []string, id string) []string {
+	i, found := slices.BinarySearch(s, id)
+	if found {
+		return s
+	}
+	return slices.Insert(s, i, id)
+}
+
+func removeSorted(s []string, id string) []string {
+	i, found := slices.BinarySearch(s, id)
+	if !found {
+		return s
+	}
+	return slices.Delete(s, i, i+1)
+}
+
+// Decode decodes one JSON object the way templates want it: integers
+// become int (float64 only for numbers with a fraction or exponent, or
+// beyond int's range), so a port renders as 80 rather than 80.0, as it
+// does in Jinja2.
+func Decode(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decode object: trailing data after the object")
+	}
+	if obj == nil {
+		return nil, errors.New("decode object: not a JSON object")
+	}
+	return Normalize(obj).(map[string]any), nil
+}
+
+// Normalize converts, in place, the numbers of a decoded JSON tree to int
+// where they are whole: json.Number as produced by UseNumber, and float64
+// as produced by a plain json.Unmarshal (which cannot tell 80 from 80.0).
+// It returns the converted value; maps and slices are modified in place.
+func Normalize(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = Normalize(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = Normalize(e)
+		}
+		return x
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 0); err == nil {
+			return int(i)
+		}
+		if f, err := x.Float64(); err == nil {
+			return f
+		}
+		return string(x)
+	case float64:
+		if x == math.Trunc(x) && x >= math.MinInt64 && x < math.MaxInt64 && !math.IsInf(x, 0) {
+			return int(x)
+		}
+		return x
+	}
+	return v
+}

@@ -1,0 +1,548 @@
+// Package renderer turns the resources bucket into rendered bundles.
+//
+// On start it notes the end of WEFT_CHANGES, loads every object from the
+// resources bucket into an in-memory index, and then follows change and
+// sync messages from that point, so nothing between the load and the
+// follow is missed; applying a change re-reads its key from the bucket and
+// is ignored when the index already holds that revision (redelivery and
+// duplicates change nothing). No target renders until every source has
+// marked every watched type synced.
+//
+// Every change pokes each target's debouncer; a fire renders the target in
+// the service's single render loop. Output whose bundle hash equals the last
+// published one is dropped (unless forced by weft.trigger.render.<target>);
+// otherwise the bundle is put in the object store under its hash and a
+// render message with the next version is published, then the status. A
+// template failure is published as a render message with a failure and
+// kept in the status; the last good bundle stays where it is.
+package renderer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc"
+	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/services/renderer/debounce"
+	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/services/renderer/target"
+)
+
+// Service is the name in metrics, logs and the DLQ subject.
+const Service = "renderer"
+
+// ErrUnknownTarget is a trigger for a target that is not configured.
+var ErrUnknownTarget = errors.New("unknown target")
+
+type metrics struct {
+	renders  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	objects  *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		renders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_renderer_renders_total", Help: "Renders by target and outcome (published, unchanged, failed).",
+		}, []string{"target", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "weft_renderer_render_duration_seconds", Help: "Time to render a target.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"target"}),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weft_renderer_index_objects", Help: "Objects in the render index by type.",
+		}, []string{"type"}),
+	}
+	for _, c := range []prometheus.Collector{m.renders, m.duration, m.objects} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("renderer metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+type request struct {
+	target string
+	force  bool
+	cause  string
+	parent trace.SpanContext
+}
+
+type targetState struct {
+	t       *target.Target
+	compile error
+	deb     *debounce.Debouncer
+
+	mu     sync.Mutex
+	parent trace.SpanContext // the last change that poked this target
+	cause  string
+}
+
+// poke records the change that made the target dirty and pokes its debouncer.
+func (ts *targetState) poke(parent trace.SpanContext, cause string) {
+	ts.mu.Lock()
+	ts.parent, ts.cause = parent, cause
+	ts.mu.Unlock()
+	ts.deb.Poke()
+}
+
+// request is the render a debouncer fire asks for.
+func (ts *targetState) request(name string) request {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return request{target: name, parent: ts.parent, cause: ts.cause}
+}
+
+type renderer struct {
+	env     svc.Env
+	cfg     *config.Config
+	m       *metrics
+	tracer  trace.Tracer
+	kv      jetstream.KeyValue
+	status  jetstream.KeyValue
+	bundles jetstream.ObjectStore
+	ix      *index.Index
+	targets map[string]*targetState
+	reqs    chan request
+	synced  chan struct{}
+	// Initial sync: every "<source>.<type>" needs its marker, and the bucket
+	// must have been seen up to the marker's revision.
+	expected map[string]bool
+	markers  map[string]uint64
+	seen     uint64 // bucket revision this renderer has caught up with
+}
+
+// Run renders every target of cfg until ctx is done.
+func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
+	if err := env.Check(); err != nil {
+		return err
+	}
+	env = env.For(Service)
+	r, err := newRenderer(ctx, env, cfg)
+	if err != nil {
+		return err
+	}
+	return r.run(ctx)
+}
+
+func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*renderer, error) {
+	m, err := newMetrics(env.Registry)
+	if err != nil {
+		return nil, err
+	}
+	r := &renderer{env: env, cfg: cfg, m: m, tracer: env.Tracer.Tracer(Service), targets: map[string]*targetState{},
+		reqs: make(chan request, 64), synced: make(chan struct{}), expected: map[string]bool{}, markers: map[string]uint64{}}
+	if r.kv, err = env.JS.KeyValue(ctx, msg.BucketResources); err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	if r.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	if r.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	var specs []index.Spec
+	for _, name := range cfg.ResourceTypes() {
+		specs = append(specs, index.Spec{Type: name, IndexBy: cfg.WatchedResources[name].IndexBy})
+	}
+	if r.ix, err = index.New(specs); err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	for _, name := range cfg.TargetNames() {
+		tc := cfg.Targets[name]
+		ts := &targetState{}
+		ts.t, ts.compile = target.Compile(name, tc)
+		ts.deb, err = debounce.New(tc.Render.Debounce.D(), tc.Render.LeadingEdge(), func() {
+			select {
+			case r.reqs <- ts.request(name):
+			default: // a render is already queued; it will see this change
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.targets[name] = ts
+	}
+	for _, s := range cfg.Sources {
+		for _, typ := range cfg.ResourceTypes() {
+			r.expected[s.Name+"."+typ] = true
+		}
+	}
+	return r, nil
+}
+
+func (r *renderer) run(ctx context.Context) error {
+	r.env.Health.Pending("renderer")
+	defer r.env.Health.Remove("renderer")
+	stream, err := r.env.JS.Stream(ctx, msg.StreamChanges)
+	if err != nil {
+		return fmt.Errorf("renderer: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("renderer: %w", err)
+	}
+	if err := r.load(ctx); err != nil {
+		return err
+	}
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Description:       "renderer replica " + r.env.Replica,
+		FilterSubjects:    []string{msg.ChangeAll, msg.SyncAll},
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       info.State.LastSeq + 1,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           30 * time.Second,
+		MaxDeliver:        10,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("renderer: consumer: %w", err)
+	}
+	bm, err := bus.NewMetrics(Service, r.env.Registry)
+	if err != nil {
+		return err
+	}
+	opts := bus.Options{Service: Service, Log: r.env.Log, Tracer: r.tracer, Metrics: bm, DLQ: r.env.JS}
+	g, ctx := errgroup.WithContext(ctx)
+	changes, triggers := opts, opts
+	changes.Stage, triggers.Stage = "changes", "trigger-render"
+	g.Go(func() error { return bus.Consume(ctx, cons, r.onMessage, changes) })
+	g.Go(func() error {
+		return bus.Serve(ctx, r.env.NC, msg.TriggerRenderAll, "weft-renderer", r.onTrigger, triggers)
+	})
+	g.Go(func() error { return r.loop(ctx) })
+	for name, ts := range r.targets {
+		if d := r.cfg.Targets[name].Render.MaxIdle.D(); d > 0 {
+			g.Go(func() error { return r.idle(ctx, name, ts, d) })
+		}
+	}
+	err = g.Wait()
+	for _, ts := range r.targets {
+		ts.deb.Stop()
+	}
+	return err
+}
+
+// load reads the sync markers and then the whole resources bucket. In that
+// order: a source writes its objects before its marker, so every object of
+// a marker seen here is in the bucket by the time it is read.
+func (r *renderer) load(ctx context.Context) error {
+	keys, err := r.status.ListKeysFiltered(ctx, "sync.>")
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return fmt.Errorf("renderer: sync markers: %w", err)
+	}
+	if keys != nil {
+		for k := range keys.Keys() {
+			e, err := r.status.Get(ctx, k)
+			if err != nil {
+				continue
+			}
+			var st msg.SyncStatus
+			if msg.Decode(e.Value(), &st) == nil {
+				r.markers[st.Source+"."+st.Type] = st.Revision
+			}
+		}
+	}
+	stream, err := r.env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	if err != nil {
+		return fmt.Errorf("renderer: load: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("renderer: load: %w", err)
+	}
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("renderer: load: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		r.apply(e.Key(), e)
+	}
+	r.seen = info.State.LastSeq
+	r.checkSynced()
+	return nil
+}
+
+// apply puts the bucket's current entry for key (nil: gone) into the index.
+func (r *renderer) apply(key string, e jetstream.KeyValueEntry) bool {
+	_, typ, _, _, err := msg.ParseResourceKey(key)
+	if err != nil {
+		return false
+	}
+	var changed bool
+	if e == nil || e.Operation() != jetstream.KeyValuePut {
+		return false
+	}
+	var res msg.Resource
+	if err := msg.Decode(e.Value(), &res); err != nil {
+		r.env.Log.Error("unreadable resource in bucket; ignored", "key", key, "err", err)
+		return false
+	}
+	changed = r.ix.Upsert(typ, key, e.Revision(), index.Normalize(res.Object).(map[string]any))
+	return changed
+}
+
+func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
+	switch msg.SubjectToken(m.Subject(), 1) {
+	case "sync":
+		var s msg.Sync
+		if err := msg.Decode(m.Data(), &s); err != nil {
+			return err
+		}
+		r.markers[s.Source+"."+s.Type] = s.Revision
+		r.checkSynced()
+		return nil
+	case "change":
+		var c msg.Change
+		if err := msg.Decode(m.Data(), &c); err != nil {
+			return err
+		}
+		return r.onChange(ctx, c)
+	}
+	return msg.Permanent(fmt.Errorf("unexpected subject %s", m.Subject()))
+}
+
+func (r *renderer) onChange(ctx context.Context, c msg.Change) error {
+	defer func() {
+		if c.Revision > r.seen {
+			r.seen = c.Revision
+			r.checkSynced()
+		}
+	}()
+	if r.ix.Store(c.Type) == nil {
+		return nil // a type this renderer does not index
+	}
+	e, err := r.kv.Get(ctx, c.Key)
+	var changed bool
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// Gone: a delete marker sits after the last put, so c.Revision+1
+		// orders it after every put this change could refer to.
+		changed = r.ix.Delete(c.Type, c.Key, c.Revision+1)
+	case err != nil:
+		return msg.Retry(fmt.Errorf("read %s: %w", c.Key, err), time.Second)
+	default:
+		if e.Revision() < c.Revision {
+			return msg.Retry(fmt.Errorf("bucket behind change %s@%d", c.Key, c.Revision), 200*time.Millisecond)
+		}
+		changed = r.apply(c.Key, e)
+	}
+	if !changed {
+		return nil
+	}
+	sc := trace.SpanContextFromContext(ctx)
+	for _, ts := range r.targets {
+		ts.poke(sc, msg.ChangeSubject(c.Source, c.Type))
+	}
+	return nil
+}
+
+// checkSynced opens rendering once every expected marker is in and the
+// bucket has been seen up to each marker's revision.
+func (r *renderer) checkSynced() {
+	for k := range r.expected {
+		rev, ok := r.markers[k]
+		if !ok || rev > r.seen {
+			return
+		}
+	}
+	select {
+	case <-r.synced:
+	default:
+		close(r.synced)
+		r.env.Health.Set("renderer", nil)
+		r.env.Log.Info("all sources synced; rendering", "counts", r.ix.Counts())
+	}
+}
+
+func (r *renderer) onTrigger(ctx context.Context, m *nats.Msg) error {
+	name := msg.SubjectToken(m.Subject, 3)
+	t, err := msg.DecodeTrigger(m.Data)
+	if err != nil {
+		return err
+	}
+	if _, ok := r.targets[name]; !ok {
+		return msg.Permanent(fmt.Errorf("%w %q", ErrUnknownTarget, name))
+	}
+	r.env.Log.InfoContext(ctx, "render requested", "target", name, "reason", t.Reason, "by", t.By)
+	select {
+	case r.reqs <- request{target: name, force: true, cause: "trigger", parent: trace.SpanContextFromContext(ctx)}:
+	case <-ctx.Done():
+	}
+	if m.Reply != "" {
+		_ = m.Respond([]byte("queued"))
+	}
+	return nil
+}
+
+func (r *renderer) idle(ctx context.Context, name string, ts *targetState, d time.Duration) error {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			select {
+			case r.reqs <- request{target: name, cause: "max-idle"}:
+			default:
+			}
+		}
+	}
+}
+
+// loop renders requested targets one at a time, once every source synced.
+func (r *renderer) loop(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-r.synced:
+	}
+	for _, name := range r.cfg.TargetNames() {
+		r.render(ctx, request{target: name, cause: "start"})
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-r.reqs:
+			r.render(ctx, req)
+		}
+	}
+}
+
+func (r *renderer) render(ctx context.Context, req request) {
+	ts := r.targets[req.target]
+	pctx := ctx
+	if req.parent.IsValid() {
+		pctx = trace.ContextWithRemoteSpanContext(ctx, req.parent)
+	}
+	ctx, span := r.tracer.Start(pctx, "render "+req.target, trace.WithAttributes(attribute.String("weft.target", req.target), attribute.String("weft.cause", req.cause)))
+	defer span.End()
+	log := r.env.Log.With("target", req.target)
+	var res target.Result
+	var prov msg.Provenance
+	err := ts.compile
+	if err == nil {
+		r.ix.Read(func(rev uint64) {
+			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause}
+			res, err = ts.t.Render(ctx, r.ix.Stores(), nil)
+		})
+	}
+	for typ, n := range prov.Counts {
+		r.m.objects.WithLabelValues(typ).Set(float64(n))
+	}
+	r.m.duration.WithLabelValues(req.target).Observe(res.Took.Seconds())
+	st, rev, serr := r.readStatus(ctx, req.target)
+	if serr != nil {
+		log.ErrorContext(ctx, "reading render status failed", "err", serr)
+		return
+	}
+	if err == nil && res.Bundle.Hash == st.BundleHash && !req.force {
+		r.m.renders.WithLabelValues(req.target, "unchanged").Inc()
+		if st.LastError != "" { // fixed back to the last good output
+			st.LastError, st.LastErrorAt = "", time.Time{}
+			r.writeStatus(ctx, st, rev)
+		}
+		return
+	}
+	st.Version++
+	out := msg.Render{Target: req.target, Version: st.Version, Provenance: prov, RenderTime: res.Took, At: time.Now().UTC()}
+	if err != nil {
+		r.m.renders.WithLabelValues(req.target, "failed").Inc()
+		log.ErrorContext(ctx, "render failed; the last good bundle stays", "err", err)
+		out.Failure = target.Failure(err)
+		st.LastError, st.LastErrorAt = err.Error(), out.At
+	} else {
+		if perr := r.putBundle(ctx, res.Bundle); perr != nil {
+			log.ErrorContext(ctx, "storing bundle failed; will retry", "err", perr)
+			r.retryLater(req)
+			return
+		}
+		r.m.renders.WithLabelValues(req.target, "published").Inc()
+		out.BundleHash, out.Files, out.Errors = res.Bundle.Hash, res.Bundle.Refs(), res.Errors
+		st.BundleHash, st.Provenance, st.Errors = res.Bundle.Hash, prov, res.Errors
+		st.LastError, st.LastErrorAt = "", time.Time{}
+		for _, e := range res.Errors {
+			log.WarnContext(ctx, "template reported a resource error", "type", e.Type, "id", e.ID, "message", e.Message)
+		}
+		log.InfoContext(ctx, "rendered", "version", st.Version, "hash", res.Bundle.Hash[:12], "took", res.Took, "cause", req.cause)
+	}
+	st.At = out.At
+	if _, perr := bus.Publish(ctx, r.env.JS, msg.RenderSubject(req.target), msg.RenderID(req.target, st.Version), out); perr != nil {
+		log.ErrorContext(ctx, "publishing render failed; will retry", "err", perr)
+		r.retryLater(req)
+		return
+	}
+	r.writeStatus(ctx, st, rev)
+}
+
+func (r *renderer) retryLater(req request) {
+	req.force = true
+	time.AfterFunc(time.Second, func() {
+		select {
+		case r.reqs <- req:
+		default:
+		}
+	})
+}
+
+func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
+	if _, err := r.bundles.GetInfo(ctx, b.Hash); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return err
+	}
+	data, err := msg.EncodeBundle(b)
+	if err != nil {
+		return err
+	}
+	_, err = r.bundles.PutBytes(ctx, b.Hash, data)
+	return err
+}
+
+func (r *renderer) readStatus(ctx context.Context, name string) (msg.RenderStatus, uint64, error) {
+	st := msg.RenderStatus{Target: name}
+	e, err := r.status.Get(ctx, msg.RenderStatusKey(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return st, 0, nil
+	}
+	if err != nil {
+		return st, 0, err
+	}
+	if err := msg.Decode(e.Value(), &st); err != nil {
+		r.env.Log.Error("unreadable render status; starting over", "target", name, "err", err)
+		return msg.RenderStatus{Target: name}, e.Revision(), nil
+	}
+	return st, e.Revision(), nil
+}
+
+func (r *renderer) writeStatus(ctx context.Context, st msg.RenderStatus, rev uint64) {
+	data, err := msg.Encode(st)
+	if err == nil {
+		if rev == 0 {
+			_, err = r.status.Create(ctx, msg.RenderStatusKey(st.Target), data)
+		} else {
+			_, err = r.status.Update(ctx, msg.RenderStatusKey(st.Target), data, rev)
+		}
+	}
+	if err != nil {
+		r.env.Log.ErrorContext(ctx, "writing render status failed", "target", st.Target, "err", err)
+	}
+}

@@ -1,0 +1,187 @@
+package renderer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/renderer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const cfgYAML = `
+sources: [{name: m, type: manifests, path: unused}]
+watched_resources:
+  services: {api_version: v1, kind: Service, index_by: ["metadata.namespace"]}
+targets:
+  edge:
+    base: /etc/haproxy
+    deploy: {driver: files, dest: /tmp/unused}
+    maps:
+      svc.map:
+        template: |
+          {%- for svc in resources.services.get_indexed("default") %}
+          {{ svc.metadata.name }} {{ svc.spec.port }}
+          {%- endfor %}
+    haproxy_config:
+      template: |
+        # map at {{ "svc.map" | get_path("map") }}
+        {%- for _, svc in resources.services.items() %}
+        # {{ svc.metadata.name }}
+        {%- endfor %}
+`
+
+type fixture struct {
+	t   *testing.T
+	bus *testkit.Bus
+	env *testkit.Env
+}
+
+func (f *fixture) put(name string, port int) {
+	f.t.Helper()
+	ctx := context.Background()
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketResources)
+	key := msg.ResourceKey("m", "services", "default", name)
+	obj := map[string]any{"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": map[string]any{"port": port}}
+	data, err := msg.Encode(msg.Resource{Source: "m", Type: "services", Namespace: "default", Name: name, Hash: fmt.Sprint(port), Object: obj})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	rev, err := kv.Put(ctx, key, data)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	c := msg.Change{Source: "m", Type: "services", Key: key, Op: msg.OpPut, Name: name, Revision: rev}
+	out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", c)
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) synced() {
+	f.t.Helper()
+	ctx := context.Background()
+	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	data, _ := msg.Encode(msg.SyncStatus{Source: "m", Type: "services", Synced: true})
+	if _, err := status.Put(ctx, msg.SyncStatusKey("m", "services"), data); err != nil {
+		f.t.Fatal(err)
+	}
+	out, _ := msg.NewMsg(msg.SyncSubject("m", "services"), "", msg.Sync{Source: "m", Type: "services"})
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// render waits for render version v and returns it with its bundle.
+func (f *fixture) render(v uint64) (msg.Render, msg.Bundle) {
+	f.t.Helper()
+	ctx := context.Background()
+	stream, _ := f.bus.JS.Stream(ctx, msg.StreamRenders)
+	var r msg.Render
+	testkit.Eventually(f.t, 10*time.Second, func() error {
+		m, err := stream.GetLastMsgForSubject(ctx, msg.RenderSubject("edge"))
+		if err != nil {
+			return err
+		}
+		r = msg.Render{}
+		if err := msg.Decode(m.Data, &r); err != nil {
+			return err
+		}
+		if r.Version != v {
+			return fmt.Errorf("version %d, want %d", r.Version, v)
+		}
+		return nil
+	})
+	obs, _ := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
+	data, err := obs.GetBytes(ctx, r.BundleHash)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	b, err := msg.DecodeBundle(data)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r, b
+}
+
+func file(b msg.Bundle, p string) string {
+	for _, f := range b.Files {
+		if f.Path == p {
+			return string(f.Content)
+		}
+	}
+	return ""
+}
+
+func TestRenderer(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.put("web", 80) // present before the renderer starts
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	f.put("api", 8000) // arrives before the sync marker: no render yet
+	time.Sleep(200 * time.Millisecond)
+	if n := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total"); n != 0 {
+		t.Fatalf("rendered %v times before sync", n)
+	}
+	f.synced()
+	r, b := f.render(1)
+	if got := file(b, "maps/svc.map"); got != "\napi 8000\nweb 80\n" {
+		t.Fatalf("svc.map = %q", got)
+	}
+	if got := file(b, "haproxy.cfg"); !strings.HasPrefix(got, "# map at /etc/haproxy/maps/svc.map\n") {
+		t.Fatalf("haproxy.cfg = %q", got)
+	}
+	if r.Provenance.StateRevision == 0 || r.Provenance.Counts["services"] != 2 || len(r.Files) != 2 {
+		t.Fatalf("render = %+v", r)
+	}
+
+	t.Run("change re-renders", func(t *testing.T) {
+		f.put("web", 81)
+		_, b := f.render(2)
+		if got := file(b, "maps/svc.map"); got != "\napi 8000\nweb 81\n" {
+			t.Fatalf("svc.map = %q", got)
+		}
+	})
+	t.Run("same output is not published", func(t *testing.T) {
+		before := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total")
+		f.put("web", 81)
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total") <= before {
+				return fmt.Errorf("no render yet")
+			}
+			return nil
+		})
+		f.render(2) // still version 2
+	})
+	t.Run("trigger forces a render", func(t *testing.T) {
+		testkit.Eventually(t, 5*time.Second, func() error {
+			_, err := f.bus.NC.Request(msg.TriggerRenderSubject("edge"), []byte(`{"schema":"weft.trigger.v1","reason":"test"}`), time.Second)
+			return err
+		})
+		r, _ := f.render(3)
+		if r.Provenance.Cause != "trigger" {
+			t.Fatalf("cause = %q", r.Provenance.Cause)
+		}
+	})
+	kv, _ := f.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	e, err := kv.Get(context.Background(), msg.RenderStatusKey("edge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st msg.RenderStatus
+	if err := msg.Decode(e.Value(), &st); err != nil || st.Version != 3 || st.LastError != "" {
+		t.Fatalf("status = %+v %v", st, err)
+	}
+}

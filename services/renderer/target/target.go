@@ -1,0 +1,125 @@
+// Package target turns one configured target into a bundle: it compiles the
+// target's templates once (Compile), and renders them against the current
+// resources into files laid out as they will be deployed (Render):
+// haproxy.cfg at the root, maps/<name>, files/<name> and certs/<name>.
+// get_path() in templates returns a file's absolute deployed path below the
+// target's base. A Target is immutable and safe for concurrent Renders.
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/services/renderer/engine"
+)
+
+// MainFile is the path of the main configuration in a bundle.
+const MainFile = "haproxy.cfg"
+
+// ErrUnknownFile is returned by get_path for a name the target does not render.
+var ErrUnknownFile = errors.New("no such file in the target")
+
+var dirs = map[engine.Kind]string{engine.KindMap: "maps", engine.KindFile: "files", engine.KindCert: "certs"}
+
+var fileKinds = map[engine.Kind]string{
+	engine.KindConfig: msg.FileConfig, engine.KindMap: msg.FileMap, engine.KindFile: msg.FileFile, engine.KindCert: msg.FileCert,
+}
+
+// Target is a compiled target.
+type Target struct {
+	Name   string
+	Config config.Target
+	set    *engine.Set
+	paths  map[engine.Kind]map[string]string // kind -> name -> bundle path
+}
+
+// Compile compiles every template of t. A template error is an
+// *engine.Error naming the template and line.
+func Compile(name string, t config.Target) (*Target, error) {
+	spec := engine.Spec{Snippets: map[string]string{}}
+	for key, s := range t.TemplateSnippets {
+		n := key
+		if s.Name != "" {
+			n = s.Name
+		}
+		spec.Snippets[n] = s.Template
+	}
+	tg := &Target{Name: name, Config: t, paths: map[engine.Kind]map[string]string{}}
+	add := func(kind engine.Kind, group map[string]config.Template) {
+		names := make([]string, 0, len(group))
+		for n := range group {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		tg.paths[kind] = map[string]string{}
+		for _, n := range names {
+			spec.Outputs = append(spec.Outputs, engine.Template{Kind: kind, Name: n, Text: group[n].Template})
+			tg.paths[kind][n] = path.Join(dirs[kind], n)
+		}
+	}
+	add(engine.KindMap, t.Maps)
+	add(engine.KindFile, t.Files)
+	add(engine.KindCert, t.Certificates)
+	spec.Outputs = append(spec.Outputs, engine.Template{Kind: engine.KindConfig, Name: MainFile, Text: t.HAProxyConfig.Template})
+	tg.paths[engine.KindConfig] = map[string]string{MainFile: MainFile}
+	set, err := engine.Compile(spec)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", name, err)
+	}
+	tg.set = set
+	return tg, nil
+}
+
+// Result is one render.
+type Result struct {
+	Bundle msg.Bundle
+	Errors []msg.ResourceError
+	Took   time.Duration
+}
+
+// Render renders the target against resources (type name -> store) and
+// values. A template failure is an *engine.Error.
+func (t *Target) Render(ctx context.Context, resources, values map[string]any) (Result, error) {
+	start := time.Now()
+	out, err := t.set.Render(ctx, engine.Input{Resources: resources, Values: values, Path: t.path})
+	if err != nil {
+		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	files := make([]msg.BundleFile, 0, len(out.Files))
+	for _, f := range out.Files {
+		files = append(files, msg.BundleFile{Path: t.paths[f.Kind][f.Name], Kind: fileKinds[f.Kind], Name: f.Name, Content: f.Content})
+	}
+	b, err := msg.NewBundle(t.Name, t.Config.Base, MainFile, files)
+	if err != nil {
+		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	res := Result{Bundle: b, Took: time.Since(start)}
+	for _, e := range out.Errors {
+		res.Errors = append(res.Errors, msg.ResourceError{Type: e.Type, ID: e.ID, Message: e.Message})
+	}
+	return res, nil
+}
+
+// path implements get_path: the absolute deployed path of a rendered file.
+func (t *Target) path(kind engine.Kind, name string) (string, error) {
+	p, ok := t.paths[kind][name]
+	if !ok {
+		return "", fmt.Errorf("%w: %s %q", ErrUnknownFile, kind, name)
+	}
+	return path.Join(t.Config.Base, p), nil
+}
+
+// Failure describes a render or compile error for a render message.
+func Failure(err error) *msg.TemplateError {
+	var te *engine.Error
+	if errors.As(err, &te) {
+		return &msg.TemplateError{Template: te.Template, Line: te.Line, Message: err.Error()}
+	}
+	return &msg.TemplateError{Message: err.Error()}
+}

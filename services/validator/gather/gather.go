@@ -1,0 +1,103 @@
+// Package gather is the requesting side of scatter-gather validation: it
+// publishes one request with a private reply subject, collects one reply per
+// expected kind (the first from each; replicas of a kind share a queue
+// group, so there is one), and stops when all expected kinds answered or the
+// deadline passed. The result names the kinds that did not answer.
+package gather
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/telemetry"
+)
+
+// Result of one scatter-gather.
+type Result struct {
+	Replies []msg.ValidateReply // sorted by kind
+	Missing []string            // expected kinds that did not answer
+	Invalid []string            // replies that could not be decoded
+}
+
+// OK reports whether every expected kind answered and accepted.
+func (r Result) OK() bool {
+	if len(r.Missing) > 0 {
+		return false
+	}
+	for _, rep := range r.Replies {
+		if !rep.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate sends req on subject and gathers the replies of the expected
+// kinds until all answered or timeout passed.
+func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.ValidateRequest, expected []string, timeout time.Duration) (Result, error) {
+	out, err := msg.NewMsg(subject, "", req)
+	if err != nil {
+		return Result{}, err
+	}
+	inbox := nc.NewRespInbox()
+	ch := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return Result{}, fmt.Errorf("gather: subscribe: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	out.Reply = inbox
+	telemetry.Inject(ctx, out.Header)
+	if err := nc.PublishMsg(out); err != nil {
+		return Result{}, fmt.Errorf("gather: publish: %w", err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	want := map[string]bool{}
+	for _, k := range expected {
+		want[k] = true
+	}
+	var res Result
+	for len(want) > 0 {
+		select {
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-timer.C:
+			for k := range want {
+				res.Missing = append(res.Missing, k)
+			}
+			slices.Sort(res.Missing)
+			return res.sorted(), nil
+		case m := <-ch:
+			var rep msg.ValidateReply
+			if err := msg.Decode(m.Data, &rep); err != nil {
+				res.Invalid = append(res.Invalid, err.Error())
+				continue
+			}
+			if !want[rep.Kind] {
+				continue // an unexpected kind, or a second answer
+			}
+			delete(want, rep.Kind)
+			res.Replies = append(res.Replies, rep)
+		}
+	}
+	return res.sorted(), nil
+}
+
+func (r Result) sorted() Result {
+	slices.SortFunc(r.Replies, func(a, b msg.ValidateReply) int {
+		switch {
+		case a.Kind < b.Kind:
+			return -1
+		case a.Kind > b.Kind:
+			return 1
+		}
+		return 0
+	})
+	return r
+}

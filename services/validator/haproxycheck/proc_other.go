@@ -1,0 +1,8 @@
+//go:build !unix
+
+package haproxycheck
+
+import "os/exec"
+
+// setProcessGroup keeps exec's default cancellation, which kills the process.
+func setProcessGroup(*exec.Cmd) {}

@@ -1,0 +1,24 @@
+//go:build unix
+
+package haproxycheck
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// setProcessGroup starts haproxy in its own process group and makes
+// cancellation kill the whole group, so nothing it spawned (lua-load scripts
+// can run programs) outlives the check.
+func setProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			return os.ErrProcessDone
+		}
+		return err
+	}
+}

@@ -1,0 +1,110 @@
+// Package kind holds the validator kinds. A kind looks at one bundle and
+// returns its problems; it returns an error only when it could not decide
+// (the haproxy binary is missing, a timeout), which the gatherer reports as
+// that kind not having accepted the bundle. Kinds are stateless and safe for
+// concurrent use.
+package kind
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/services/validator/haproxycheck"
+)
+
+// Names of the kinds.
+const (
+	Template = "template"
+	HAProxy  = "haproxy"
+)
+
+// Checker is one validator kind.
+type Checker interface {
+	Name() string
+	Check(ctx context.Context, b msg.Bundle) ([]msg.Problem, error)
+}
+
+// Failed reports whether problems hold an error (not just warnings).
+func Failed(problems []msg.Problem) bool {
+	for _, p := range problems {
+		if p.Severity != "warning" {
+			return true
+		}
+	}
+	return false
+}
+
+// TemplateChecker checks what rendering must guarantee regardless of the
+// program that reads the bundle: a non-empty main file, text files that are
+// UTF-8 without NUL bytes, map files whose lines are "key value", and no
+// template syntax left unrendered (a warning: rarely intended).
+type TemplateChecker struct{}
+
+func (TemplateChecker) Name() string { return Template }
+
+func (TemplateChecker) Check(_ context.Context, b msg.Bundle) ([]msg.Problem, error) {
+	var out []msg.Problem
+	add := func(file string, line int, sev, f string, args ...any) {
+		out = append(out, msg.Problem{File: file, Line: line, Severity: sev, Message: fmt.Sprintf(f, args...)})
+	}
+	for _, f := range b.Files {
+		if f.Path == b.Main && len(bytes.TrimSpace(f.Content)) == 0 {
+			add(f.Path, 0, "error", "main configuration is empty")
+		}
+		if !utf8.Valid(f.Content) || bytes.IndexByte(f.Content, 0) >= 0 {
+			add(f.Path, 0, "error", "not UTF-8 text")
+			continue
+		}
+		for i, line := range strings.Split(string(f.Content), "\n") {
+			trimmed := strings.TrimSpace(line)
+			if strings.Contains(trimmed, "{{") || strings.Contains(trimmed, "{%") {
+				add(f.Path, i+1, "warning", "unrendered template syntax: %q", clip(trimmed))
+			}
+			if f.Kind == msg.FileMap && trimmed != "" && !strings.HasPrefix(trimmed, "#") && len(strings.Fields(trimmed)) < 2 {
+				add(f.Path, i+1, "error", "map entry %q has a key but no value", clip(trimmed))
+			}
+		}
+	}
+	return out, nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// HAProxyChecker runs `haproxy -c` on the bundle laid out on disk.
+type HAProxyChecker struct{ C *haproxycheck.Checker }
+
+func (HAProxyChecker) Name() string { return HAProxy }
+
+func (h HAProxyChecker) Check(ctx context.Context, b msg.Bundle) ([]msg.Problem, error) {
+	files := make([]haproxycheck.File, len(b.Files))
+	for i, f := range b.Files {
+		files[i] = haproxycheck.File{Path: f.Path, Content: f.Content}
+	}
+	problems, err := h.C.Check(ctx, files, b.Main, b.Base)
+	if err != nil && !errors.Is(err, haproxycheck.ErrInvalid) {
+		return nil, err
+	}
+	out := make([]msg.Problem, 0, len(problems))
+	for _, p := range problems {
+		sev := "error"
+		if p.Severity == haproxycheck.SeverityWarning {
+			sev = "warning"
+		}
+		out = append(out, msg.Problem{File: p.File, Line: p.Line, Severity: sev, Message: p.Message})
+	}
+	if err != nil && !Failed(out) {
+		// Rejected, yet nothing parsed as an alert: keep haproxy's verdict.
+		out = append(out, msg.Problem{File: b.Main, Severity: "error", Message: err.Error()})
+	}
+	return out, nil
+}

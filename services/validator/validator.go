@@ -1,0 +1,314 @@
+// Package validator decides whether a rendered bundle may be deployed.
+//
+// It runs two roles. Each validator kind (template, haproxy) answers
+// weft.validate.<target> requests in its own queue group, so any number of
+// replicas answer once per kind. The gatherer consumes render messages from
+// the durable consumer "validator" (one replica handles each render), asks
+// the kinds the target expects and waits for all of them or the target's
+// timeout, then publishes the verdict on weft.validated.<target> and keeps
+// it in the status bucket. A bundle is accepted only when every expected
+// kind answered and found no error; a kind that did not answer is named in
+// the verdict. Complete verdicts are cached by bundle hash and kinds, so a
+// bundle seen before is not validated again.
+package validator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc"
+	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/services/validator/gather"
+	"github.com/weftio/weft/services/validator/haproxycheck"
+	"github.com/weftio/weft/services/validator/kind"
+)
+
+// Service is the name in metrics, logs and the DLQ subject.
+const Service = "validator"
+
+// ConsumerName is the durable consumer of render messages.
+const ConsumerName = "validator"
+
+type metrics struct {
+	verdicts *prometheus.CounterVec
+	checks   *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_validator_verdicts_total", Help: "Gathered verdicts by target and verdict (accepted, refused, cached).",
+		}, []string{"target", "verdict"}),
+		checks: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "weft_validator_check_duration_seconds", Help: "Time one kind took to check a bundle.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}, []string{"kind"}),
+	}
+	for _, c := range []prometheus.Collector{m.verdicts, m.checks} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("validator metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Checkers returns the validator kinds available in this process.
+func Checkers() ([]kind.Checker, error) {
+	hc, err := haproxycheck.New()
+	if err != nil {
+		return nil, fmt.Errorf("validator: %w", err)
+	}
+	return []kind.Checker{kind.TemplateChecker{}, kind.HAProxyChecker{C: hc}}, nil
+}
+
+type validator struct {
+	env      svc.Env
+	cfg      *config.Config
+	m        *metrics
+	bundles  jetstream.ObjectStore
+	status   jetstream.KeyValue
+	verdicts jetstream.KeyValue
+}
+
+// Run answers validation requests and gathers verdicts until ctx is done.
+func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
+	if err := env.Check(); err != nil {
+		return err
+	}
+	env = env.For(Service)
+	checkers, err := Checkers()
+	if err != nil {
+		return err
+	}
+	v := &validator{env: env, cfg: cfg}
+	if v.m, err = newMetrics(env.Registry); err != nil {
+		return err
+	}
+	if v.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+		return fmt.Errorf("validator: %w", err)
+	}
+	if v.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
+		return fmt.Errorf("validator: %w", err)
+	}
+	if v.verdicts, err = env.JS.KeyValue(ctx, msg.BucketVerdicts); err != nil {
+		return fmt.Errorf("validator: %w", err)
+	}
+	cons, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{
+		Durable: ConsumerName, Description: "gathers a verdict for every render",
+		FilterSubject: msg.RenderAll, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Minute, MaxDeliver: 20, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("validator: consumer: %w", err)
+	}
+	bm, err := bus.NewMetrics(Service, env.Registry)
+	if err != nil {
+		return err
+	}
+	opts := bus.Options{Service: Service, Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm, DLQ: env.JS, AckWait: time.Minute}
+	g, ctx := errgroup.WithContext(ctx)
+	for _, c := range checkers {
+		o := opts
+		o.Stage = "validate-" + c.Name()
+		g.Go(func() error {
+			return bus.Serve(ctx, env.NC, msg.ValidateAll, "weft-validator-"+c.Name(), v.answer(c), o)
+		})
+	}
+	renders := opts
+	renders.Stage = "renders"
+	g.Go(func() error { return bus.Consume(ctx, cons, v.onRender, renders) })
+	return g.Wait()
+}
+
+// answer handles one validation request for kind c.
+func (v *validator) answer(c kind.Checker) bus.CoreHandler {
+	return func(ctx context.Context, m *nats.Msg) error {
+		start := time.Now()
+		reply := msg.ValidateReply{Kind: c.Name(), Replica: v.env.Replica}
+		var req msg.ValidateRequest
+		err := msg.Decode(m.Data, &req)
+		if err == nil {
+			var b msg.Bundle
+			if b, err = v.bundle(ctx, req.BundleHash); err == nil {
+				reply.Problems, err = c.Check(ctx, b)
+			}
+		}
+		reply.Duration = time.Since(start)
+		v.m.checks.WithLabelValues(c.Name()).Observe(reply.Duration.Seconds())
+		if err != nil {
+			reply.Error = err.Error()
+		} else {
+			reply.OK = !kind.Failed(reply.Problems)
+		}
+		if m.Reply != "" {
+			if out, eerr := msg.NewMsg(m.Reply, "", reply); eerr == nil {
+				_ = m.RespondMsg(out)
+			}
+		}
+		return err
+	}
+}
+
+func (v *validator) bundle(ctx context.Context, hash string) (msg.Bundle, error) {
+	data, err := v.bundles.GetBytes(ctx, hash)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return msg.Bundle{}, msg.Permanent(fmt.Errorf("bundle %s not in the object store", hash))
+	}
+	if err != nil {
+		return msg.Bundle{}, fmt.Errorf("read bundle %s: %w", hash, err)
+	}
+	return msg.DecodeBundle(data)
+}
+
+// onRender gathers the verdict on one render message.
+func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
+	var r msg.Render
+	if err := msg.Decode(m.Data(), &r); err != nil {
+		return err
+	}
+	if r.Failure != nil {
+		return nil // nothing rendered, nothing to validate; the status says why
+	}
+	tc, ok := v.cfg.Targets[r.Target]
+	if !ok {
+		return msg.Permanent(fmt.Errorf("render for unknown target %q", r.Target))
+	}
+	log := v.env.Log.With("target", r.Target, "version", r.Version)
+	kinds := tc.Validate.Kinds
+	verdict := msg.Validated{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash, At: time.Now().UTC()}
+	cacheKey := msg.VerdictKey(r.BundleHash, kinds)
+	if e, err := v.verdicts.Get(ctx, cacheKey); err == nil {
+		var cached msg.Validated
+		if msg.Decode(e.Value(), &cached) == nil {
+			verdict.OK, verdict.Replies, verdict.Reason, verdict.Cached = cached.OK, cached.Replies, cached.Reason, true
+		}
+	}
+	if !verdict.Cached {
+		res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(r.Target),
+			msg.ValidateRequest{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash}, kinds, tc.Validate.Timeout.D())
+		if err != nil {
+			return fmt.Errorf("gather: %w", err)
+		}
+		verdict.OK, verdict.Replies, verdict.Missing = res.OK(), res.Replies, res.Missing
+		verdict.Reason = reason(res)
+		if len(res.Missing) == 0 && !hasErrors(res.Replies) {
+			if data, err := msg.Encode(verdict); err == nil {
+				_, _ = v.verdicts.Put(ctx, cacheKey, data)
+			}
+		}
+	}
+	outcome := "accepted"
+	if !verdict.OK {
+		outcome = "refused"
+		log.ErrorContext(ctx, "bundle refused; it will not be deployed", "reason", verdict.Reason, "problems", problems(verdict.Replies))
+	} else {
+		log.InfoContext(ctx, "bundle accepted", "hash", short(r.BundleHash), "cached", verdict.Cached)
+	}
+	if verdict.Cached {
+		outcome = "cached-" + outcome
+	}
+	v.m.verdicts.WithLabelValues(r.Target, outcome).Inc()
+	if _, err := bus.Publish(ctx, v.env.JS, msg.ValidatedSubject(r.Target), msg.RenderID(r.Target, r.Version), verdict); err != nil {
+		return err
+	}
+	return v.writeStatus(ctx, verdict)
+}
+
+func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated) error {
+	key := msg.ValidationStatusKey(verdict.Target)
+	var st msg.ValidationStatus
+	var rev uint64
+	if e, err := v.status.Get(ctx, key); err == nil {
+		rev = e.Revision()
+		_ = msg.Decode(e.Value(), &st)
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("read validation status: %w", err)
+	}
+	if verdict.Version < st.Version {
+		return nil // an older render finished late; keep the newer status
+	}
+	st.Target, st.Version, st.BundleHash, st.OK, st.Reason, st.At = verdict.Target, verdict.Version, verdict.BundleHash, verdict.OK, verdict.Reason, verdict.At
+	st.Problems = problems(verdict.Replies)
+	if verdict.OK {
+		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version
+	}
+	data, err := msg.Encode(st)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		_, err = v.status.Create(ctx, key, data)
+	} else {
+		_, err = v.status.Update(ctx, key, data, rev)
+	}
+	if err != nil {
+		return msg.Retry(fmt.Errorf("write validation status: %w", err), 200*time.Millisecond)
+	}
+	return nil
+}
+
+func reason(res gather.Result) string {
+	var parts []string
+	if len(res.Missing) > 0 {
+		parts = append(parts, "no answer from "+strings.Join(res.Missing, ", "))
+	}
+	for _, r := range res.Replies {
+		switch {
+		case r.Error != "":
+			parts = append(parts, r.Kind+" could not decide: "+r.Error)
+		case !r.OK:
+			n := 0
+			first := ""
+			for _, p := range r.Problems {
+				if p.Severity != "warning" {
+					if n == 0 {
+						first = p.Message
+						if p.File != "" {
+							first = fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Message)
+						}
+					}
+					n++
+				}
+			}
+			parts = append(parts, fmt.Sprintf("%s refused (%d problems; first: %s)", r.Kind, n, first))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func hasErrors(replies []msg.ValidateReply) bool {
+	for _, r := range replies {
+		if r.Error != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func problems(replies []msg.ValidateReply) []msg.Problem {
+	var out []msg.Problem
+	for _, r := range replies {
+		for _, p := range r.Problems {
+			p.Message = r.Kind + ": " + p.Message
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

@@ -1,0 +1,175 @@
+package validator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/validator"
+	"github.com/weftio/weft/services/validator/gather"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const cfgYAML = `
+targets:
+  edge:
+    base: /etc/haproxy
+    validate: {kinds: [haproxy, template], timeout: 5s}
+    deploy: {driver: files, dest: /tmp/unused}
+    haproxy_config: {template: "unused"}
+`
+
+const goodCfg = `global
+  maxconn 100
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 1s
+  timeout server 1s
+frontend f
+  bind 127.0.0.1:18081
+  use_backend %[req.hdr(host),map(/etc/haproxy/maps/host.map)]
+  default_backend b
+backend b
+  server s1 127.0.0.1:8080
+`
+
+func bundle(t *testing.T, cfg, hostMap string) msg.Bundle {
+	t.Helper()
+	b, err := msg.NewBundle("edge", "/etc/haproxy", "haproxy.cfg", []msg.BundleFile{
+		{Path: "haproxy.cfg", Kind: msg.FileConfig, Content: []byte(cfg)},
+		{Path: "maps/host.map", Kind: msg.FileMap, Content: []byte(hostMap)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type fixture struct {
+	t   *testing.T
+	bus *testkit.Bus
+	env *testkit.Env
+	ver uint64
+}
+
+func start(t *testing.T) *fixture {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "v1")
+	testkit.Run(t, func(ctx context.Context) error { return validator.Run(ctx, f.env.Env, cfg) })
+	return f
+}
+
+// submit stores b and publishes a render message for it, returning the verdict.
+func (f *fixture) submit(b msg.Bundle) msg.Validated {
+	f.t.Helper()
+	ctx := context.Background()
+	obs, err := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	data, _ := msg.EncodeBundle(b)
+	if _, err := obs.PutBytes(ctx, b.Hash, data); err != nil {
+		f.t.Fatal(err)
+	}
+	f.ver++
+	r := msg.Render{Target: "edge", Version: f.ver, BundleHash: b.Hash, At: time.Now()}
+	out, _ := msg.NewMsg(msg.RenderSubject("edge"), "", r)
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		f.t.Fatal(err)
+	}
+	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	var v msg.Validated
+	testkit.Eventually(f.t, 20*time.Second, func() error {
+		m, err := stream.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge"))
+		if err != nil {
+			return err
+		}
+		v = msg.Validated{}
+		if err := msg.Decode(m.Data, &v); err != nil {
+			return err
+		}
+		if v.Version != f.ver {
+			return fmt.Errorf("verdict for v%d", v.Version)
+		}
+		return nil
+	})
+	return v
+}
+
+func TestVerdicts(t *testing.T) {
+	f := start(t)
+	cases := []struct {
+		name     string
+		b        msg.Bundle
+		ok       bool
+		cached   bool
+		problems []string // "file:line:substring"
+	}{
+		{name: "valid bundle", b: bundle(t, goodCfg, "a.example.com b\n"), ok: true},
+		{name: "same bundle again is cached", b: bundle(t, goodCfg, "a.example.com b\n"), ok: true, cached: true},
+		{name: "unknown keyword", b: bundle(t, strings.Replace(goodCfg, "maxconn 100", "maxconn 100\n  frobnicate yes", 1), "a b\n"),
+			problems: []string{"haproxy.cfg:3:frobnicate"}},
+		{name: "map line without value", b: bundle(t, goodCfg, "lonely-key\n"), problems: []string{"maps/host.map:1:no value"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := f.submit(tc.b)
+			if v.OK != tc.ok || v.Cached != tc.cached {
+				t.Fatalf("verdict ok=%v cached=%v (%s), want ok=%v cached=%v", v.OK, v.Cached, v.Reason, tc.ok, tc.cached)
+			}
+			if len(v.Replies) != 2 {
+				t.Fatalf("replies = %+v, want one per kind", v.Replies)
+			}
+			for _, want := range tc.problems {
+				parts := strings.SplitN(want, ":", 3)
+				found := false
+				for _, r := range v.Replies {
+					for _, p := range r.Problems {
+						if p.File == parts[0] && fmt.Sprint(p.Line) == parts[1] && strings.Contains(p.Message, parts[2]) {
+							found = true
+						}
+					}
+				}
+				if !found {
+					t.Errorf("no problem %s in %+v", want, v.Replies)
+				}
+			}
+		})
+	}
+	kv, _ := f.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	e, err := kv.Get(context.Background(), msg.ValidationStatusKey("edge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st msg.ValidationStatus
+	if err := msg.Decode(e.Value(), &st); err != nil || st.OK || st.LastGoodVersion != 2 || st.Version != 4 {
+		t.Fatalf("validation status = %+v %v", st, err)
+	}
+}
+
+func TestGatherNamesMissingKinds(t *testing.T) {
+	f := start(t)
+	b := bundle(t, goodCfg, "a b\n")
+	f.submit(b) // stores the bundle
+	res, err := gather.Validate(context.Background(), f.bus.NC, msg.ValidateSubject("edge"),
+		msg.ValidateRequest{Target: "edge", Version: 1, BundleHash: b.Hash}, []string{"policy", "template"}, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK() || strings.Join(res.Missing, ",") != "policy" || len(res.Replies) != 1 || res.Replies[0].Kind != "template" {
+		t.Fatalf("result = %+v", res)
+	}
+}

@@ -1,0 +1,288 @@
+package manifests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Defaults for a Watcher.
+const (
+	DefaultRescan   = 30 * time.Second
+	DefaultDebounce = 100 * time.Millisecond
+)
+
+// maxBurst bounds how long a stream of changes can postpone a scan, in
+// debounce intervals: changes that never pause are still picked up.
+const maxBurst = 10
+
+var (
+	// ErrInvalidOption is matched by errors.Is when NewWatcher rejects an
+	// option's value.
+	ErrInvalidOption = errors.New("manifests: invalid option")
+	// ErrRunning is returned by Run when the Watcher is already running.
+	ErrRunning = errors.New("manifests: watcher already running")
+)
+
+// Option configures a Watcher. An option can reject its value, which makes
+// NewWatcher fail.
+type Option func(*settings) error
+
+type settings struct {
+	rescan   time.Duration
+	debounce time.Duration
+}
+
+// WithRescan sets the interval of the periodic full re-scan, the safety net
+// for changes that filesystem notifications miss. Zero disables it; a
+// negative interval is rejected. The default is DefaultRescan.
+func WithRescan(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < 0 {
+			return fmt.Errorf("%w: rescan interval %s is negative", ErrInvalidOption, d)
+		}
+		s.rescan = d
+		return nil
+	}
+}
+
+// WithDebounce sets how long the directory must be quiet after a change
+// before it is scanned, so that a burst of changes (an editor saving, a git
+// checkout) gives one scan. A burst that goes on for ten intervals is
+// scanned anyway. Zero scans after every change; a negative interval is
+// rejected. The default is DefaultDebounce.
+func WithDebounce(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < 0 {
+			return fmt.Errorf("%w: debounce interval %s is negative", ErrInvalidOption, d)
+		}
+		s.debounce = d
+		return nil
+	}
+}
+
+// Watcher keeps the snapshot of a manifest folder current.
+type Watcher struct {
+	dir     string
+	set     settings
+	running atomic.Bool
+}
+
+// NewWatcher returns a Watcher of dir, which must be an existing directory.
+func NewWatcher(dir string, opts ...Option) (*Watcher, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: empty directory", ErrInvalidOption)
+	}
+	s := settings{rescan: DefaultRescan, debounce: DefaultDebounce}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&s); err != nil {
+			return nil, err
+		}
+	}
+	dir = filepath.Clean(dir)
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("manifests: %w", err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("manifests: %s: %w", dir, errNotDir)
+	}
+	return &Watcher{dir: dir, set: s}, nil
+}
+
+// Dir returns the watched directory.
+func (w *Watcher) Dir() string { return w.dir }
+
+// Run scans the directory and calls fn with the snapshot, then again after
+// every debounced burst of changes and on every re-scan, until ctx is
+// cancelled. fn is called from the calling goroutine, one call at a time,
+// and receives ctx; Run waits for it to return. Run returns nil when ctx is
+// cancelled, and an error if file notifications cannot be started or the
+// directory itself can no longer be read (for example because it was
+// removed). A subdirectory that cannot be watched is reported in the
+// snapshot's Errors and is still read by every scan. All resources are
+// released when Run returns; a Watcher can run again after that, but not
+// twice at once.
+func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot)) error {
+	if fn == nil {
+		return errors.New("manifests: Run needs a callback")
+	}
+	if !w.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer w.running.Store(false)
+	if ctx.Err() != nil {
+		return nil
+	}
+
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("manifests: start watching %s: %w", w.dir, err)
+	}
+	defer fsw.Close()
+
+	r := &run{dir: w.dir, debounce: w.set.debounce, fsw: fsw, timer: time.NewTimer(time.Hour)}
+	r.timer.Stop()
+	defer r.timer.Stop()
+
+	if err := r.emit(ctx, fn); err != nil {
+		return err
+	}
+
+	var tick <-chan time.Time
+	if w.set.rescan > 0 {
+		t := time.NewTicker(w.set.rescan)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fsw.Events:
+			if !ok {
+				return fmt.Errorf("manifests: watching %s stopped", w.dir)
+			}
+			r.event(ev)
+		case _, ok := <-fsw.Errors:
+			if !ok {
+				return fmt.Errorf("manifests: watching %s stopped", w.dir)
+			}
+			// Events were lost (a queue overflow, a failed read): only a
+			// full scan is sure to see everything.
+			r.schedule()
+		case <-r.timer.C:
+			r.pending = false
+			if err := r.emit(ctx, fn); err != nil {
+				return err
+			}
+		case <-tick:
+			r.pending = false
+			r.timer.Stop()
+			if err := r.emit(ctx, fn); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// run is the state of one Run.
+type run struct {
+	dir        string
+	debounce   time.Duration
+	fsw        *fsnotify.Watcher
+	timer      *time.Timer
+	pending    bool
+	burstStart time.Time
+}
+
+// emit scans and hands the snapshot to fn unless ctx was cancelled.
+func (r *run) emit(ctx context.Context, fn func(context.Context, Snapshot)) error {
+	snap, again, err := r.scan()
+	if err != nil {
+		return fmt.Errorf("manifests: watch: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	fn(ctx, snap)
+	if again {
+		r.schedule()
+	}
+	return nil
+}
+
+// scan scans the directory and brings the watches in line with the
+// directories found. Each directory is watched before it is read, so a
+// change made after the read is always notified. It reports whether a watch
+// had to be repaired after the read, in which case a change may have gone
+// unnoticed and another scan is due.
+func (r *run) scan() (Snapshot, bool, error) {
+	watched := make(map[string]bool)
+	for _, p := range r.fsw.WatchList() {
+		watched[p] = true
+	}
+	snap, dirs, err := scan(r.dir, func(dir string) error {
+		if watched[dir] {
+			return nil
+		}
+		return r.fsw.Add(dir)
+	})
+	if err != nil {
+		return Snapshot{}, false, err
+	}
+
+	walked := make(map[string]bool, len(dirs))
+	for _, d := range dirs {
+		walked[d] = true
+	}
+	for p := range watched {
+		if !walked[p] {
+			_ = r.fsw.Remove(p) // already gone when the directory was deleted
+		}
+	}
+	// A directory moved inside the tree keeps its kernel watch under the
+	// old path, and adding the new path then silently reuses it. Once the
+	// old paths are removed, watch whatever is still missing.
+	again := false
+	now := make(map[string]bool, len(dirs))
+	for _, p := range r.fsw.WatchList() {
+		now[p] = true
+	}
+	for _, d := range dirs {
+		if !now[d] && r.fsw.Add(d) == nil {
+			again = true
+		}
+	}
+	return snap, again, nil
+}
+
+// event handles one filesystem notification.
+func (r *run) event(ev fsnotify.Event) {
+	if ev.Op == fsnotify.Chmod || isTempName(filepath.Base(ev.Name)) {
+		return
+	}
+	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+		r.unwatch(ev.Name)
+	}
+	r.schedule()
+}
+
+// unwatch drops the watches of a directory that was removed or moved, and
+// of everything below it, so that the next scan watches the tree afresh
+// under its current paths.
+func (r *run) unwatch(name string) {
+	below := name + string(filepath.Separator)
+	for _, p := range r.fsw.WatchList() {
+		if p == name || strings.HasPrefix(p, below) {
+			_ = r.fsw.Remove(p) // the kernel may have dropped it already
+		}
+	}
+}
+
+// schedule arranges a scan once the directory has been quiet for the
+// debounce interval, or at the latest maxBurst intervals after the first
+// change of the burst.
+func (r *run) schedule() {
+	now := time.Now()
+	if !r.pending {
+		r.pending = true
+		r.burstStart = now
+	}
+	limit := time.Duration(math.MaxInt64)
+	if r.debounce < limit/maxBurst {
+		limit = maxBurst * r.debounce
+	}
+	r.timer.Reset(max(min(r.debounce, limit-now.Sub(r.burstStart)), 0))
+}

@@ -1,0 +1,284 @@
+// Package store writes a source's objects into the resources bucket. It is
+// level-based: Apply takes the complete desired set of one source, compares
+// it with what the bucket holds, and writes only the difference. Each write
+// is a compare-and-set on the key's last revision, published to the bucket's
+// stream with the caller's trace context in its headers, so replicas that
+// apply the same set write each change once: the loser of a compare-and-set
+// re-reads the key, finds the same content and moves on. Announcing the
+// writes as change messages is the relay's job (package relay), which
+// follows the bucket's stream, so a writer that dies right after a write
+// loses nothing.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/config/fieldpath"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/telemetry"
+)
+
+// Object is one desired object of a source.
+type Object struct {
+	Type            string
+	Namespace, Name string
+	ResourceVersion string
+	Origin          string
+	Body            map[string]any
+}
+
+// KV is the part of jetstream.KeyValue the store reads through.
+type KV interface {
+	WatchFiltered(ctx context.Context, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
+}
+
+// Stream is the part of the bucket's stream the store writes through.
+type Stream interface {
+	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
+}
+
+// Publisher writes to the bucket's stream.
+type Publisher interface {
+	PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// Result counts what one Apply did.
+type Result struct {
+	Put, Deleted, Unchanged int
+	Counts                  map[string]int // desired objects by type
+}
+
+type entry struct {
+	hash string
+	rev  uint64
+}
+
+// Store applies one source's objects. Safe for concurrent use; Applies are
+// serialized.
+type Store struct {
+	source string
+	types  []string
+	strip  []fieldpath.Path
+	kv     KV
+	stream Stream
+	pub    Publisher
+
+	mu     sync.Mutex
+	loaded bool
+	known  map[string]entry // key -> what the bucket holds, as last seen
+}
+
+// New returns a store for source, owning the keys of the given types; strip
+// lists the fields removed from every object before it is hashed.
+func New(source string, types []string, strip []fieldpath.Path, kv KV, stream Stream, pub Publisher) (*Store, error) {
+	if source == "" || kv == nil || stream == nil || pub == nil {
+		return nil, errors.New("store: source, bucket, stream and publisher are required")
+	}
+	return &Store{source: source, types: types, strip: strip, kv: kv, stream: stream, pub: pub, known: map[string]entry{}}, nil
+}
+
+// load reads what the bucket holds for this source's types.
+func (s *Store) load(ctx context.Context) error {
+	if len(s.types) == 0 {
+		s.loaded = true
+		return nil
+	}
+	filters := make([]string, len(s.types))
+	for i, t := range s.types {
+		filters[i] = msg.ResourcePrefix(s.source, t) + ">"
+	}
+	w, err := s.kv.WatchFiltered(ctx, filters, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("store: watch %s: %w", s.source, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e := <-w.Updates():
+			if e == nil {
+				s.loaded = true
+				return nil
+			}
+			var r msg.Resource
+			if err := msg.Decode(e.Value(), &r); err != nil {
+				// An unreadable entry is rewritten by the next Apply.
+				s.known[e.Key()] = entry{rev: e.Revision()}
+				continue
+			}
+			s.known[e.Key()] = entry{hash: r.Hash, rev: e.Revision()}
+		}
+	}
+}
+
+// Apply makes the bucket hold exactly objects for this source. initial
+// marks the writes of the source's first listing.
+func (s *Store) Apply(ctx context.Context, objects []Object, initial bool) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.loaded {
+		if err := s.load(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	res := Result{Counts: map[string]int{}}
+	for _, t := range s.types {
+		res.Counts[t] = 0
+	}
+	want := make(map[string]bool, len(objects))
+	var errs []error
+	for _, o := range objects {
+		key := msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)
+		want[key] = true
+		res.Counts[o.Type]++
+		changed, err := s.put(ctx, key, o, initial)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case changed:
+			res.Put++
+		default:
+			res.Unchanged++
+		}
+	}
+	for key := range s.known {
+		if want[key] {
+			continue
+		}
+		deleted, err := s.delete(ctx, key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if deleted {
+			res.Deleted++
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bool, error) {
+	for _, p := range s.strip {
+		p.Delete(o.Body)
+	}
+	hash, err := Hash(o.Body)
+	if err != nil {
+		return false, fmt.Errorf("store: %s: %w", key, err)
+	}
+	cur, ok := s.known[key]
+	if ok && cur.hash == hash {
+		return false, nil
+	}
+	value, err := msg.Encode(msg.Resource{
+		Source: s.source, Type: o.Type, Namespace: o.Namespace, Name: o.Name,
+		ResourceVersion: o.ResourceVersion, Hash: hash, Origin: o.Origin, Object: o.Body,
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: %s: %w", key, err)
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		rev, err := s.write(ctx, key, value, "", cur.rev, initial)
+		if err == nil {
+			s.known[key] = entry{hash: hash, rev: rev}
+			return true, nil
+		}
+		if !isConflict(err) {
+			return false, fmt.Errorf("store: write %s: %w", key, err)
+		}
+		// Someone else wrote the key: re-read it and decide again.
+		var live bool
+		if cur, live, err = s.reread(ctx, key); err != nil {
+			return false, err
+		}
+		if live && cur.hash == hash {
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("store: write %s: the key keeps changing under us", key)
+}
+
+// delete removes key unless someone changed it meanwhile; it reports whether
+// it wrote a delete marker.
+func (s *Store) delete(ctx context.Context, key string) (bool, error) {
+	cur := s.known[key]
+	_, err := s.write(ctx, key, nil, msg.KVOpDelete, cur.rev, false)
+	delete(s.known, key)
+	if isConflict(err) {
+		return false, nil // changed under us: the next Apply sees the truth
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: delete %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// write publishes a value (or a delete marker when op is set) for key,
+// expecting last as the key's current revision (0: none).
+func (s *Store) write(ctx context.Context, key string, value []byte, op string, last uint64, initial bool) (uint64, error) {
+	m := nats.NewMsg(msg.ResourceSubject(key))
+	m.Data = value
+	m.Header.Set(msg.HeaderExpectedLastSubjectSeq, strconv.FormatUint(last, 10))
+	if op != "" {
+		m.Header.Set(msg.HeaderKVOperation, op)
+	} else {
+		m.Header.Set(msg.HeaderSchema, msg.SchemaResource)
+	}
+	if initial {
+		m.Header.Set(msg.HeaderInitial, "true")
+	}
+	telemetry.Inject(ctx, m.Header)
+	ack, err := s.pub.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// reread returns what the bucket holds for key: its last revision (a delete
+// marker's too, which a create must name) and whether it is a live value.
+func (s *Store) reread(ctx context.Context, key string) (entry, bool, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, msg.ResourceSubject(key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		delete(s.known, key)
+		return entry{}, false, nil
+	}
+	if err != nil {
+		return entry{}, false, fmt.Errorf("store: read %s: %w", key, err)
+	}
+	if op := m.Header.Get(msg.HeaderKVOperation); op == msg.KVOpDelete || op == msg.KVOpPurge {
+		delete(s.known, key)
+		return entry{rev: m.Sequence}, false, nil
+	}
+	var r msg.Resource
+	_ = msg.Decode(m.Data, &r)
+	cur := entry{hash: r.Hash, rev: m.Sequence}
+	s.known[key] = cur
+	return cur, true, nil
+}
+
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// Hash is the content hash of an object: sha256 of its canonical JSON
+// (encoding/json sorts map keys).
+func Hash(body map[string]any) (string, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), nil
+}
