@@ -1,0 +1,91 @@
+// Package statusview prints a status report for people: one block per
+// target with its last render, verdict and each instance's deploy state,
+// and the sync state of every source.
+package statusview
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/weftio/weft/pkg/msg"
+)
+
+// Write prints rep to w.
+func Write(w io.Writer, rep msg.StatusReport) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tRENDER\tVALIDATION\tINSTANCE\tDEPLOYED\tRELOADS\tLAST ERROR")
+	if len(rep.Targets) == 0 {
+		fmt.Fprintln(tw, "(none yet)\t\t\t\t\t\t")
+	}
+	for _, t := range rep.Targets {
+		render, valid, lastErr := "-", "-", ""
+		if r := t.Render; r != nil {
+			render = fmt.Sprintf("v%d %s", r.Version, short(r.BundleHash))
+			if r.LastError != "" {
+				lastErr = "render: " + r.LastError
+			}
+		}
+		if v := t.Validation; v != nil {
+			valid = fmt.Sprintf("v%d refused", v.Version)
+			if v.OK {
+				valid = fmt.Sprintf("v%d ok", v.Version)
+			} else if lastErr == "" {
+				lastErr = "validation: " + v.Reason
+			}
+		}
+		if len(t.Deploys) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t%s\n", t.Target, render, valid, oneLine(lastErr))
+		}
+		for i, d := range t.Deploys {
+			e := lastErr
+			if d.LastError != "" {
+				e = "deploy: " + d.LastError
+			}
+			name := t.Target
+			if i > 0 {
+				name, render, valid = "", "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d %s\t%s\t%s\n", name, render, valid, d.Instance, d.Version, short(d.BundleHash), reloads(d.Reloads), oneLine(e))
+		}
+	}
+	_ = tw.Flush()
+	if len(rep.Syncs) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SOURCE\tTYPE\tSYNCED\tOBJECTS\tPROBLEMS")
+		for _, s := range rep.Syncs {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\n", s.Source, s.Type, s.Synced, s.Count, oneLine(strings.Join(s.Errors, "; ")))
+		}
+		_ = tw.Flush()
+	}
+	fmt.Fprintf(w, "\nas of %s\n", rep.At.Format(time.RFC3339))
+}
+
+func reloads(m map[string]int64) string {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return fmt.Sprint(n)
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	if h == "" {
+		return "-"
+	}
+	return h
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/msg"
+)
+
+// natsCLI returns the path of the real NATS CLI, built by `go tool` from the
+// workspace's tool dependency.
+func natsCLI(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("go", "tool", "-n", "nats")
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool -n nats: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestNATSCLI(t *testing.T) {
+	cli := natsCLI(t)
+	s := deployedOnce(t, nil)
+	nats := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, cli, append([]string{"--server", s.bus.URL}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+
+	// Everyone can watch everything: a subscriber on weft.> sees the forced
+	// render and the stages after it.
+	var subOut syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub := exec.CommandContext(ctx, cli, "--server", s.bus.URL, "sub", "weft.>", "--count", "4")
+	sub.Stdout, sub.Stderr = &subOut, &subOut
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "subscriber ready", func() error {
+		if !strings.Contains(subOut.String(), "Subscribing on") {
+			return errNotYet
+		}
+		return nil
+	})
+	renders := s.streamCount(msg.StreamRenders, msg.RenderSubject("quickstart"))
+	if out, err := nats("pub", msg.TriggerRenderSubject("quickstart"), ""); err != nil {
+		t.Fatalf("nats pub: %v: %s", err, out)
+	}
+	waitFor(t, "forced render", func() error {
+		if n := s.streamCount(msg.StreamRenders, msg.RenderSubject("quickstart")); n != renders+1 {
+			return fmt.Errorf("renders = %d, want %d", n, renders+1)
+		}
+		return nil
+	})
+	if err := sub.Wait(); err != nil {
+		t.Fatalf("nats sub: %v: %s", err, subOut.String())
+	}
+	for _, want := range []string{msg.TriggerRenderSubject("quickstart"), msg.RenderSubject("quickstart"), msg.ValidatedSubject("quickstart")} {
+		if !strings.Contains(subOut.String(), want) {
+			t.Errorf("nats sub output lacks %s:\n%s", want, subOut.String())
+		}
+	}
+
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"req", msg.APIStatus, ""}, `"target":"quickstart"`},
+		{[]string{"kv", "get", msg.BucketStatus, msg.RenderStatusKey("quickstart"), "--raw"}, msg.SchemaRenderStatus},
+		{[]string{"stream", "ls", "--names"}, msg.StreamRenders},
+	}
+	for _, tc := range cases {
+		out, err := nats(tc.args...)
+		if err != nil || !strings.Contains(out, tc.want) {
+			t.Errorf("nats %v: %v\n%s", tc.args, err, out)
+		}
+	}
+}
