@@ -33,6 +33,8 @@ replace github.com/weftio/weft/services/deployer => ../../services/deployer
 require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/weftio/weft/pkg/testkit v0.0.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -66,7 +68,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect

@@ -48,3 +48,10 @@ require (
 )
 
 replace github.com/weftio/weft/pkg/config => ../config
+
+require (
+	github.com/weftio/weft/pkg/testkit v0.0.0
+	go.uber.org/goleak v1.3.0
+)
+
+replace github.com/weftio/weft/pkg/testkit => ../../pkg/testkit

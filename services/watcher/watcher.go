@@ -175,6 +175,10 @@ func (w *sourceWatcher) onTrigger(ctx context.Context, m *nats.Msg) error {
 func (w *sourceWatcher) apply(ctx context.Context, snap manifests.Snapshot) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// One trace per listing: its writes, their change messages and every
+	// render, validation and deploy they cause.
+	ctx, span := w.env.Tracer.Tracer(Service).Start(ctx, "watcher apply "+w.src.Name)
+	defer span.End()
 	start := time.Now()
 	broken := map[string]bool{}
 	var problems []string

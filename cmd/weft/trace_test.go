@@ -1,0 +1,53 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestOneTraceFromChangeToDeploy edits a manifest and follows the trace: the
+// watcher's relay, the renderer's change handler and render, the
+// validator's gatherer and kinds, and the deployer's stages all carry one
+// trace id.
+func TestOneTraceFromChangeToDeploy(t *testing.T) {
+	s := deployedOnce(t, nil)
+	s.env.Spans.Reset()
+	s.editManifest("endpoints.yaml", `"127.0.0.2"`, `"127.0.0.8"`)
+	waitFor(t, "deployed", func() error { return contains(s.read("haproxy.cfg"), "127.0.0.8:8080") })
+	var deploy sdktrace.ReadOnlySpan
+	waitFor(t, "deploy span", func() error {
+		for _, sp := range s.env.Spans.Ended() {
+			if sp.Name() == "deployer orders" {
+				deploy = sp
+				return nil
+			}
+		}
+		return errNotYet
+	})
+	trace := deploy.SpanContext().TraceID()
+	want := []string{"watcher apply manifests", "watcher relay", "renderer changes", "render quickstart", "validator renders", "validator validate-haproxy", "validator validate-template", "deployer verdicts", "deployer orders"}
+	got := map[string]bool{}
+	for _, sp := range s.env.Spans.Ended() {
+		if sp.SpanContext().TraceID() == trace {
+			got[sp.Name()] = true
+		}
+	}
+	for _, name := range want {
+		if !got[name] {
+			t.Errorf("span %q is not in the deploy's trace (trace holds %v)", name, keys(got))
+		}
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+

@@ -1,0 +1,160 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func options(t *testing.T, env *testkit.Env) bus.Options {
+	m, err := bus.NewMetrics("test", env.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bus.Options{Service: "test", Stage: "renders", Log: env.Log, Tracer: env.Tracer.Tracer("test"), Metrics: m, DLQ: env.JS, AckWait: 300 * time.Millisecond}
+}
+
+// TestConsumeSettles checks each handler outcome's ack decision.
+func TestConsumeSettles(t *testing.T) {
+	cases := []struct {
+		name       string
+		handler    func(calls int) error
+		wantCalls  int
+		wantDLQ    bool
+		wantResult string
+	}{
+		{"ack", func(int) error { return nil }, 1, false, "ack"},
+		{"permanent is terminated and dead-lettered", func(int) error { return msg.Permanent(errors.New("bad")) }, 1, true, "term"},
+		{"transient is redelivered", func(calls int) error {
+			if calls == 1 {
+				return msg.Retry(errors.New("busy"), 10*time.Millisecond)
+			}
+			return nil
+		}, 2, false, "ack"},
+		{"slow handler is kept alive", func(calls int) error { time.Sleep(time.Second); return nil }, 1, false, "ack"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testkit.NATS(t)
+			env := testkit.NewEnv(t, b, "t")
+			ctx := context.Background()
+			cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{
+				Durable: "t", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 300 * time.Millisecond,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var calls atomic.Int32
+			done := make(chan struct{}, 10)
+			o := options(t, env)
+			testkit.Run(t, func(ctx context.Context) error {
+				return bus.Consume(ctx, cons, func(ctx context.Context, m jetstream.Msg) error {
+					defer func() { done <- struct{}{} }()
+					return tc.handler(int(calls.Add(1)))
+				}, o)
+			})
+			r := msg.Render{Target: "x", Version: 1, BundleHash: "h"}
+			if _, err := bus.Publish(ctx, b.JS, msg.RenderSubject("x"), "", r); err != nil {
+				t.Fatal(err)
+			}
+			for range tc.wantCalls {
+				select {
+				case <-done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("handler not called")
+				}
+			}
+			time.Sleep(700 * time.Millisecond) // longer than AckWait: a missing ack would redeliver
+			if n := int(calls.Load()); n != tc.wantCalls {
+				t.Fatalf("handler called %d times, want %d", n, tc.wantCalls)
+			}
+			if got := testkit.CounterValue(t, env.Registry, "weft_test_dead_letters_total"); (got > 0) != tc.wantDLQ {
+				t.Fatalf("dead letters = %v, want %v", got, tc.wantDLQ)
+			}
+			if tc.wantDLQ {
+				st, _ := b.JS.Stream(ctx, msg.StreamDLQ)
+				m, err := st.GetLastMsgForSubject(ctx, msg.DLQSubject("test"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var dl msg.DeadLetter
+				if err := msg.Decode(m.Data, &dl); err != nil || dl.Reason != "bad" || dl.Stream != msg.StreamRenders || dl.Sequence != 1 {
+					t.Fatalf("dead letter = %+v %v", dl, err)
+				}
+			}
+			if len(env.Spans.Ended()) < tc.wantCalls {
+				t.Fatalf("spans = %d, want one per handled message", len(env.Spans.Ended()))
+			}
+		})
+	}
+}
+
+func TestPublishCarriesTraceAndID(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	ctx, span := env.Tracer.Tracer("t").Start(context.Background(), "root")
+	defer span.End()
+	ack, err := bus.Publish(ctx, b.JS, msg.RenderSubject("x"), "x@1", msg.Render{Target: "x", Version: 1, BundleHash: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Publish(ctx, b.JS, msg.RenderSubject("x"), "x@1", msg.Render{Target: "x", Version: 1, BundleHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := b.JS.Stream(context.Background(), msg.StreamRenders)
+	info, _ := st.Info(context.Background())
+	if info.State.Msgs != 1 {
+		t.Fatalf("messages = %d, want the duplicate dropped", info.State.Msgs)
+	}
+	m, err := st.GetMsg(context.Background(), ack.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := m.Header.Get(msg.HeaderTraceParent); tp == "" || m.Header.Get(msg.HeaderSchema) != msg.SchemaRender {
+		t.Fatalf("headers = %v", m.Header)
+	}
+}
+
+func TestServeDeadLettersPermanentErrors(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	o := options(t, env)
+	o.Stage = "trigger"
+	handled := make(chan struct{}, 1)
+	testkit.Run(t, func(ctx context.Context) error {
+		return bus.Serve(ctx, b.NC, "weft.trigger.render.*", "q", func(ctx context.Context, m *nats.Msg) error {
+			defer func() { handled <- struct{}{} }()
+			_, err := msg.DecodeTrigger(m.Data)
+			return err
+		}, o)
+	})
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if err := b.NC.Publish(msg.TriggerRenderSubject("x"), []byte("{oops")); err != nil {
+			return err
+		}
+		select {
+		case <-handled:
+			return nil
+		case <-time.After(200 * time.Millisecond):
+			return errors.New("not handled")
+		}
+	})
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if testkit.CounterValue(t, env.Registry, "weft_test_dead_letters_total") < 1 {
+			return errors.New("no dead letter")
+		}
+		return nil
+	})
+}
