@@ -3,8 +3,8 @@ package main
 import (
 	"testing"
 
-	"go.uber.org/goleak"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,4 +50,3 @@ func keys(m map[string]bool) []string {
 	}
 	return out
 }
-

@@ -76,3 +76,47 @@ func ReadStatus(ctx context.Context, kv StatusReader) (StatusReport, error) {
 	slices.SortFunc(rep.Targets, func(a, b TargetReport) int { return strings.Compare(a.Target, b.Target) })
 	return rep, nil
 }
+
+// StatusKV is the part of jetstream.KeyValue that LoadStatus and
+// StoreStatus need.
+type StatusKV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+}
+
+// LoadStatus reads the status under key into into and returns its revision
+// for a later StoreStatus; a missing key returns revision 0 and leaves into
+// as it is. An entry that does not decode is reported with its revision, so
+// the caller can overwrite it.
+func LoadStatus[T Message](ctx context.Context, kv StatusKV, key string, into T) (uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("status %s: %w", key, err)
+	}
+	if err := Decode(e.Value(), into); err != nil {
+		return e.Revision(), fmt.Errorf("status %s: %w", key, err)
+	}
+	return e.Revision(), nil
+}
+
+// StoreStatus writes v under key if the key is still at revision rev (0:
+// absent): compare-and-set, so two writers never overwrite each other.
+func StoreStatus[T Message](ctx context.Context, kv StatusKV, key string, v T, rev uint64) (uint64, error) {
+	data, err := Encode(v)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		rev, err = kv.Create(ctx, key, data)
+	} else {
+		rev, err = kv.Update(ctx, key, data, rev)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("status %s: %w", key, err)
+	}
+	return rev, nil
+}

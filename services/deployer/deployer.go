@@ -61,12 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"target", "driver"}),
 	}
-	for _, c := range []prometheus.Collector{m.deploys, m.reloads, m.dur} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("deployer metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, svc.Register(reg, Service, m.deploys, m.reloads, m.dur)
 }
 
 // Applier is what a deploy driver does with a bundle.
@@ -237,15 +232,8 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 }
 
 func (d *deployer) lastAccepted(ctx context.Context, target string) (uint64, string, error) {
-	e, err := d.status.Get(ctx, msg.ValidationStatusKey(target))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, "", msg.Permanent(fmt.Errorf("no accepted bundle for %s yet", target))
-	}
-	if err != nil {
-		return 0, "", fmt.Errorf("read validation status: %w", err)
-	}
 	var vs msg.ValidationStatus
-	if err := msg.Decode(e.Value(), &vs); err != nil {
+	if _, err := msg.LoadStatus(ctx, d.status, msg.ValidationStatusKey(target), &vs); err != nil {
 		return 0, "", err
 	}
 	if vs.LastGood == "" {
@@ -353,33 +341,17 @@ func (d *deployer) instance(target, name string) *instance {
 
 func (d *deployer) readStatus(ctx context.Context, in *instance) (msg.DeployStatus, uint64, error) {
 	st := msg.DeployStatus{Target: in.target, Instance: in.name, Driver: in.driver}
-	e, err := d.status.Get(ctx, msg.DeployStatusKey(in.target, in.name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return st, 0, nil
-	}
-	if err != nil {
-		return st, 0, fmt.Errorf("read deploy status: %w", err)
-	}
-	if err := msg.Decode(e.Value(), &st); err != nil {
+	rev, err := msg.LoadStatus(ctx, d.status, msg.DeployStatusKey(in.target, in.name), &st)
+	if err != nil && rev > 0 {
 		d.env.Log.Error("unreadable deploy status; starting over", "target", in.target, "instance", in.name, "err", err)
-		st = msg.DeployStatus{Target: in.target, Instance: in.name, Driver: in.driver}
+		return msg.DeployStatus{Target: in.target, Instance: in.name, Driver: in.driver}, rev, nil
 	}
-	return st, e.Revision(), nil
+	return st, rev, err
 }
 
 func (d *deployer) writeStatus(ctx context.Context, st msg.DeployStatus, rev uint64) error {
-	data, err := msg.Encode(st)
-	if err != nil {
-		return err
-	}
-	key := msg.DeployStatusKey(st.Target, st.Instance)
-	if rev == 0 {
-		_, err = d.status.Create(ctx, key, data)
-	} else {
-		_, err = d.status.Update(ctx, key, data, rev)
-	}
-	if err != nil {
-		return msg.Retry(fmt.Errorf("write deploy status: %w", err), 200*time.Millisecond)
+	if _, err := msg.StoreStatus(ctx, d.status, msg.DeployStatusKey(st.Target, st.Instance), st, rev); err != nil {
+		return msg.Retry(err, 200*time.Millisecond)
 	}
 	return nil
 }

@@ -65,12 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "weft_renderer_index_objects", Help: "Objects in the render index by type.",
 		}, []string{"type"}),
 	}
-	for _, c := range []prometheus.Collector{m.renders, m.duration, m.objects} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("renderer metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, svc.Register(reg, Service, m.renders, m.duration, m.objects)
 }
 
 type request struct {
@@ -519,30 +514,16 @@ func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
 
 func (r *renderer) readStatus(ctx context.Context, name string) (msg.RenderStatus, uint64, error) {
 	st := msg.RenderStatus{Target: name}
-	e, err := r.status.Get(ctx, msg.RenderStatusKey(name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return st, 0, nil
-	}
-	if err != nil {
-		return st, 0, err
-	}
-	if err := msg.Decode(e.Value(), &st); err != nil {
+	rev, err := msg.LoadStatus(ctx, r.status, msg.RenderStatusKey(name), &st)
+	if err != nil && rev > 0 {
 		r.env.Log.Error("unreadable render status; starting over", "target", name, "err", err)
-		return msg.RenderStatus{Target: name}, e.Revision(), nil
+		return msg.RenderStatus{Target: name}, rev, nil
 	}
-	return st, e.Revision(), nil
+	return st, rev, err
 }
 
 func (r *renderer) writeStatus(ctx context.Context, st msg.RenderStatus, rev uint64) {
-	data, err := msg.Encode(st)
-	if err == nil {
-		if rev == 0 {
-			_, err = r.status.Create(ctx, msg.RenderStatusKey(st.Target), data)
-		} else {
-			_, err = r.status.Update(ctx, msg.RenderStatusKey(st.Target), data, rev)
-		}
-	}
-	if err != nil {
+	if _, err := msg.StoreStatus(ctx, r.status, msg.RenderStatusKey(st.Target), st, rev); err != nil {
 		r.env.Log.ErrorContext(ctx, "writing render status failed", "target", st.Target, "err", err)
 	}
 }

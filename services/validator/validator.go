@@ -54,12 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.verdicts, m.checks} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("validator metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, svc.Register(reg, Service, m.verdicts, m.checks)
 }
 
 // Checkers returns the validator kinds available in this process.
@@ -227,12 +222,9 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated) error {
 	key := msg.ValidationStatusKey(verdict.Target)
 	var st msg.ValidationStatus
-	var rev uint64
-	if e, err := v.status.Get(ctx, key); err == nil {
-		rev = e.Revision()
-		_ = msg.Decode(e.Value(), &st)
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("read validation status: %w", err)
+	rev, err := msg.LoadStatus(ctx, v.status, key, &st)
+	if err != nil && rev == 0 {
+		return err
 	}
 	if verdict.Version < st.Version {
 		return nil // an older render finished late; keep the newer status
@@ -242,17 +234,8 @@ func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated) erro
 	if verdict.OK {
 		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version
 	}
-	data, err := msg.Encode(st)
-	if err != nil {
-		return err
-	}
-	if rev == 0 {
-		_, err = v.status.Create(ctx, key, data)
-	} else {
-		_, err = v.status.Update(ctx, key, data, rev)
-	}
-	if err != nil {
-		return msg.Retry(fmt.Errorf("write validation status: %w", err), 200*time.Millisecond)
+	if _, err := msg.StoreStatus(ctx, v.status, key, st, rev); err != nil {
+		return msg.Retry(err, 200*time.Millisecond)
 	}
 	return nil
 }

@@ -58,12 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"source"}),
 	}
-	for _, c := range []prometheus.Collector{m.objects, m.applies, m.errors, m.duration} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("watcher metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, svc.Register(reg, Service, m.objects, m.applies, m.errors, m.duration)
 }
 
 // Run watches every source of cfg until ctx is done.
