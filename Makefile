@@ -24,10 +24,10 @@ build:
 
 ## deps: what the tests need from the system
 deps:
-	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ] || ! command -v socat >/dev/null 2>&1; then \
-		echo "installing haproxy and socat"; \
+	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ] || ! command -v socat >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then \
+		echo "installing haproxy, socat and redis-server"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq haproxy socat >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq haproxy socat redis-server >/dev/null; \
 	fi
 
 ## lint: formatting and vet over every module

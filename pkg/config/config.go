@@ -45,15 +45,87 @@ type Config struct {
 	Hash string `json:"-"`
 }
 
-// Source kinds.
-const SourceManifests = "manifests"
+// Source kinds. Object sources (manifests, kubernetes) provide the watched
+// resource types; value sources (configmap-exports and the key-value
+// backends) provide named values, stored as objects of the reserved type
+// ValuesType and seen by templates as values.<name>.
+const (
+	SourceManifests  = "manifests"
+	SourceKubernetes = "kubernetes"
+	SourceExports    = "configmap-exports"
+	SourceNATSKV     = "natskv"
+	SourceEnv        = "env"
+	SourceFile       = "file"
+	SourceEtcd       = "etcd"
+	SourceRedis      = "redis"
+)
 
-// Source is one place state comes from.
+// ValuesType is the reserved resource type under which value sources store
+// their values.
+const ValuesType = "values"
+
+// Source is one place state comes from. Which fields apply depends on Type.
 type Source struct {
-	Name   string   `json:"name"`
-	Type   string   `json:"type"`
-	Path   string   `json:"path,omitempty"`   // manifests: the folder
-	Rescan Duration `json:"rescan,omitempty"` // manifests: safety-net full re-scan (default 30s)
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// manifests: the folder; file: the YAML/JSON file.
+	Path string `json:"path,omitempty"`
+	// Rescan is the safety-net full re-read (manifests, file, key-value
+	// backends that cannot watch); Resync the periodic full re-list of a
+	// kubernetes source. Defaults: 30s and 10m.
+	Rescan Duration `json:"rescan,omitempty"`
+	Resync Duration `json:"resync,omitempty"`
+	// kubernetes, configmap-exports: a kubeconfig (empty: in-cluster, or
+	// $KUBECONFIG) and an optional context.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// configmap-exports: what to export.
+	Exports []Export `json:"exports,omitempty"`
+	// Key-value backends, as in confd: Prefix is prepended to every key,
+	// Keys limits what is read (empty: everything under Prefix).
+	Prefix string   `json:"prefix,omitempty"`
+	Keys   []string `json:"keys,omitempty"`
+	// natskv: the bucket. etcd: Endpoints. redis: Address, Database.
+	Bucket    string   `json:"bucket,omitempty"`
+	Endpoints []string `json:"endpoints,omitempty"`
+	Address   string   `json:"address,omitempty"`
+	Database  int      `json:"database,omitempty"`
+	// Username and PasswordEnv (the name of an environment variable holding
+	// the password; secrets never sit in weft.yaml).
+	Username    string `json:"username,omitempty"`
+	PasswordEnv string `json:"password_env,omitempty"`
+}
+
+// Export reads keys of one ConfigMap (config-reader).
+type Export struct {
+	ConfigMap string      `json:"configmap"` // "<namespace>/<name>"
+	Keys      []ExportKey `json:"keys"`
+}
+
+// ExportKey exports one key, renamed with As (default: the key).
+type ExportKey struct {
+	Key string `json:"key"`
+	As  string `json:"as,omitempty"`
+}
+
+// Name is the value name an exported key has in templates.
+func (k ExportKey) Name() string {
+	if k.As != "" {
+		return k.As
+	}
+	return k.Key
+}
+
+// ObjectSource reports whether the source provides watched resource types
+// (rather than values).
+func (s Source) ObjectSource() bool { return s.Type == SourceManifests || s.Type == SourceKubernetes }
+
+// Types returns the resource types the source provides.
+func (c *Config) SourceTypes(s Source) []string {
+	if s.ObjectSource() {
+		return c.ResourceTypes()
+	}
+	return []string{ValuesType}
 }
 
 // Resource is one watched object type.
@@ -61,6 +133,13 @@ type Resource struct {
 	APIVersion string   `json:"api_version"`
 	Kind       string   `json:"kind"`
 	IndexBy    []string `json:"index_by,omitempty"`
+	// Kubernetes sources: where and what to watch (empty: everything).
+	Namespace     string `json:"namespace,omitempty"`
+	LabelSelector string `json:"label_selector,omitempty"`
+	FieldSelector string `json:"field_selector,omitempty"`
+	// Store is "full" (the object is kept in the bucket) or "on-demand"
+	// (only metadata is kept; templates fetch the body when they ask).
+	Store string `json:"store,omitempty"`
 	// EnableValidationWebhook is accepted for compatibility; weft validates
 	// rendered output, not admission requests.
 	EnableValidationWebhook bool `json:"enable_validation_webhook,omitempty"`
@@ -165,8 +244,15 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Store modes of a watched resource type.
+const (
+	StoreFull     = "full"
+	StoreOnDemand = "on-demand"
+)
+
 // Defaults.
 const (
+	DefaultResync          = 10 * time.Minute
 	DefaultRescan          = 30 * time.Second
 	DefaultDebounce        = 100 * time.Millisecond
 	DefaultValidateTimeout = 10 * time.Second
@@ -215,12 +301,22 @@ func (c *Config) defaults() {
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]
-		if s.Type == SourceManifests {
-			s.Path = c.resolve(s.Path)
-			if s.Rescan == 0 {
-				s.Rescan = Duration(DefaultRescan)
-			}
+		s.Path = c.resolve(s.Path)
+		if s.Kubeconfig != "" {
+			s.Kubeconfig = c.resolve(s.Kubeconfig)
 		}
+		if s.Rescan == 0 {
+			s.Rescan = Duration(DefaultRescan)
+		}
+		if s.Resync == 0 {
+			s.Resync = Duration(DefaultResync)
+		}
+	}
+	for name, r := range c.WatchedResources {
+		if r.Store == "" {
+			r.Store = StoreFull
+		}
+		c.WatchedResources[name] = r
 	}
 	for name, t := range c.Targets {
 		t.Deploy.Dest = c.resolve(t.Deploy.Dest)
@@ -255,6 +351,7 @@ func (c *Config) check() error {
 		}
 	}
 	seen := map[string]bool{}
+	seenValue := map[string]string{}
 	for i, s := range c.Sources {
 		f := fmt.Sprintf("sources[%d]", i)
 		token(f+".name", s.Name)
@@ -262,16 +359,52 @@ func (c *Config) check() error {
 			bad(f+".name", "%q is used twice", s.Name)
 		}
 		seen[s.Name] = true
+		if s.Rescan < 0 || s.Resync < 0 {
+			bad(f, "rescan and resync must not be negative")
+		}
 		switch s.Type {
-		case SourceManifests:
+		case SourceManifests, SourceFile:
 			if s.Path == "" {
-				bad(f+".path", "required for a manifests source")
+				bad(f+".path", "required for a %s source", s.Type)
 			}
-			if s.Rescan < 0 {
-				bad(f+".rescan", "must not be negative")
+		case SourceKubernetes, SourceEnv:
+		case SourceExports:
+			if len(s.Exports) == 0 {
+				bad(f+".exports", "required for a configmap-exports source")
+			}
+			for j, e := range s.Exports {
+				ef := fmt.Sprintf("%s.exports[%d]", f, j)
+				if ns, name, ok := strings.Cut(e.ConfigMap, "/"); !ok || ns == "" || name == "" {
+					bad(ef+".configmap", "must be <namespace>/<name>, got %q", e.ConfigMap)
+				}
+				if len(e.Keys) == 0 {
+					bad(ef+".keys", "required")
+				}
+				for _, k := range e.Keys {
+					if k.Key == "" {
+						bad(ef+".keys", "a key without a name")
+					}
+					if seenValue[k.Name()] != "" {
+						bad(ef+".keys", "value %q is exported twice (also by %s)", k.Name(), seenValue[k.Name()])
+					}
+					seenValue[k.Name()] = e.ConfigMap
+				}
+			}
+		case SourceNATSKV:
+			if s.Bucket == "" {
+				bad(f+".bucket", "required for a natskv source")
+			}
+		case SourceEtcd:
+			if len(s.Endpoints) == 0 {
+				bad(f+".endpoints", "required for an etcd source")
+			}
+		case SourceRedis:
+			if s.Address == "" {
+				bad(f+".address", "required for a redis source")
 			}
 		default:
-			bad(f+".type", "unknown source type %q (known: %s)", s.Type, SourceManifests)
+			bad(f+".type", "unknown source type %q (known: %s)", s.Type,
+				strings.Join([]string{SourceManifests, SourceKubernetes, SourceExports, SourceNATSKV, SourceEnv, SourceFile, SourceEtcd, SourceRedis}, ", "))
 		}
 	}
 	for _, expr := range c.WatchedResourcesIgnoreFields {
@@ -283,6 +416,12 @@ func (c *Config) check() error {
 		r := c.WatchedResources[name]
 		f := "watched_resources." + name
 		token(f, name)
+		if name == ValuesType {
+			bad(f, "the type name %q is reserved for value sources", ValuesType)
+		}
+		if r.Store != StoreFull && r.Store != StoreOnDemand {
+			bad(f+".store", "must be %s or %s, got %q", StoreFull, StoreOnDemand, r.Store)
+		}
 		if r.APIVersion == "" {
 			bad(f+".api_version", "required")
 		}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -122,19 +123,61 @@ func (s *Store) load(ctx context.Context) error {
 	}
 }
 
-// Apply makes the bucket hold exactly objects for this source. initial
-// marks the writes of the source's first listing.
+// Apply makes the bucket hold exactly objects for this source, across all
+// its types. initial marks the writes of the source's first listing.
 func (s *Store) Apply(ctx context.Context, objects []Object, initial bool) (Result, error) {
+	return s.apply(ctx, s.types, objects, initial)
+}
+
+// ApplyType makes the bucket hold exactly objects for one type of this
+// source (a complete listing of that type), leaving other types alone.
+func (s *Store) ApplyType(ctx context.Context, typ string, objects []Object, initial bool) (Result, error) {
+	return s.apply(ctx, []string{typ}, objects, initial)
+}
+
+// Upsert writes one object if its content changed; it reports whether it
+// wrote.
+func (s *Store) Upsert(ctx context.Context, o Object, initial bool) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.loaded {
-		if err := s.load(ctx); err != nil {
-			return Result{}, err
-		}
+	if err := s.ensureLoaded(ctx); err != nil {
+		return false, err
+	}
+	return s.put(ctx, msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name), o, initial)
+}
+
+// Remove deletes one object; it reports whether it wrote a delete marker.
+func (s *Store) Remove(ctx context.Context, typ, namespace, name string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ensureLoaded(ctx); err != nil {
+		return false, err
+	}
+	key := msg.ResourceKey(s.source, typ, namespace, name)
+	if _, ok := s.known[key]; !ok {
+		return false, nil
+	}
+	return s.delete(ctx, key)
+}
+
+func (s *Store) ensureLoaded(ctx context.Context) error {
+	if s.loaded {
+		return nil
+	}
+	return s.load(ctx)
+}
+
+func (s *Store) apply(ctx context.Context, types []string, objects []Object, initial bool) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ensureLoaded(ctx); err != nil {
+		return Result{}, err
 	}
 	res := Result{Counts: map[string]int{}}
-	for _, t := range s.types {
+	prefixes := make([]string, len(types))
+	for i, t := range types {
 		res.Counts[t] = 0
+		prefixes[i] = msg.ResourcePrefix(s.source, t)
 	}
 	want := make(map[string]bool, len(objects))
 	var errs []error
@@ -153,7 +196,7 @@ func (s *Store) Apply(ctx context.Context, objects []Object, initial bool) (Resu
 		}
 	}
 	for key := range s.known {
-		if want[key] {
+		if want[key] || !hasAnyPrefix(key, prefixes) {
 			continue
 		}
 		deleted, err := s.delete(ctx, key)
@@ -166,6 +209,15 @@ func (s *Store) Apply(ctx context.Context, objects []Object, initial bool) (Resu
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bool, error) {
