@@ -113,7 +113,7 @@ func TestUnparseableManifestKeepsObjects(t *testing.T) {
 	if s.read("haproxy.cfg") != good {
 		t.Fatal("output changed although nothing valid changed")
 	}
-	if err := contains(s.env.Logs.String(), "manifest not loaded"); err != nil {
+	if err := contains(s.env.Logs.String(), "source problem"); err != nil {
 		t.Error("log:", err)
 	}
 	// Other files still flow.

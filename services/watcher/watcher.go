@@ -1,20 +1,18 @@
 // Package watcher turns sources of state into the resources bucket and
-// change messages. Each configured source is watched on its own goroutine;
-// every time a source's content may have changed, its complete set of
-// objects is applied to the bucket (see package store), so a missed event is
-// repaired by the next scan. After a source's first complete listing the
-// watcher writes a sync marker per watched type (status bucket and
-// weft.sync.<source>.<type>); nothing downstream renders before every marker
-// is in. A manifest that stops parsing keeps its last good objects: the
-// error is logged, counted and written to the sync status instead.
+// change messages. Each configured source runs on its own goroutine and
+// reports to a sink (the source contract is in package source); the sink
+// writes objects with package store, and the relay (package relay)
+// announces every write as a change message. After a type's first complete
+// listing the sink writes its sync marker (status bucket and
+// weft.sync.<source>.<type>), naming the bucket revision a reader must have
+// seen; nothing downstream renders before every marker is in. Problems a
+// source reports are logged, counted and kept in the sync status.
 package watcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/services/watcher/relay"
+	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/source/manifests"
 	"github.com/weftio/weft/services/watcher/store"
 )
@@ -83,36 +82,64 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("watcher: %w", err)
 	}
+	stream, err := env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	if err != nil {
+		return fmt.Errorf("watcher: %w", err)
+	}
 	cons, err := relay.Consumer(ctx, env.JS)
 	if err != nil {
 		return err
 	}
-	rl := relay.New(env.JS)
 	opts := bus.Options{Service: Service, Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm, DLQ: env.JS}
+	stage := func(s string) bus.Options { o := opts; o.Stage = s; return o }
 	g, ctx := errgroup.WithContext(ctx)
-	relayOpts := opts
-	relayOpts.Stage = "relay"
-	g.Go(func() error { return bus.Consume(ctx, cons, rl.Handle, relayOpts) })
+	g.Go(func() error { return bus.Consume(ctx, cons, relay.New(env.JS).Handle, stage("relay")) })
 	for _, src := range cfg.Sources {
-		w, err := newSourceWatcher(ctx, env, cfg, src, kv, status, m)
+		s, err := newSource(env, cfg, src)
+		if err != nil {
+			return fmt.Errorf("watcher: source %s: %w", src.Name, err)
+		}
+		types := cfg.SourceTypes(src)
+		st, err := store.New(src.Name, types, cfg.IgnorePaths(), kv, stream, env.JS)
 		if err != nil {
 			return err
 		}
+		k := &sink{env: env, source: src.Name, types: types, store: st, stream: stream, status: status, m: m, synced: map[string]bool{}}
 		env.Health.Pending("watcher/" + src.Name)
-		g.Go(func() error { return w.run(ctx) })
-		trig := opts
-		trig.Stage = "trigger-resync"
 		g.Go(func() error {
-			return bus.Serve(ctx, env.NC, msg.TriggerResyncSubject(src.Name), "weft-watcher-"+src.Name, w.onTrigger, trig)
+			if err := s.Run(ctx, k); err != nil {
+				return fmt.Errorf("watcher: source %s: %w", src.Name, err)
+			}
+			return nil
 		})
+		if r, ok := s.(resyncer); ok {
+			g.Go(func() error {
+				return bus.Serve(ctx, env.NC, msg.TriggerResyncSubject(src.Name), "weft-watcher-"+src.Name, k.onTrigger(r), stage("trigger-resync"))
+			})
+		}
 	}
 	return g.Wait()
 }
 
-type sourceWatcher struct {
+// newSource builds the source of one configured source.
+func newSource(_ svc.Env, cfg *config.Config, src config.Source) (source.Source, error) {
+	switch src.Type {
+	case config.SourceManifests:
+		return manifests.NewSource(src.Path, src.Rescan.D(), cfg.ResourceTypes(), cfg.TypeFor), nil
+	}
+	return nil, fmt.Errorf("source type %q cannot run in this build", src.Type)
+}
+
+// resyncer is a source that can re-read everything on request.
+type resyncer interface {
+	Resync(ctx context.Context, sink source.Sink) error
+}
+
+// sink is the watcher's side of one source: it stores what the source
+// reports and marks each type synced.
+type sink struct {
 	env    svc.Env
-	src    config.Source
-	cfg    *config.Config
+	source string
 	types  []string
 	store  *store.Store
 	stream jetstream.Stream // the resources bucket's stream
@@ -120,187 +147,124 @@ type sourceWatcher struct {
 	m      *metrics
 
 	mu       sync.Mutex
-	synced   bool
-	lastGood map[string][]store.Object // by file: objects of the last good parse
+	synced   map[string]bool
+	problems map[string][]string // by type, as last written to the status
 }
 
-func newSourceWatcher(ctx context.Context, env svc.Env, cfg *config.Config, src config.Source, kv, status jetstream.KeyValue, m *metrics) (*sourceWatcher, error) {
-	w := &sourceWatcher{env: env, src: src, cfg: cfg, types: cfg.ResourceTypes(), status: status, m: m, lastGood: map[string][]store.Object{}}
-	stream, err := env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
-	if err != nil {
-		return nil, fmt.Errorf("watcher: %w", err)
-	}
-	w.stream = stream
-	st, err := store.New(src.Name, w.types, cfg.IgnorePaths(), kv, stream, env.JS)
-	if err != nil {
-		return nil, err
-	}
-	w.store = st
-	return w, nil
+func (k *sink) initial(typ string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.synced[typ]
 }
 
-func (w *sourceWatcher) run(ctx context.Context) error {
-	mw, err := manifests.NewWatcher(w.src.Path, manifests.WithRescan(w.src.Rescan.D()))
+// Replace stores a complete listing of one type.
+func (k *sink) Replace(ctx context.Context, typ string, objects []store.Object) error {
+	// One trace per listing: its writes, their change messages and every
+	// render, validation and deploy they cause.
+	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher apply "+k.source)
+	defer span.End()
+	start := time.Now()
+	res, err := k.store.ApplyType(ctx, typ, objects, k.initial(typ))
+	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
+	k.m.applies.WithLabelValues(k.source, "put").Add(float64(res.Put))
+	k.m.applies.WithLabelValues(k.source, "delete").Add(float64(res.Deleted))
+	k.m.objects.WithLabelValues(k.source, typ).Set(float64(res.Counts[typ]))
 	if err != nil {
-		return fmt.Errorf("watcher %s: %w", w.src.Name, err)
+		return fmt.Errorf("store %s %s: %w", k.source, typ, err)
 	}
-	return mw.Run(ctx, func(ctx context.Context, snap manifests.Snapshot) { w.apply(ctx, snap) })
+	if res.Put+res.Deleted > 0 {
+		k.env.Log.InfoContext(ctx, "source applied", "source", k.source, "type", typ, "put", res.Put, "deleted", res.Deleted, "unchanged", res.Unchanged)
+	}
+	return nil
+}
+
+// Upsert stores one object.
+func (k *sink) Upsert(ctx context.Context, o store.Object) error {
+	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher upsert "+k.source)
+	defer span.End()
+	wrote, err := k.store.Upsert(ctx, o, k.initial(o.Type))
+	if wrote {
+		k.m.applies.WithLabelValues(k.source, "put").Inc()
+	}
+	return err
+}
+
+// Delete removes one object.
+func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
+	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher delete "+k.source)
+	defer span.End()
+	wrote, err := k.store.Remove(ctx, typ, namespace, name)
+	if wrote {
+		k.m.applies.WithLabelValues(k.source, "delete").Inc()
+	}
+	return err
+}
+
+// Problem reports passing trouble of the source.
+func (k *sink) Problem(ctx context.Context, err error) {
+	k.m.errors.WithLabelValues(k.source).Inc()
+	k.env.Log.ErrorContext(ctx, "source problem", "source", k.source, "err", err)
+}
+
+// Synced writes the sync status of typ: the first time (the initial sync,
+// also announced on weft.sync.<source>.<type>) and whenever its problems
+// change, so the status shows the current ones. The marker names the
+// bucket revision a reader must have seen.
+func (k *sink) Synced(ctx context.Context, typ string, problems []string) error {
+	k.mu.Lock()
+	first := !k.synced[typ]
+	same := !first && slices.Equal(k.problems[typ], problems)
+	k.mu.Unlock()
+	if same {
+		return nil
+	}
+	info, err := k.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	count := k.store.Count(typ)
+	st := msg.SyncStatus{Source: k.source, Type: typ, Synced: true, Count: count, Revision: info.State.LastSeq, Errors: problems, At: time.Now().UTC()}
+	data, err := msg.Encode(st)
+	if err != nil {
+		return err
+	}
+	if _, err := k.status.Put(ctx, msg.SyncStatusKey(k.source, typ), data); err != nil {
+		return err
+	}
+	if first {
+		s := msg.Sync{Source: k.source, Type: typ, Count: count, Revision: st.Revision, Errors: problems, At: st.At}
+		if _, err := bus.Publish(ctx, k.env.JS, msg.SyncSubject(k.source, typ), "", s); err != nil {
+			return err
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.synced[typ] = true
+	if k.problems == nil {
+		k.problems = map[string][]string{}
+	}
+	k.problems[typ] = slices.Clone(problems)
+	if len(k.synced) == len(k.types) && first {
+		k.env.Health.Set("watcher/"+k.source, nil)
+		k.env.Log.InfoContext(ctx, "initial sync complete", "source", k.source)
+	}
+	return nil
 }
 
 // onTrigger re-reads the whole source now.
-func (w *sourceWatcher) onTrigger(ctx context.Context, m *nats.Msg) error {
-	t, err := msg.DecodeTrigger(m.Data)
-	if err != nil {
-		return err
-	}
-	w.env.Log.InfoContext(ctx, "resync requested", "source", w.src.Name, "reason", t.Reason)
-	snap, err := manifests.Scan(w.src.Path)
-	if err != nil {
-		return fmt.Errorf("resync %s: %w", w.src.Name, err)
-	}
-	w.apply(ctx, snap)
-	if m.Reply != "" {
-		_ = m.Respond([]byte("ok"))
-	}
-	return nil
-}
-
-// apply writes one complete listing to the bucket. Errors are reported, not
-// returned: the next listing tries again.
-func (w *sourceWatcher) apply(ctx context.Context, snap manifests.Snapshot) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	// One trace per listing: its writes, their change messages and every
-	// render, validation and deploy they cause.
-	ctx, span := w.env.Tracer.Tracer(Service).Start(ctx, "watcher apply "+w.src.Name)
-	defer span.End()
-	start := time.Now()
-	broken := map[string]bool{}
-	var problems []string
-	for _, pe := range snap.Errors {
-		broken[pe.File] = true
-		problems = append(problems, pe.Error())
-		w.env.Log.ErrorContext(ctx, "manifest not loaded; its last good objects stay", "source", w.src.Name, "file", pe.File, "doc", pe.Doc, "line", pe.Line, "err", pe.Err)
-		w.m.errors.WithLabelValues(w.src.Name).Inc()
-	}
-	byFile := map[string][]store.Object{}
-	for _, o := range snap.Objects {
-		typ, ok := w.cfg.TypeFor(o.APIVersion, o.Kind)
-		if !ok {
-			continue
-		}
-		rv, _ := nested(o.Body, "metadata", "resourceVersion").(string)
-		byFile[o.File] = append(byFile[o.File], store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body})
-	}
-	var objects []store.Object
-	for file, objs := range byFile {
-		if !broken[file] {
-			w.lastGood[file] = objs
-		}
-	}
-	for file := range w.lastGood {
-		if _, ok := byFile[file]; !ok && !broken[file] {
-			delete(w.lastGood, file) // the file is gone or holds nothing watched
-		}
-	}
-	for _, objs := range w.lastGood {
-		objects = append(objects, objs...)
-	}
-	res, err := w.store.Apply(ctx, dedupe(objects), !w.synced)
-	w.m.duration.WithLabelValues(w.src.Name).Observe(time.Since(start).Seconds())
-	w.m.applies.WithLabelValues(w.src.Name, "put").Add(float64(res.Put))
-	w.m.applies.WithLabelValues(w.src.Name, "delete").Add(float64(res.Deleted))
-	for t, n := range res.Counts {
-		w.m.objects.WithLabelValues(w.src.Name, t).Set(float64(n))
-	}
-	if err != nil {
-		w.m.errors.WithLabelValues(w.src.Name).Inc()
-		w.env.Log.ErrorContext(ctx, "applying source failed; will retry on the next scan", "source", w.src.Name, "err", err)
-		return
-	}
-	if res.Put+res.Deleted > 0 {
-		w.env.Log.InfoContext(ctx, "source applied", "source", w.src.Name, "put", res.Put, "deleted", res.Deleted, "unchanged", res.Unchanged)
-	}
-	if err := w.markSynced(ctx, res, problems); err != nil {
-		w.env.Log.ErrorContext(ctx, "writing sync status failed", "source", w.src.Name, "err", err)
-	}
-}
-
-// markSynced writes the sync status per type: the first time (initial sync,
-// also announced on weft.sync.<source>.<type>) and whenever the set of
-// problems changes, so status shows the current manifest errors.
-func (w *sourceWatcher) markSynced(ctx context.Context, res store.Result, problems []string) error {
-	// Readers wait until they have seen the bucket up to this revision.
-	info, err := w.stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, typ := range w.types {
-		key := msg.SyncStatusKey(w.src.Name, typ)
-		if w.synced {
-			var prev msg.SyncStatus
-			if e, err := w.status.Get(ctx, key); err == nil && msg.Decode(e.Value(), &prev) == nil &&
-				slices.Equal(prev.Errors, problems) && prev.Count == res.Counts[typ] {
-				continue
-			}
-		}
-		st := msg.SyncStatus{Source: w.src.Name, Type: typ, Synced: true, Count: res.Counts[typ], Revision: info.State.LastSeq, Errors: problems, At: time.Now().UTC()}
-		data, err := msg.Encode(st)
+func (k *sink) onTrigger(r resyncer) bus.CoreHandler {
+	return func(ctx context.Context, m *nats.Msg) error {
+		t, err := msg.DecodeTrigger(m.Data)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return err
 		}
-		if _, err := w.status.Put(ctx, key, data); err != nil {
-			errs = append(errs, err)
-			continue
+		k.env.Log.InfoContext(ctx, "resync requested", "source", k.source, "reason", t.Reason)
+		if err := r.Resync(ctx, k); err != nil {
+			return fmt.Errorf("resync %s: %w", k.source, err)
 		}
-		if !w.synced {
-			s := msg.Sync{Source: w.src.Name, Type: typ, Count: res.Counts[typ], Revision: st.Revision, Errors: problems, At: st.At}
-			if _, err := bus.Publish(ctx, w.env.JS, msg.SyncSubject(w.src.Name, typ), "", s); err != nil {
-				errs = append(errs, err)
-			}
+		if m.Reply != "" {
+			_ = m.Respond([]byte("ok"))
 		}
+		return nil
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if !w.synced {
-		w.synced = true
-		w.env.Health.Set("watcher/"+w.src.Name, nil)
-		w.env.Log.InfoContext(ctx, "initial sync complete", "source", w.src.Name, "counts", res.Counts)
-	}
-	return nil
-}
-
-// dedupe keeps the first object of each identity (a broken file's last good
-// objects may have been moved to another file meanwhile).
-func dedupe(objs []store.Object) []store.Object {
-	slices.SortStableFunc(objs, func(a, b store.Object) int {
-		if c := strings.Compare(a.Type, b.Type); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Name, b.Name); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Origin, b.Origin)
-	})
-	return slices.CompactFunc(objs, func(a, b store.Object) bool {
-		return a.Type == b.Type && a.Namespace == b.Namespace && a.Name == b.Name
-	})
-}
-
-func nested(obj map[string]any, keys ...string) any {
-	var cur any = obj
-	for _, k := range keys {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = m[k]
-	}
-	return cur
 }

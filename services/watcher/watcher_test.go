@@ -175,7 +175,7 @@ func TestWatcherStoresAndAnnounces(t *testing.T) {
 			}
 		})
 	}
-	if !strings.Contains(env.Logs.String(), "manifest not loaded") {
+	if !strings.Contains(env.Logs.String(), "source problem") {
 		t.Error("broken manifest not logged")
 	}
 	stop()

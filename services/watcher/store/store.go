@@ -334,3 +334,18 @@ func Hash(body map[string]any) (string, error) {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16]), nil
 }
+
+// Count returns how many objects of typ the bucket holds for this source,
+// as last seen.
+func (s *Store) Count(typ string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prefix := msg.ResourcePrefix(s.source, typ)
+	n := 0
+	for key := range s.known {
+		if strings.HasPrefix(key, prefix) {
+			n++
+		}
+	}
+	return n
+}
