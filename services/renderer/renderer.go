@@ -83,6 +83,28 @@ type targetState struct {
 	mu     sync.Mutex
 	parent trace.SpanContext // the last change that poked this target
 	cause  string
+	// The values the last render read (all: it listed them); nil before
+	// the first render, when any value matters.
+	valuesRead map[string]bool
+	allValues  bool
+}
+
+// dependsOnValue reports whether a change of the named value can change
+// the target's output.
+func (ts *targetState) dependsOnValue(name string) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.valuesRead == nil || ts.allValues || ts.valuesRead[name]
+}
+
+func (ts *targetState) recordValues(read []string, all bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.valuesRead = make(map[string]bool, len(read))
+	for _, n := range read {
+		ts.valuesRead[n] = true
+	}
+	ts.allValues = all
 }
 
 // poke records the change that made the target dirty and pokes its debouncer.
@@ -148,7 +170,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	if r.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
-	var specs []index.Spec
+	specs := []index.Spec{{Type: config.ValuesType}}
 	for _, name := range cfg.ResourceTypes() {
 		specs = append(specs, index.Spec{Type: name, IndexBy: cfg.WatchedResources[name].IndexBy})
 	}
@@ -171,7 +193,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 		r.targets[name] = ts
 	}
 	for _, s := range cfg.Sources {
-		for _, typ := range cfg.ResourceTypes() {
+		for _, typ := range cfg.SourceTypes(s) {
 			r.expected[s.Name+"."+typ] = true
 		}
 	}
@@ -343,6 +365,9 @@ func (r *renderer) onChange(ctx context.Context, c msg.Change) error {
 	}
 	sc := trace.SpanContextFromContext(ctx)
 	for _, ts := range r.targets {
+		if c.Type == config.ValuesType && !ts.dependsOnValue(c.Name) {
+			continue // a value this target does not read
+		}
 		ts.poke(sc, msg.ChangeSubject(c.Source, c.Type))
 	}
 	return nil
@@ -437,8 +462,11 @@ func (r *renderer) render(ctx context.Context, req request) {
 	if err == nil {
 		r.ix.Read(func(rev uint64) {
 			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause}
-			res, err = ts.t.Render(ctx, r.ix.Stores(), nil)
+			res, err = ts.t.Render(ctx, r.resources(), r.values())
 		})
+		if err == nil {
+			ts.recordValues(res.ValuesRead, res.AllValues)
+		}
 	}
 	for typ, n := range prov.Counts {
 		r.m.objects.WithLabelValues(typ).Set(float64(n))
@@ -486,6 +514,26 @@ func (r *renderer) render(ctx context.Context, req request) {
 		return
 	}
 	r.writeStatus(ctx, st, rev)
+}
+
+// resources are the watched types templates see (values are apart).
+func (r *renderer) resources() map[string]any {
+	out := r.ix.Stores()
+	delete(out, config.ValuesType)
+	return out
+}
+
+// values are the values of every value source by name.
+func (r *renderer) values() map[string]any {
+	items := r.ix.Store(config.ValuesType).Items()
+	out := make(map[string]any, len(items))
+	for _, it := range items {
+		name, _ := it.Object["name"].(string)
+		if name != "" {
+			out[name] = it.Object["value"]
+		}
+	}
+	return out
 }
 
 func (r *renderer) retryLater(req request) {

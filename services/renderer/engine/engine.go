@@ -128,6 +128,10 @@ type RegisteredError struct {
 type Output struct {
 	Files  []File
 	Errors []RegisteredError
+	// ValuesRead are the names of the values the render read; AllValues is
+	// set when it listed them all. A value outside both changes nothing.
+	ValuesRead []string
+	AllValues  bool
 }
 
 // ErrTemplate is matched (errors.Is) by every template error.
@@ -352,9 +356,10 @@ func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
 	if values == nil {
 		values = map[string]any{}
 	}
+	view := newValuesView(values)
 	st.data = exec.NewContext(map[string]any{
 		"resources":      newResources(in.Resources),
-		"values":         objectMap(values),
+		"values":         view,
 		"register_error": st.registerError,
 		stateKey:         st,
 	})
@@ -378,6 +383,7 @@ func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
 		return nil, errors.Join(errs...)
 	}
 	out.Errors = st.errors
+	out.ValuesRead, out.AllValues = view.result()
 	return out, nil
 }
 

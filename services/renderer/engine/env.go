@@ -275,7 +275,7 @@ func (n *setNode) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock) er
 	if n.base != "" {
 		v, _ := r.Environment.Context.Get(n.base)
 		switch v.(type) {
-		case objectMap, resourcesMap, *storeValue:
+		case objectMap, resourcesMap, *storeValue, valuesView:
 			return fmt.Errorf("cannot set an attribute or item of %q: resource data and values are read-only (use namespace())", n.base)
 		}
 	}

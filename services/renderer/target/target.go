@@ -81,6 +81,10 @@ type Result struct {
 	Bundle msg.Bundle
 	Errors []msg.ResourceError
 	Took   time.Duration
+	// ValuesRead names the values the render read; AllValues is set when it
+	// listed them all.
+	ValuesRead []string
+	AllValues  bool
 }
 
 // Render renders the target against resources (type name -> store) and
@@ -99,7 +103,7 @@ func (t *Target) Render(ctx context.Context, resources, values map[string]any) (
 	if err != nil {
 		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
 	}
-	res := Result{Bundle: b, Took: time.Since(start)}
+	res := Result{Bundle: b, Took: time.Since(start), ValuesRead: out.ValuesRead, AllValues: out.AllValues}
 	for _, e := range out.Errors {
 		res.Errors = append(res.Errors, msg.ResourceError{Type: e.Type, ID: e.ID, Message: e.Message})
 	}
