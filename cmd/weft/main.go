@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	switch args[0] {
 	case "up":
-		return host.Main("weft up", args[1:], true, Services...)
+		return host.Main(host.Binary{Name: "weft up", EmbeddedDefault: true, Services: Services}, args[1:])
 	case "render":
 		return renderCmd(ctx, args[1:], stdout, stderr)
 	case "status":

@@ -20,7 +20,7 @@ func Catalog() []Entry {
 		{ChangeSubject("<source>", "<type>"), "stream subject", SchemaChange, "one resource upsert/delete, only when its content changed"},
 		{SyncSubject("<source>", "<type>"), "stream subject", SchemaSync, "initial listing of a watched type complete, with counts"},
 		{RenderSubject("<target>"), "stream subject", SchemaRender, "a rendered bundle (hash, files, provenance) or a render failure"},
-		{ValidateSubject("<target>"), "core request (scatter-gather)", SchemaValidate + " → " + SchemaValidateReply, "one reply per validator kind (queue group per kind)"},
+		{ValidateSubject("<target>"), "core request (scatter-gather)", SchemaValidate + " → " + SchemaValidateReply, "one reply per validator kind (queue group per kind); `" + ValidateSubject(ConfigTarget) + "` validates a candidate configuration"},
 		{ValidatedSubject("<target>"), "stream subject", SchemaValidated, "the gathered verdict on a bundle"},
 		{DeploySubject("<target>", "<instance>"), "stream subject", SchemaDeployOrder, "deploy order for one instance"},
 		{DeployedSubject("<target>", "<instance>"), "stream subject", SchemaDeployed, "deploy outcome: files written, reloads, error"},
@@ -35,10 +35,11 @@ func Catalog() []Entry {
 		{StreamDeploys, "stream", "", strings.Join(streamSubjects(StreamDeploys), ", ")},
 		{StreamDLQ, "stream", "", strings.Join(streamSubjects(StreamDLQ), ", ")},
 		{BucketResources, "kv bucket", SchemaResource, "watched objects: `<source>.<type>.<namespace>.<name>`"},
-		{BucketStatus, "kv bucket", SchemaSyncStatus + ", " + SchemaRenderStatus + ", " + SchemaValidStatus + ", " + SchemaDeployStatus, "`sync.<source>.<type>`, `render.<target>`, `validate.<target>`, `deploy.<target>.<instance>`"},
+		{BucketStatus, "kv bucket", SchemaSyncStatus + ", " + SchemaRenderStatus + ", " + SchemaValidStatus + ", " + SchemaDeployStatus + ", " + SchemaConfigStatus, "`sync.<source>.<type>`, `render.<target>`, `validate.<target>`, `deploy.<target>.<instance>`, `config`"},
 		{BucketLeases, "kv bucket", "replica id", "`render.<target>`: which renderer replica renders a target"},
 		{BucketVerdicts, "kv bucket", SchemaValidated, "`<bundle hash>.<kinds>`: cached verdicts"},
-		{ObjectBundles, "object store", SchemaBundle, "rendered bundles by content hash"},
+		{BucketConfig, "kv bucket", SchemaConfig, "`current`: the active configuration when it comes from a ConfigMap (`weft up --config-map`)"},
+		{ObjectBundles, "object store", SchemaBundle + ", " + SchemaConfig, "rendered bundles by content hash; candidate configurations as `config-<hash>`"},
 	}
 }
 

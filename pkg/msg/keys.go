@@ -88,3 +88,10 @@ func KeyUnescape(s string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// ConfigStatusKey holds the ConfigStatus in BucketStatus; ConfigKey the
+// active Config in BucketConfig.
+const (
+	ConfigStatusKey = "config"
+	ConfigKey       = "current"
+)

@@ -45,6 +45,11 @@ func ReadStatus(ctx context.Context, kv StatusReader) (StatusReport, error) {
 		}
 		kind, rest, _ := strings.Cut(key, ".")
 		switch kind {
+		case ConfigStatusKey:
+			var s ConfigStatus
+			if Decode(e.Value(), &s) == nil {
+				rep.Config = &s
+			}
 		case "sync":
 			var s SyncStatus
 			if Decode(e.Value(), &s) == nil {

@@ -25,6 +25,8 @@ const (
 	SchemaValidStatus   = "weft.validationstatus.v1"
 	SchemaDeployStatus  = "weft.deploystatus.v1"
 	SchemaStatusReport  = "weft.statusreport.v1"
+	SchemaConfig        = "weft.config.v1"
+	SchemaConfigStatus  = "weft.configstatus.v1"
 )
 
 // Op is what happened to a resource.
@@ -163,16 +165,28 @@ func (r Render) Validate() error {
 // RenderID is the Nats-Msg-Id of a render.
 func RenderID(target string, version uint64) string { return fmt.Sprintf("%s@%d", target, version) }
 
-// ValidateRequest asks every validator kind for its verdict on a bundle.
+// ValidateRequest asks every validator kind for its verdict on a bundle,
+// or on a candidate configuration (ConfigHash: a Config in ObjectBundles
+// under ConfigObject(hash); Target is then ConfigTarget).
 type ValidateRequest struct {
 	Target     string `json:"target"`
 	Version    uint64 `json:"version"`
-	BundleHash string `json:"bundleHash"`
+	BundleHash string `json:"bundleHash,omitempty"`
+	ConfigHash string `json:"configHash,omitempty"`
 }
+
+// ConfigTarget is the target token of configuration validation requests.
+const ConfigTarget = "_config"
 
 func (ValidateRequest) Schema() string { return SchemaValidate }
 func (v ValidateRequest) Validate() error {
-	return need("target", v.Target, "bundleHash", v.BundleHash)
+	if err := need("target", v.Target); err != nil {
+		return err
+	}
+	if (v.BundleHash == "") == (v.ConfigHash == "") {
+		return fmt.Errorf("%w: a validation request names exactly one of bundleHash and configHash", ErrInvalid)
+	}
+	return nil
 }
 
 // Problem is one finding of a validator.
@@ -370,6 +384,35 @@ func (s DeployStatus) Validate() error {
 	return need("target", s.Target, "instance", s.Instance)
 }
 
+// Config is a candidate or active weft configuration (weft.yaml text), as
+// stored in BucketConfig and ObjectBundles.
+type Config struct {
+	Hash   string    `json:"hash"`
+	YAML   string    `json:"yaml"`
+	Origin string    `json:"origin,omitempty"` // e.g. configmap kube-system/weft
+	At     time.Time `json:"at"`
+}
+
+func (Config) Schema() string    { return SchemaConfig }
+func (c Config) Validate() error { return need("hash", c.Hash, "yaml", c.YAML) }
+
+// ConfigObject is the object store name of a candidate configuration.
+func ConfigObject(hash string) string { return "config-" + hash }
+
+// ConfigStatus is the state of configuration from a ConfigMap: the last
+// candidate, its verdict, and the configuration running.
+type ConfigStatus struct {
+	Candidate string    `json:"candidate"`
+	OK        bool      `json:"ok"`
+	Problems  []Problem `json:"problems,omitempty"`
+	Active    string    `json:"active,omitempty"`
+	Origin    string    `json:"origin,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+func (ConfigStatus) Schema() string    { return SchemaConfigStatus }
+func (s ConfigStatus) Validate() error { return need("candidate", s.Candidate) }
+
 // TargetReport is everything known about one target.
 type TargetReport struct {
 	Target     string            `json:"target"`
@@ -380,6 +423,7 @@ type TargetReport struct {
 
 // StatusReport answers APIStatus and `weft status`.
 type StatusReport struct {
+	Config  *ConfigStatus  `json:"config,omitempty"`
 	Syncs   []SyncStatus   `json:"syncs,omitempty"`
 	Targets []TargetReport `json:"targets"`
 	At      time.Time      `json:"at"`

@@ -28,7 +28,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
-	"github.com/weftio/weft/services/validator/gather"
+	"github.com/weftio/weft/pkg/svc/gather"
 	"github.com/weftio/weft/services/validator/haproxycheck"
 	"github.com/weftio/weft/services/validator/kind"
 )
@@ -132,7 +132,18 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 		reply := msg.ValidateReply{Kind: c.Name(), Replica: v.env.Replica}
 		var req msg.ValidateRequest
 		err := msg.Decode(m.Data, &req)
-		if err == nil {
+		switch {
+		case err != nil:
+		case req.ConfigHash != "":
+			cc, ok := c.(kind.ConfigChecker)
+			if !ok {
+				return nil // configurations are not this kind's business; the requester does not expect it
+			}
+			var cfg msg.Config
+			if cfg, err = v.config(ctx, req.ConfigHash); err == nil {
+				reply.Problems, err = cc.CheckConfig(ctx, cfg)
+			}
+		default:
 			var b msg.Bundle
 			if b, err = v.bundle(ctx, req.BundleHash); err == nil {
 				reply.Problems, err = c.Check(ctx, b)
@@ -163,6 +174,18 @@ func (v *validator) bundle(ctx context.Context, hash string) (msg.Bundle, error)
 		return msg.Bundle{}, fmt.Errorf("read bundle %s: %w", hash, err)
 	}
 	return msg.DecodeBundle(data)
+}
+
+func (v *validator) config(ctx context.Context, hash string) (msg.Config, error) {
+	var c msg.Config
+	data, err := v.bundles.GetBytes(ctx, msg.ConfigObject(hash))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return c, msg.Permanent(fmt.Errorf("configuration %s not in the object store", hash))
+	}
+	if err != nil {
+		return c, fmt.Errorf("read configuration %s: %w", hash, err)
+	}
+	return c, msg.Decode(data, &c)
 }
 
 // onRender gathers the verdict on one render message.

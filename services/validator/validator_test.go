@@ -13,7 +13,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/validator"
-	"github.com/weftio/weft/services/validator/gather"
+	"github.com/weftio/weft/pkg/svc/gather"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

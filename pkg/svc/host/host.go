@@ -31,6 +31,7 @@ import (
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
 	"github.com/weftio/weft/pkg/svc/health"
+	"github.com/weftio/weft/pkg/svc/liveconfig"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
@@ -44,6 +45,13 @@ type Settings struct {
 	Listen   string // WEFT_LISTEN: health and metrics address
 	LogLevel string // WEFT_LOG_LEVEL: debug, info, warn, error
 	Replicas int    // WEFT_REPLICAS: JetStream replicas of streams and buckets
+	// ConfigMap ("<namespace>/<name>", WEFT_CONFIG_MAP) makes the
+	// configuration come from that ConfigMap's key ConfigKey
+	// (WEFT_CONFIG_KEY, default weft.yaml), validated before it goes live;
+	// Kubeconfig (WEFT_KUBECONFIG) reaches the cluster (empty: in-cluster).
+	ConfigMap  string
+	ConfigKey  string
+	Kubeconfig string
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -59,7 +67,14 @@ func (s *Settings) Flags(fs *flag.FlagSet, embeddedDefault bool) {
 	fs.StringVar(&s.Listen, "listen", env("WEFT_LISTEN", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics [WEFT_LISTEN]")
 	fs.StringVar(&s.LogLevel, "log-level", env("WEFT_LOG_LEVEL", "info"), "debug, info, warn or error [WEFT_LOG_LEVEL]")
 	fs.IntVar(&s.Replicas, "replicas", envInt("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
+	fs.StringVar(&s.ConfigMap, "config-map", env("WEFT_CONFIG_MAP", ""), "take the configuration from this ConfigMap (<namespace>/<name>), validated before it goes live [WEFT_CONFIG_MAP]")
+	fs.StringVar(&s.ConfigKey, "config-key", env("WEFT_CONFIG_KEY", "weft.yaml"), "the ConfigMap key holding weft.yaml [WEFT_CONFIG_KEY]")
+	fs.StringVar(&s.Kubeconfig, "kubeconfig", env("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
 }
+
+// ConfigMapWatcher follows a ConfigMap key and proposes each new content
+// (liveconfig.Propose). It is given by binaries that can reach Kubernetes.
+type ConfigMapWatcher func(ctx context.Context, env svc.Env, s Settings) error
 
 // RunFunc is a service's Run.
 type RunFunc func(ctx context.Context, env svc.Env, cfg *config.Config) error
@@ -70,34 +85,52 @@ type Service struct {
 	Run  RunFunc
 }
 
-// Main parses args for a binary that runs services and runs them until a
-// signal. It returns the first service error.
-func Main(name string, args []string, embeddedDefault bool, services ...Service) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+// Binary describes a program that runs services.
+type Binary struct {
+	Name            string
+	EmbeddedDefault bool // no --nats-url: start an embedded server
+	Services        []Service
+	// ConfigMap follows --config-map; nil: the binary cannot take its
+	// configuration from a ConfigMap itself (it can still run on one
+	// another process activated, with --config-map).
+	ConfigMap ConfigMapWatcher
+}
+
+// Main parses args and runs the binary's services until a signal. It
+// returns the first service error.
+func Main(b Binary, args []string) error {
+	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
 	var s Settings
-	s.Flags(fs, embeddedDefault)
+	s.Flags(fs, b.EmbeddedDefault)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return Run(ctx, s, services...)
+	return Run(ctx, s, b)
 }
 
-// Run runs services with settings s until ctx is done.
-func Run(ctx context.Context, s Settings, services ...Service) error {
+// Run runs the binary's services with settings s until ctx is done. With a
+// ConfigMap the services start once a configuration is active and restart
+// on every newly activated one.
+func Run(ctx context.Context, s Settings, b Binary) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s.LogLevel)); err != nil {
 		return fmt.Errorf("log level: %w", err)
 	}
 	log := telemetry.NewLogger(os.Stderr, level)
-	cfg, err := config.Load(s.Config)
-	if err != nil {
-		return err
+	var fileCfg *config.Config
+	dir, _ := os.Getwd()
+	if s.ConfigMap == "" {
+		cfg, err := config.Load(s.Config)
+		if err != nil {
+			return err
+		}
+		fileCfg, dir = cfg, cfg.Dir
 	}
 	url := s.NATSURL
 	if url == "" {
-		ns, err := startEmbedded(s, cfg)
+		ns, err := startEmbedded(s, dir)
 		if err != nil {
 			return err
 		}
@@ -138,20 +171,95 @@ func Run(ctx context.Context, s Settings, services ...Service) error {
 			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
 		})
 	})
-	for _, sv := range services {
-		g.Go(func() error {
-			if err := sv.Run(gctx, env, cfg); err != nil {
-				return fmt.Errorf("%s: %w", sv.Name, err)
-			}
-			return nil
-		})
+	var configs <-chan *config.Config
+	if fileCfg != nil {
+		ch := make(chan *config.Config, 1)
+		ch <- fileCfg
+		configs = ch
+	} else {
+		if b.ConfigMap != nil {
+			g.Go(func() error { return b.ConfigMap(gctx, env, s) })
+		}
+		checks.Pending("configuration")
+		if configs, err = liveconfig.Watch(gctx, env, dir); err != nil {
+			return err
+		}
 	}
+	g.Go(func() error { return runServices(gctx, env, b.Services, configs) })
 	err = g.Wait()
 	log.Info("stopped", "err", err)
 	return err
 }
 
-func startEmbedded(s Settings, cfg *config.Config) (*server.Server, error) {
+// runServices runs services on each configuration from configs, stopping
+// them before starting them again on the next, until ctx is done or one
+// fails.
+func runServices(ctx context.Context, env svc.Env, services []Service, configs <-chan *config.Config) error {
+	var cur *running
+	defer func() { cur.stop() }()
+	for {
+		var done <-chan error
+		if cur != nil {
+			done = cur.done
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-done:
+			return err
+		case cfg, ok := <-configs:
+			if !ok {
+				configs = nil // the source ended; keep running what runs
+				continue
+			}
+			if cur != nil {
+				env.Log.Info("configuration changed; restarting services", "hash", cfg.Hash)
+				if err := cur.stop(); err != nil {
+					return err
+				}
+			}
+			env.Health.Set("configuration", nil)
+			cur = start(ctx, env, services, cfg)
+		}
+	}
+}
+
+// running is one generation of services on one configuration.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(ctx context.Context, env svc.Env, services []Service, cfg *config.Config) *running {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- runAll(ctx, env, services, cfg) }()
+	return r
+}
+
+// stop cancels the generation and waits for it.
+func (r *running) stop() error {
+	if r == nil {
+		return nil
+	}
+	r.cancel()
+	return <-r.done
+}
+
+func runAll(ctx context.Context, env svc.Env, services []Service, cfg *config.Config) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, sv := range services {
+		g.Go(func() error {
+			if err := sv.Run(ctx, env, cfg); err != nil {
+				return fmt.Errorf("%s: %w", sv.Name, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func startEmbedded(s Settings, configDir string) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(s.Embedded)
 	if err != nil {
 		return nil, fmt.Errorf("nats-listen: %w", err)
@@ -165,7 +273,7 @@ func startEmbedded(s Settings, cfg *config.Config) (*server.Server, error) {
 	}
 	dir := s.DataDir
 	if dir == "" {
-		dir = filepath.Join(cfg.Dir, ".weft")
+		dir = filepath.Join(configDir, ".weft")
 	}
 	return embedded.Start(embedded.Options{Host: host, Port: port, StoreDir: dir})
 }

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/services/renderer/engine"
+	"github.com/weftio/weft/services/renderer/target"
 	"github.com/weftio/weft/services/validator/haproxycheck"
 )
 
@@ -107,4 +110,44 @@ func (h HAProxyChecker) Check(ctx context.Context, b msg.Bundle) ([]msg.Problem,
 		out = append(out, msg.Problem{File: b.Main, Severity: "error", Message: err.Error()})
 	}
 	return out, nil
+}
+
+// ConfigChecker is a kind that can also judge a candidate configuration.
+type ConfigChecker interface {
+	CheckConfig(ctx context.Context, c msg.Config) ([]msg.Problem, error)
+}
+
+// CheckConfig parses a candidate weft.yaml (structure, field paths, names)
+// and compiles every target's templates, so that a configuration that
+// cannot render never goes live. Each problem names the configuration field
+// or the template and line.
+func (TemplateChecker) CheckConfig(_ context.Context, c msg.Config) ([]msg.Problem, error) {
+	cfg, err := config.Parse([]byte(c.YAML), "/")
+	if err != nil {
+		return splitProblems("weft.yaml", err), nil
+	}
+	var out []msg.Problem
+	for _, name := range cfg.TargetNames() {
+		if _, err := target.Compile(name, cfg.Targets[name]); err != nil {
+			for _, p := range splitProblems("targets."+name, err) {
+				var te *engine.Error
+				if errors.As(err, &te) && te.Line > 0 && len(splitProblems("", err)) == 1 {
+					p.Line = te.Line
+				}
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// splitProblems turns an error (possibly joined) into one problem per line.
+func splitProblems(file string, err error) []msg.Problem {
+	var out []msg.Problem
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, msg.Problem{File: file, Severity: "error", Message: line})
+		}
+	}
+	return out
 }

@@ -17,5 +17,5 @@ func main() {
 }
 
 func run() error {
-	return host.Main("weft-deployer", os.Args[1:], false, host.Service{Name: deployer.Service, Run: deployer.Run})
+	return host.Main(host.Binary{Name: "weft-deployer", Services: []host.Service{{Name: deployer.Service, Run: deployer.Run}}}, os.Args[1:])
 }

@@ -17,5 +17,5 @@ func main() {
 }
 
 func run() error {
-	return host.Main("weft-renderer", os.Args[1:], false, host.Service{Name: renderer.Service, Run: renderer.Run})
+	return host.Main(host.Binary{Name: "weft-renderer", Services: []host.Service{{Name: renderer.Service, Run: renderer.Run}}}, os.Args[1:])
 }

@@ -17,5 +17,5 @@ func main() {
 }
 
 func run() error {
-	return host.Main("weft-validator", os.Args[1:], false, host.Service{Name: validator.Service, Run: validator.Run})
+	return host.Main(host.Binary{Name: "weft-validator", Services: []host.Service{{Name: validator.Service, Run: validator.Run}}}, os.Args[1:])
 }

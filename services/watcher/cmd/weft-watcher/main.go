@@ -17,5 +17,5 @@ func main() {
 }
 
 func run() error {
-	return host.Main("weft-watcher", os.Args[1:], false, host.Service{Name: watcher.Service, Run: watcher.Run})
+	return host.Main(host.Binary{Name: "weft-watcher", Services: []host.Service{{Name: watcher.Service, Run: watcher.Run}}}, os.Args[1:])
 }
