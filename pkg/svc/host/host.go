@@ -206,6 +206,7 @@ func runServices(ctx context.Context, env svc.Env, services []Service, configs <
 		case <-ctx.Done():
 			return nil
 		case err := <-done:
+			cur = nil // finished: nothing to stop
 			return err
 		case cfg, ok := <-configs:
 			if !ok {
