@@ -7,7 +7,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 // TestOneTraceFromChangeToDeploy edits a manifest and follows the trace: the
 // watcher's relay, the renderer's change handler and render, the

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
@@ -194,4 +195,19 @@ func CounterValue(t testing.TB, reg prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// IgnoredGoroutines are background goroutines of the NATS client that
+// outlive a closed connection by a moment; leak checks ignore them.
+var IgnoredGoroutines = []string{
+	"github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect",
+}
+
+// LeakOptions are the goleak options every leak check uses.
+func LeakOptions() []goleak.Option {
+	opts := make([]goleak.Option, 0, len(IgnoredGoroutines))
+	for _, f := range IgnoredGoroutines {
+		opts = append(opts, goleak.IgnoreTopFunction(f))
+	}
+	return opts
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/weftio/weft/services/deployer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 type fixture struct {
 	t    *testing.T

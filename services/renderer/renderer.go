@@ -37,6 +37,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/services/renderer/debounce"
 	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/services/renderer/lease"
 	"github.com/weftio/weft/services/renderer/target"
 )
 
@@ -47,6 +48,7 @@ const Service = "renderer"
 var ErrUnknownTarget = errors.New("unknown target")
 
 type metrics struct {
+	leases   *prometheus.GaugeVec
 	renders  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	objects  *prometheus.GaugeVec
@@ -54,6 +56,9 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		leases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weft_renderer_lease_held", Help: "1 when this replica holds a target's render lease.",
+		}, []string{"target"}),
 		renders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_renderer_renders_total", Help: "Renders by target and outcome (published, unchanged, failed).",
 		}, []string{"target", "outcome"}),
@@ -65,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "weft_renderer_index_objects", Help: "Objects in the render index by type.",
 		}, []string{"type"}),
 	}
-	return m, svc.Register(reg, Service, m.renders, m.duration, m.objects)
+	return m, svc.Register(reg, Service, m.leases, m.renders, m.duration, m.objects)
 }
 
 type request struct {
@@ -79,6 +84,7 @@ type targetState struct {
 	t       *target.Target
 	compile error
 	deb     *debounce.Debouncer
+	lease   *lease.Lease
 
 	mu     sync.Mutex
 	parent trace.SpanContext // the last change that poked this target
@@ -170,6 +176,14 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	if r.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
+	leases, err := env.JS.KeyValue(ctx, msg.BucketLeases)
+	if err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	ls, err := leases.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
 	specs := []index.Spec{{Type: config.ValuesType}}
 	for _, name := range cfg.ResourceTypes() {
 		specs = append(specs, index.Spec{Type: name, IndexBy: cfg.WatchedResources[name].IndexBy})
@@ -188,6 +202,9 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 			}
 		})
 		if err != nil {
+			return nil, err
+		}
+		if ts.lease, err = lease.New(leases, msg.RenderLeaseKey(name), env.Replica, ls.TTL()); err != nil {
 			return nil, err
 		}
 		r.targets[name] = ts
@@ -237,10 +254,22 @@ func (r *renderer) run(ctx context.Context) error {
 	changes.Stage, triggers.Stage = "changes", "trigger-render"
 	g.Go(func() error { return bus.Consume(ctx, cons, r.onMessage, changes) })
 	g.Go(func() error {
-		return bus.Serve(ctx, r.env.NC, msg.TriggerRenderAll, "weft-renderer", r.onTrigger, triggers)
+		return bus.Serve(ctx, r.env.NC, msg.TriggerRenderAll, "", r.onTrigger, triggers) // every replica: the lease holder renders
 	})
 	g.Go(func() error { return r.loop(ctx) })
 	for name, ts := range r.targets {
+		g.Go(func() error {
+			return ts.lease.Run(ctx, func(held bool) {
+				r.env.Log.Info("render lease", "target", name, "held", held)
+				r.m.leases.WithLabelValues(name).Set(map[bool]float64{true: 1, false: 0}[held])
+				if held {
+					select {
+					case r.reqs <- request{target: name, cause: "lease"}:
+					case <-ctx.Done():
+					}
+				}
+			})
+		})
 		if d := r.cfg.Targets[name].Render.MaxIdle.D(); d > 0 {
 			g.Go(func() error { return r.idle(ctx, name, ts, d) })
 		}
@@ -400,6 +429,9 @@ func (r *renderer) onTrigger(ctx context.Context, m *nats.Msg) error {
 	if _, ok := r.targets[name]; !ok {
 		return msg.Permanent(fmt.Errorf("%w %q", ErrUnknownTarget, name))
 	}
+	if !r.targets[name].lease.Held() {
+		return nil // the replica holding the lease renders it
+	}
 	r.env.Log.InfoContext(ctx, "render requested", "target", name, "reason", t.Reason, "by", t.By)
 	select {
 	case r.reqs <- request{target: name, force: true, cause: "trigger", parent: trace.SpanContextFromContext(ctx)}:
@@ -435,7 +467,7 @@ func (r *renderer) loop(ctx context.Context) error {
 	case <-r.synced:
 	}
 	for _, name := range r.cfg.TargetNames() {
-		r.render(ctx, request{target: name, cause: "start"})
+		r.render(ctx, request{target: name, cause: "start"}) // where the lease is already held
 	}
 	for {
 		select {
@@ -449,6 +481,9 @@ func (r *renderer) loop(ctx context.Context) error {
 
 func (r *renderer) render(ctx context.Context, req request) {
 	ts := r.targets[req.target]
+	if !ts.lease.Held() {
+		return // another replica renders this target
+	}
 	pctx := ctx
 	if req.parent.IsValid() {
 		pctx = trace.ContextWithRemoteSpanContext(ctx, req.parent)

@@ -15,7 +15,7 @@ import (
 	"github.com/weftio/weft/services/renderer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 const cfgYAML = `
 sources: [{name: m, type: manifests, path: unused}]

@@ -16,7 +16,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/gather"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 const cfgYAML = `
 targets:

@@ -18,7 +18,7 @@ import (
 	"github.com/weftio/weft/services/watcher"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 const cfgYAML = `
 sources:

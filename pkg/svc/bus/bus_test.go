@@ -16,7 +16,7 @@ import (
 	"github.com/weftio/weft/pkg/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 func options(t *testing.T, env *testkit.Env) bus.Options {
 	m, err := bus.NewMetrics("test", env.Registry)
