@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/weftio/weft/pkg/testkit"
 	"go.uber.org/goleak"
 )
 

@@ -27,6 +27,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/services/watcher/relay"
 	"github.com/weftio/weft/services/watcher/source"
+	"github.com/weftio/weft/services/watcher/source/kv"
 	"github.com/weftio/weft/services/watcher/source/manifests"
 	"github.com/weftio/weft/services/watcher/store"
 )
@@ -122,10 +123,16 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 }
 
 // newSource builds the source of one configured source.
-func newSource(_ svc.Env, cfg *config.Config, src config.Source) (source.Source, error) {
+func newSource(env svc.Env, cfg *config.Config, src config.Source) (source.Source, error) {
 	switch src.Type {
 	case config.SourceManifests:
 		return manifests.NewSource(src.Path, src.Rescan.D(), cfg.ResourceTypes(), cfg.TypeFor), nil
+	case config.SourceNATSKV, config.SourceEnv, config.SourceFile, config.SourceEtcd, config.SourceRedis:
+		var opts []kv.Option
+		if src.Type == config.SourceNATSKV && src.Address == "" {
+			opts = append(opts, kv.WithNATSConn(env.NC)) // the NATS weft runs on
+		}
+		return kv.New(src, opts...)
 	}
 	return nil, fmt.Errorf("source type %q cannot run in this build", src.Type)
 }

@@ -1,0 +1,227 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/services/watcher/source"
+)
+
+var (
+	// ErrConfig is wrapped by every error New returns for a source it
+	// cannot build: an unknown type, a missing or invalid option.
+	ErrConfig = errors.New("kv: invalid source configuration")
+	// ErrUnavailable is wrapped by the problems a source reports when its
+	// backend cannot be read for now: a server down, a bucket or file
+	// missing, a password refused.
+	ErrUnavailable = errors.New("kv: backend unavailable")
+	// ErrInvalidData is wrapped by the problems a source reports about what
+	// it read: a key with no name, two keys giving one name, a file that
+	// does not parse.
+	ErrInvalidData = errors.New("kv: invalid data")
+	// ErrRunning is returned by Run when the source is already running.
+	ErrRunning = errors.New("kv: source already running")
+)
+
+// DefaultNATSAddress is where a natskv source connects when src.Address is
+// empty and no connection was given with WithNATSConn.
+const DefaultNATSAddress = "nats://127.0.0.1:4222"
+
+// Default backoff between attempts after a failure.
+const (
+	DefaultBackoffFirst = 250 * time.Millisecond
+	DefaultBackoffMax   = 30 * time.Second
+)
+
+// Option adjusts a source built by New.
+type Option func(*options) error
+
+type options struct {
+	nc           *nats.Conn
+	environ      func() []string
+	backoffFirst time.Duration
+	backoffMax   time.Duration
+}
+
+// WithNATSConn makes a natskv source use nc instead of dialling src.Address
+// (the all-in-one process shares its connection). The source never closes
+// nc. Other backends ignore it.
+func WithNATSConn(nc *nats.Conn) Option {
+	return func(o *options) error {
+		if nc == nil {
+			return fmt.Errorf("%w: WithNATSConn: nil connection", ErrConfig)
+		}
+		o.nc = nc
+		return nil
+	}
+}
+
+// WithEnviron replaces os.Environ: environ returns the environment as
+// "NAME=value" entries. An env source reads its variables from it, and
+// every backend looks up the variable named by password_env in it.
+func WithEnviron(environ func() []string) Option {
+	return func(o *options) error {
+		if environ == nil {
+			return fmt.Errorf("%w: WithEnviron: nil function", ErrConfig)
+		}
+		o.environ = environ
+		return nil
+	}
+}
+
+// WithBackoff sets the wait before the first retry after a failure and the
+// longest wait the doubling may reach (defaults DefaultBackoffFirst and
+// DefaultBackoffMax). Each wait gets up to 20% of random jitter.
+func WithBackoff(first, max time.Duration) Option {
+	return func(o *options) error {
+		if first <= 0 || max < first {
+			return fmt.Errorf("%w: backoff %s..%s: want 0 < first <= max", ErrConfig, first, max)
+		}
+		o.backoffFirst, o.backoffMax = first, max
+		return nil
+	}
+}
+
+// New builds the source of src.Type (config.SourceNATSKV, SourceEnv,
+// SourceFile, SourceEtcd or SourceRedis) and checks its options: the
+// prefix and keys, and what the backend needs. Nothing is contacted before
+// Run. Every error wraps ErrConfig.
+func New(src config.Source, opts ...Option) (source.Source, error) {
+	o := options{environ: os.Environ, backoffFirst: DefaultBackoffFirst, backoffMax: DefaultBackoffMax}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if src.Rescan < 0 {
+		return nil, fmt.Errorf("%w: %s source %q: rescan must not be negative", ErrConfig, src.Type, src.Name)
+	}
+	sc, err := newScope(src.Prefix, src.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("%s source %q: %w", src.Type, src.Name, err)
+	}
+	b := base{
+		typ:     src.Type,
+		scope:   sc,
+		rescan:  src.Rescan.D(),
+		bo:      backoffConfig{first: o.backoffFirst, max: o.backoffMax},
+		running: new(atomic.Bool),
+	}
+	if b.rescan == 0 {
+		b.rescan = config.DefaultRescan
+	}
+	var s source.Source
+	switch src.Type {
+	case config.SourceNATSKV:
+		s, err = newNATS(b, src, o)
+	case config.SourceEnv:
+		s, err = newEnv(b, o)
+	case config.SourceFile:
+		s, err = newFile(b, src)
+	case config.SourceEtcd:
+		s, err = newEtcd(b, src, o)
+	case config.SourceRedis:
+		s, err = newRedis(b, src, o)
+	default:
+		err = fmt.Errorf("%w: type %q is not a key-value source (known: %s)", ErrConfig, src.Type,
+			strings.Join([]string{config.SourceNATSKV, config.SourceEnv, config.SourceFile, config.SourceEtcd, config.SourceRedis}, ", "))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s source %q: %w", src.Type, src.Name, err)
+	}
+	return s, nil
+}
+
+// base is what every backend shares.
+type base struct {
+	typ     string
+	scope   scope
+	rescan  time.Duration
+	bo      backoffConfig
+	running *atomic.Bool
+}
+
+// start marks the source running; the returned func marks it stopped.
+func (b *base) start() (func(), error) {
+	if !b.running.CompareAndSwap(false, true) {
+		return nil, ErrRunning
+	}
+	return func() { b.running.Store(false) }, nil
+}
+
+// timeout bounds one request to the backend (one page of a full read):
+// the rescan interval, kept within 1s..10s.
+func (b *base) timeout() time.Duration {
+	return min(max(b.rescan, time.Second), 10*time.Second)
+}
+
+// unavailable wraps a passing failure of the backend.
+func (b *base) unavailable(err error, format string, args ...any) error {
+	return fmt.Errorf("%s: %w: %s: %w", b.typ, ErrUnavailable, fmt.Sprintf(format, args...), err)
+}
+
+// password returns the value of the variable named by passwordEnv, or ""
+// when none is named; a named variable that is unset or empty is an error.
+func password(passwordEnv string, environ func() []string) (string, error) {
+	if passwordEnv == "" {
+		return "", nil
+	}
+	v, ok := lookupEnv(environ(), passwordEnv)
+	if !ok || v == "" {
+		return "", fmt.Errorf("%w: password_env: the variable %s is not set", ErrConfig, passwordEnv)
+	}
+	return v, nil
+}
+
+func lookupEnv(environ []string, name string) (string, bool) {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+type backoffConfig struct{ first, max time.Duration }
+
+// backoff is the wait between attempts after failures: first, then doubled
+// up to max, each with up to 20% of jitter. reset starts again from first.
+type backoff struct {
+	cfg backoffConfig
+	cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.cfg.first
+	} else {
+		b.cur = min(2*b.cur, b.cfg.max)
+	}
+	return b.cur + time.Duration(rand.Int64N(int64(b.cur)/5+1))
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,196 @@
+package kv
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/services/watcher/source"
+	"github.com/weftio/weft/services/watcher/store"
+)
+
+// entry is one value and where it came from.
+type entry struct {
+	value string
+	key   string // the backend's key
+	field string // the Redis hash field, "" otherwise
+}
+
+func (e entry) compare(o entry) int {
+	return cmp.Or(cmp.Compare(e.key, o.key), cmp.Compare(e.field, o.field))
+}
+
+func (e entry) String() string {
+	if e.field != "" {
+		return fmt.Sprintf("%q field %q", e.key, e.field)
+	}
+	return fmt.Sprintf("%q", e.key)
+}
+
+// listing is the result of one full read.
+type listing struct {
+	typ      string
+	vals     map[string]entry
+	problems []error
+}
+
+func newListing(typ string, size int) *listing {
+	return &listing{typ: typ, vals: make(map[string]entry, size)}
+}
+
+// add records the value named name; when two keys give one name, the one
+// that sorts first is kept and the other reported.
+func (l *listing) add(name string, e entry) {
+	old, dup := l.vals[name]
+	if !dup {
+		l.vals[name] = e
+		return
+	}
+	keep, drop := old, e
+	if e.compare(old) < 0 {
+		keep, drop = e, old
+	}
+	l.vals[name] = keep
+	l.problem(fmt.Errorf("%s: %w: %s and %s both give the value %q; %s is used", l.typ, ErrInvalidData, keep, drop, name, keep))
+}
+
+func (l *listing) problem(err error) { l.problems = append(l.problems, err) }
+
+// reporter tells the sink what one source holds, remembering what it told.
+type reporter struct {
+	sink   source.Sink
+	typ    string
+	synced bool
+	cur    map[string]entry
+	// byKey indexes cur by backend key; built on first need after a Replace.
+	byKey map[string][]string
+	// reported are the texts of the last listing's problems, so that a
+	// re-read reports only new ones.
+	reported map[string]bool
+}
+
+func newReporter(sink source.Sink, typ string) *reporter {
+	return &reporter{sink: sink, typ: typ, cur: map[string]entry{}}
+}
+
+func (r *reporter) object(name string, e entry) store.Object {
+	extra := map[string]any{"key": e.key, "source": r.typ}
+	if e.field != "" {
+		extra["field"] = e.field
+	}
+	return source.Value(name, e.value, extra)
+}
+
+// replace gives the sink the complete listing, and marks the first one
+// synced with its problems; later listings report their new problems.
+func (r *reporter) replace(ctx context.Context, l *listing) error {
+	names := make([]string, 0, len(l.vals))
+	for name := range l.vals {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	objs := make([]store.Object, len(names))
+	for i, name := range names {
+		objs[i] = r.object(name, l.vals[name])
+	}
+	if err := r.sink.Replace(ctx, config.ValuesType, objs); err != nil {
+		return fmt.Errorf("%s: replace: %w", r.typ, err)
+	}
+	r.cur, r.byKey = l.vals, nil
+	texts := make([]string, len(l.problems))
+	for i, p := range l.problems {
+		texts[i] = p.Error()
+	}
+	if !r.synced {
+		if err := r.sink.Synced(ctx, config.ValuesType, texts); err != nil {
+			return fmt.Errorf("%s: synced: %w", r.typ, err)
+		}
+		r.synced = true
+	} else {
+		for i, p := range l.problems {
+			if !r.reported[texts[i]] {
+				r.sink.Problem(ctx, p)
+			}
+		}
+	}
+	r.reported = make(map[string]bool, len(texts))
+	for _, t := range texts {
+		r.reported[t] = true
+	}
+	return nil
+}
+
+func (r *reporter) index() {
+	if r.byKey != nil {
+		return
+	}
+	r.byKey = make(map[string][]string, len(r.cur))
+	for name, e := range r.cur {
+		r.byKey[e.key] = append(r.byKey[e.key], name)
+	}
+}
+
+// setKey makes vals (by name) the values that the backend key k gives,
+// with Upsert and Delete: names k gave before and not now are deleted.
+// A name already given by another key stays with the key that sorts first.
+func (r *reporter) setKey(ctx context.Context, k string, vals map[string]entry) error {
+	r.index()
+	var errs []error
+	for _, name := range slices.Clone(r.byKey[k]) {
+		if _, keep := vals[name]; keep {
+			continue
+		}
+		if err := r.sink.Delete(ctx, config.ValuesType, "", name); err != nil {
+			errs = append(errs, fmt.Errorf("%s: delete %q: %w", r.typ, name, err))
+			continue
+		}
+		r.drop(name)
+	}
+	names := make([]string, 0, len(vals))
+	for name := range vals {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		e := vals[name]
+		old, ok := r.cur[name]
+		if ok && old == e {
+			continue
+		}
+		if ok && old.key != k {
+			if e.compare(old) > 0 {
+				r.sink.Problem(ctx, fmt.Errorf("%s: %w: %s and %s both give the value %q; %s is used", r.typ, ErrInvalidData, old, e, name, old))
+				continue
+			}
+			r.sink.Problem(ctx, fmt.Errorf("%s: %w: %s and %s both give the value %q; %s is used", r.typ, ErrInvalidData, e, old, name, e))
+		}
+		if err := r.sink.Upsert(ctx, r.object(name, e)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: upsert %q: %w", r.typ, name, err))
+			continue
+		}
+		if ok {
+			r.drop(name)
+		}
+		r.cur[name] = e
+		r.byKey[e.key] = append(r.byKey[e.key], name)
+	}
+	return errors.Join(errs...)
+}
+
+// drop forgets name.
+func (r *reporter) drop(name string) {
+	e, ok := r.cur[name]
+	if !ok {
+		return
+	}
+	delete(r.cur, name)
+	names := slices.DeleteFunc(r.byKey[e.key], func(n string) bool { return n == name })
+	if len(names) == 0 {
+		delete(r.byKey, e.key)
+	} else {
+		r.byKey[e.key] = names
+	}
+}

@@ -1,0 +1,309 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// process is a server run as a child process, restartable on the same
+// ports and data.
+type process struct {
+	t    testing.TB
+	name string
+	args []string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	out  *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's output copier and a
+// reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (p *process) start() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		p.t.Fatalf("%s already running", p.name)
+	}
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	p.out = &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start %s: %v", p.name, err)
+	}
+	p.cmd = cmd
+}
+
+// stop kills the server (an outage, not a clean shutdown) and waits for it.
+func (p *process) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.out == nil {
+		return ""
+	}
+	return p.out.String()
+}
+
+// etcd
+
+// etcdVersion is the etcd server the tests run against.
+const etcdVersion = "v3.6.8"
+
+var etcdBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// etcdBinary returns the etcd server binary, built once per machine from
+// its Go module into $HOME/.cache/weft/etcd/<version>. The server's module
+// cannot be a dependency of this module: the Kubernetes libraries the
+// module also uses require a newer etcd, which the server does not build
+// with.
+func etcdBinary(t testing.TB) string {
+	t.Helper()
+	etcdBuild.once.Do(func() { etcdBuild.path, etcdBuild.err = buildEtcd(t) })
+	if etcdBuild.err != nil {
+		t.Fatalf("etcd server binary: %v", etcdBuild.err)
+	}
+	return etcdBuild.path
+}
+
+func buildEtcd(t testing.TB) (string, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(home, ".cache", "weft", "etcd", etcdVersion)
+	bin := filepath.Join(dir, "etcd")
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Another test process may be building it too.
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("the go command is needed to build etcd: %w", err)
+	}
+	mod := t.TempDir()
+	gomod := "module weft.test/etcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 " + etcdVersion + "\n"
+	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644); err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(dir, "etcd.tmp")
+	t.Logf("building etcd %s into %s (once per machine)", etcdVersion, dir)
+	cmd := exec.Command(goBin, "build", "-o", tmp, "go.etcd.io/etcd/server/v3")
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build etcd %s: %w\n%s", etcdVersion, err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// etcdServer is a single-member etcd on 127.0.0.1, with its data in a
+// test folder so that it can be stopped and started again.
+type etcdServer struct {
+	*process
+	url    string
+	client *clientv3.Client
+}
+
+func startEtcd(t testing.TB, extra ...string) *etcdServer {
+	t.Helper()
+	bin := etcdBinary(t)
+	client := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	peer := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	args := append([]string{bin,
+		"--name", "test",
+		"--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "test=" + peer,
+		"--log-level", "error",
+	}, extra...)
+	e := &etcdServer{process: &process{t: t, name: "etcd", args: args}, url: client}
+	t.Cleanup(e.stop)
+	e.start()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	e.client = c
+	return e
+}
+
+// start starts the server and waits until it serves.
+func (e *etcdServer) start() {
+	e.t.Helper()
+	e.process.start()
+	testkit.Eventually(e.t, 30*time.Second, func() error {
+		resp, err := http.Get(e.url + "/health")
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, e.output())
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("health: %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+func (e *etcdServer) put(t testing.TB, key, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.client.Put(ctx, key, value); err != nil {
+		t.Fatalf("etcd put %s: %v", key, err)
+	}
+}
+
+func (e *etcdServer) del(t testing.TB, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.client.Delete(ctx, key); err != nil {
+		t.Fatalf("etcd delete %s: %v", key, err)
+	}
+}
+
+// redis
+
+func redisBinary(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"redis-server", "/usr/bin/redis-server"} {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	t.Fatal("redis-server not found: run `make test`, which installs it")
+	return ""
+}
+
+// redisServer is a redis-server on 127.0.0.1 without persistence: a
+// restart empties it.
+type redisServer struct {
+	*process
+	addr   string
+	client *redis.Client
+}
+
+func startRedis(t testing.TB, extra ...string) *redisServer {
+	t.Helper()
+	port := freePort(t)
+	args := append([]string{redisBinary(t),
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir(),
+	}, extra...)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	r := &redisServer{process: &process{t: t, name: "redis", args: args}, addr: addr}
+	t.Cleanup(r.stop)
+	var pass string
+	for i, a := range extra {
+		if a == "--requirepass" && i+1 < len(extra) {
+			pass = extra[i+1]
+		}
+	}
+	r.client = redis.NewClient(&redis.Options{Addr: addr, Password: pass, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = r.client.Close() })
+	r.start()
+	return r
+}
+
+// start starts the server and waits until it answers.
+func (r *redisServer) start() {
+	r.t.Helper()
+	r.process.start()
+	testkit.Eventually(r.t, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := r.client.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("%v\n%s", err, r.output())
+		}
+		return nil
+	})
+}
+
+func (r *redisServer) do(t testing.TB, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.client.Do(ctx, args...).Err(); err != nil && err != redis.Nil {
+		t.Fatalf("redis %v: %v", args, err)
+	}
+}
