@@ -26,13 +26,14 @@ const usage = `usage: weft <command> [flags]
 commands:
   up       run every service in one process (embedded NATS unless --nats-url)
   render   render a target offline from a folder of manifests
+  validate run the validator kinds offline on a rendered bundle
   status   show each target's render, validation and deploy state
 Run 'weft <command> -h' for the command's flags.
 `
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
+		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errRefused) {
 			fmt.Fprintln(os.Stderr, "weft:", err)
 		}
 		os.Exit(1)
@@ -61,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return renderCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
+	case "validate":
+		return validateCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -187,12 +187,19 @@ func (r Render) LeadingEdge() bool { return r.Leading == nil || *r.Leading }
 const (
 	KindTemplate = "template"
 	KindHAProxy  = "haproxy"
+	KindSyntax   = "syntax"
+	KindPolicy   = "policy"
 )
+
+// Kinds are every validator kind.
+var Kinds = []string{KindHAProxy, KindPolicy, KindSyntax, KindTemplate}
 
 // Validate names the validator kinds a bundle must pass.
 type Validate struct {
 	Kinds   []string `json:"kinds,omitempty"`
 	Timeout Duration `json:"timeout,omitempty"`
+	// Policy holds the rules of the policy kind.
+	Policy Policy `json:"policy,omitempty"`
 }
 
 // Deploy drivers.
@@ -445,9 +452,12 @@ func (c *Config) check() error {
 			bad(f+".base", "must be an absolute path, got %q", t.Base)
 		}
 		for _, k := range t.Validate.Kinds {
-			if k != KindTemplate && k != KindHAProxy {
-				bad(f+".validate.kinds", "unknown kind %q (known: %s, %s)", k, KindTemplate, KindHAProxy)
+			if !slices.Contains(Kinds, k) {
+				bad(f+".validate.kinds", "unknown kind %q (known: %s)", k, strings.Join(Kinds, ", "))
 			}
+		}
+		if err := t.Validate.Policy.Check(); err != nil {
+			bad(f+".validate.policy", "%v", err)
 		}
 		for group, m := range map[string]map[string]Template{"maps": t.Maps, "files": t.Files, "certificates": t.Certificates} {
 			for n := range m {

@@ -57,13 +57,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, svc.Register(reg, Service, m.verdicts, m.checks)
 }
 
-// Checkers returns the validator kinds available in this process.
-func Checkers() ([]kind.Checker, error) {
+// Checkers returns every validator kind, the policy kind holding each
+// target's rules.
+func Checkers(cfg *config.Config) ([]kind.Checker, error) {
 	hc, err := haproxycheck.New()
 	if err != nil {
 		return nil, fmt.Errorf("validator: %w", err)
 	}
-	return []kind.Checker{kind.TemplateChecker{}, kind.HAProxyChecker{C: hc}}, nil
+	policies := kind.TargetPolicies{}
+	for name, t := range cfg.Targets {
+		policies[name] = t.Validate.Policy
+	}
+	return []kind.Checker{kind.TemplateChecker{}, kind.HAProxyChecker{C: hc}, kind.SyntaxChecker{}, policies}, nil
 }
 
 type validator struct {
@@ -81,7 +86,7 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return err
 	}
 	env = env.For(Service)
-	checkers, err := Checkers()
+	checkers, err := Checkers(cfg)
 	if err != nil {
 		return err
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/gather"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/validator"
-	"github.com/weftio/weft/pkg/svc/gather"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
@@ -165,11 +165,11 @@ func TestGatherNamesMissingKinds(t *testing.T) {
 	b := bundle(t, goodCfg, "a b\n")
 	f.submit(b) // stores the bundle
 	res, err := gather.Validate(context.Background(), f.bus.NC, msg.ValidateSubject("edge"),
-		msg.ValidateRequest{Target: "edge", Version: 1, BundleHash: b.Hash}, []string{"policy", "template"}, 500*time.Millisecond)
+		msg.ValidateRequest{Target: "edge", Version: 1, BundleHash: b.Hash}, []string{"telepathy", "template"}, 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.OK() || strings.Join(res.Missing, ",") != "policy" || len(res.Replies) != 1 || res.Replies[0].Kind != "template" {
+	if res.OK() || strings.Join(res.Missing, ",") != "telepathy" || len(res.Replies) != 1 || res.Replies[0].Kind != "template" {
 		t.Fatalf("result = %+v", res)
 	}
 }
