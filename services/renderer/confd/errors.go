@@ -1,0 +1,94 @@
+package confd
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+var (
+	// ErrConfig matches (errors.Is) every error about a template resource
+	// file: TOML that does not parse, a missing or invalid field, a
+	// template that cannot be read or parsed.
+	ErrConfig = errors.New("invalid template resource")
+	// ErrTemplate matches every error of a template: one that does not
+	// parse (unknown function, syntax) and one that fails while rendering
+	// (missing key, failing function).
+	ErrTemplate = errors.New("template error")
+	// ErrEmptySrc is a resource without src (confd's message).
+	ErrEmptySrc = errors.New("empty src template")
+	// ErrEmptyDest is a resource without dest.
+	ErrEmptyDest = errors.New("empty dest")
+	// ErrNotLoaded is Render on a Resource that LoadConfdir did not make.
+	ErrNotLoaded = errors.New("resource has no template: load it with LoadConfdir")
+)
+
+// ConfigError is a problem with one template resource file. File is the
+// conf.d file; Field the offending field of its [template] table ("src",
+// "mode", ...) when one is to blame; Line the line in the file when known.
+// It matches ErrConfig and unwraps to Err.
+type ConfigError struct {
+	File  string
+	Field string
+	Line  int
+	Err   error
+}
+
+func (e *ConfigError) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc += ":" + strconv.Itoa(e.Line)
+	}
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %v", loc, e.Field, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", loc, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Is matches ErrConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// TemplateError is a template that does not parse or fails to render.
+// File is the template's path, Line the line text/template reports (0 when
+// it reports none). Err is text/template's own error, whose text is the
+// one confd shows, for instance
+//
+//	template: app.tmpl:3:4: executing "app.tmpl" at <getv "/x">: error calling getv: key does not exist: /x
+//
+// Err keeps its chain: errors.Is(err, ErrNotExist) holds for a missing
+// key. TemplateError matches ErrTemplate.
+type TemplateError struct {
+	File string
+	Line int
+	Err  error
+}
+
+func (e *TemplateError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.File, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *TemplateError) Unwrap() error { return e.Err }
+
+// Is matches ErrTemplate.
+func (e *TemplateError) Is(target error) bool { return target == ErrTemplate }
+
+// templateLocation finds the line in text/template's messages:
+// "template: NAME:LINE: ..." (parse) and "template: NAME:LINE:COL: ..."
+// (execution).
+var templateLocation = regexp.MustCompile(`^template: .*?:(\d+):`)
+
+func newTemplateError(file string, err error) *TemplateError {
+	te := &TemplateError{File: file, Err: err}
+	if m := templateLocation.FindStringSubmatch(err.Error()); m != nil {
+		te.Line, _ = strconv.Atoi(m[1])
+	}
+	return te
+}
