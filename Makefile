@@ -29,6 +29,9 @@ deps:
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq haproxy socat redis-server >/dev/null; \
 	fi
+	@# A real kube-apiserver, etcd and kube-controller-manager for envtest,
+	@# built from their Go modules once per machine (cached by version).
+	@hack/envtest/build.sh >/dev/null
 
 ## lint: formatting and vet over every module
 lint:

@@ -10,7 +10,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
-export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
+export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
 
 kube_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd_version=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)

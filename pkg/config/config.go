@@ -159,6 +159,10 @@ type Target struct {
 	Files            map[string]Template `json:"files,omitempty"`
 	Certificates     map[string]Template `json:"certificates,omitempty"`
 	HAProxyConfig    Template            `json:"haproxy_config"`
+	// Fragments are templates rendered once per object of a watched type
+	// and reused while what they read is unchanged; templates join them
+	// with fragments("<name>") or take one with fragment("<name>", id).
+	Fragments map[string]Fragment `json:"fragments,omitempty"`
 
 	// Base is the absolute folder the bundle is deployed under, as the
 	// running program sees it; get_path() returns paths below it. Default:
@@ -167,6 +171,13 @@ type Target struct {
 	Render   Render   `json:"render,omitempty"`
 	Validate Validate `json:"validate,omitempty"`
 	Deploy   Deploy   `json:"deploy"`
+}
+
+// Fragment is a template rendered for every object of the watched type
+// ForEach, with the object as obj and its id as id.
+type Fragment struct {
+	ForEach  string `json:"for_each"`
+	Template string `json:"template"`
 }
 
 // Render tunes when a target renders.
@@ -458,6 +469,12 @@ func (c *Config) check() error {
 		}
 		if err := t.Validate.Policy.Check(); err != nil {
 			bad(f+".validate.policy", "%v", err)
+		}
+		for _, n := range sortedKeys(t.Fragments) {
+			token(f+".fragments."+n, n)
+			if _, ok := c.WatchedResources[t.Fragments[n].ForEach]; !ok {
+				bad(f+".fragments."+n+".for_each", "%q is not a watched resource type", t.Fragments[n].ForEach)
+			}
 		}
 		for group, m := range map[string]map[string]Template{"maps": t.Maps, "files": t.Files, "certificates": t.Certificates} {
 			for n := range m {

@@ -9,7 +9,12 @@
 // marked every watched type synced.
 //
 // Every change pokes each target's debouncer; a fire renders the target in
-// the service's single render loop. Output whose bundle hash equals the last
+// the service's single render loop. Targets with fragments keep each
+// fragment entry rendered from the last render: every change applied to the
+// index (objects and values) is handed to each target's Invalidate from
+// inside the index write, before any render can read the change, so a
+// render re-renders only the entries the changes since the last render
+// affect. Output whose bundle hash equals the last
 // published one is dropped (unless forced by weft.trigger.render.<target>);
 // otherwise the bundle is put in the object store under its hash and a
 // render message with the next version is published, then the status. A
@@ -36,6 +41,7 @@ import (
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/services/renderer/debounce"
+	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/index"
 	"github.com/weftio/weft/services/renderer/lease"
 	"github.com/weftio/weft/services/renderer/target"
@@ -48,10 +54,11 @@ const Service = "renderer"
 var ErrUnknownTarget = errors.New("unknown target")
 
 type metrics struct {
-	leases   *prometheus.GaugeVec
-	renders  *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	objects  *prometheus.GaugeVec
+	leases    *prometheus.GaugeVec
+	renders   *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	objects   *prometheus.GaugeVec
+	fragments *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -69,8 +76,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "weft_renderer_index_objects", Help: "Objects in the render index by type.",
 		}, []string{"type"}),
+		fragments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_renderer_fragment_entries_total", Help: "Fragment entries per render by target and outcome (rendered, reused).",
+		}, []string{"target", "outcome"}),
 	}
-	return m, svc.Register(reg, Service, m.leases, m.renders, m.duration, m.objects)
+	return m, svc.Register(reg, Service, m.leases, m.renders, m.duration, m.objects, m.fragments)
 }
 
 type request struct {
@@ -214,7 +224,29 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 			r.expected[s.Name+"."+typ] = true
 		}
 	}
+	r.ix.Observe(r.invalidate)
 	return r, nil
+}
+
+// invalidate hands one index change to every target's fragment cache. It
+// runs inside the index write (see index.Observe), so no render reads the
+// change before the entries it affects are marked.
+func (r *renderer) invalidate(c index.Change) {
+	var changes []engine.Change
+	if c.Type == config.ValuesType {
+		for _, obj := range []map[string]any{c.Old, c.New} {
+			if name, _ := obj["name"].(string); name != "" {
+				changes = append(changes, engine.Change{Value: name})
+			}
+		}
+	} else {
+		changes = []engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}}
+	}
+	for _, ts := range r.targets {
+		if ts.t != nil {
+			ts.t.Invalidate(changes)
+		}
+	}
 }
 
 func (r *renderer) run(ctx context.Context) error {
@@ -501,6 +533,8 @@ func (r *renderer) render(ctx context.Context, req request) {
 		})
 		if err == nil {
 			ts.recordValues(res.ValuesRead, res.AllValues)
+			r.m.fragments.WithLabelValues(req.target, "rendered").Add(float64(res.FragmentsRendered))
+			r.m.fragments.WithLabelValues(req.target, "reused").Add(float64(res.FragmentsReused))
 		}
 	}
 	for typ, n := range prov.Counts {
@@ -540,7 +574,8 @@ func (r *renderer) render(ctx context.Context, req request) {
 		for _, e := range res.Errors {
 			log.WarnContext(ctx, "template reported a resource error", "type", e.Type, "id", e.ID, "message", e.Message)
 		}
-		log.InfoContext(ctx, "rendered", "version", st.Version, "hash", res.Bundle.Hash[:12], "took", res.Took, "cause", req.cause)
+		log.InfoContext(ctx, "rendered", "version", st.Version, "hash", res.Bundle.Hash[:12], "took", res.Took, "cause", req.cause,
+			"fragments_rendered", res.FragmentsRendered, "fragments_reused", res.FragmentsReused)
 	}
 	st.At = out.At
 	if _, perr := bus.Publish(ctx, r.env.JS, msg.RenderSubject(req.target), msg.RenderID(req.target, st.Version), out); perr != nil {

@@ -27,6 +27,8 @@ import (
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/services/watcher/relay"
 	"github.com/weftio/weft/services/watcher/source"
+	"github.com/weftio/weft/services/watcher/source/exports"
+	"github.com/weftio/weft/services/watcher/source/kube"
 	"github.com/weftio/weft/services/watcher/source/kv"
 	"github.com/weftio/weft/services/watcher/source/manifests"
 	"github.com/weftio/weft/services/watcher/store"
@@ -127,6 +129,18 @@ func newSource(env svc.Env, cfg *config.Config, src config.Source) (source.Sourc
 	switch src.Type {
 	case config.SourceManifests:
 		return manifests.NewSource(src.Path, src.Rescan.D(), cfg.ResourceTypes(), cfg.TypeFor), nil
+	case config.SourceKubernetes:
+		rc, err := kube.RESTConfig(src.Kubeconfig, src.Context)
+		if err != nil {
+			return nil, err
+		}
+		return kube.New(kube.Options{Config: rc, Types: cfg.WatchedResources, Strip: cfg.IgnorePaths(), Resync: src.Resync.D()})
+	case config.SourceExports:
+		rc, err := kube.RESTConfig(src.Kubeconfig, src.Context)
+		if err != nil {
+			return nil, err
+		}
+		return exports.New(exports.Options{Config: rc, Exports: src.Exports, Resync: src.Resync.D()})
 	case config.SourceNATSKV, config.SourceEnv, config.SourceFile, config.SourceEtcd, config.SourceRedis:
 		var opts []kv.Option
 		if src.Type == config.SourceNATSKV && src.Address == "" {

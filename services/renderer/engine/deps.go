@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sort"
+	"strconv"
 	"sync"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
@@ -82,4 +83,103 @@ func (v valuesView) result() ([]string, bool) {
 	}
 	sort.Strings(names)
 	return names, v.rd.all
+}
+
+// reads records what one fragment entry read through `resources` while it
+// rendered: objects by id, get_indexed lookups by type and key tuple, and
+// whole types. Values are recorded by the entry's valuesView. An entry
+// renders on one goroutine, so reads needs no lock.
+type reads struct {
+	objects smallSet[objRef]
+	lookups smallSet[lookupRef]
+	types   smallSet[string]
+}
+
+// objRef is an object read by id.
+type objRef struct{ typ, id string }
+
+// lookupRef is a get_indexed lookup: the type and the encoded key tuple.
+type lookupRef struct{ typ, keys string }
+
+func (r *reads) object(typ, id string) { r.objects.add(objRef{typ, id}) }
+func (r *reads) typ(typ string)        { r.types.add(typ) }
+func (r *reads) lookup(typ string, keys []string) {
+	r.lookups.add(lookupRef{typ, encodeKeys(keys)})
+}
+
+// encodeKeys encodes a key tuple unambiguously (each key preceded by its
+// length), so tuples of different lengths never collide.
+func encodeKeys(keys []string) string {
+	n := 0
+	for _, k := range keys {
+		n += len(k) + 4
+	}
+	b := make([]byte, 0, n)
+	for _, k := range keys {
+		b = strconv.AppendInt(b, int64(len(k)), 10)
+		b = append(b, ':')
+		b = append(b, k...)
+	}
+	return string(b)
+}
+
+// deps are the reads of one rendered entry, in the form the cache indexes.
+type deps struct {
+	objects   []objRef
+	lookups   []lookupRef
+	types     []string
+	values    []string
+	allValues bool
+}
+
+func (r *reads) deps(v valuesView) deps {
+	d := deps{objects: r.objects.list(), lookups: r.lookups.list(), types: r.types.list()}
+	d.values, d.allValues = v.result()
+	if len(d.values) == 0 {
+		d.values = nil
+	}
+	return d
+}
+
+// smallSet is a set that stays a slice while small (most entries read a
+// handful of things) and becomes a map when it grows.
+type smallSet[K comparable] struct {
+	few  []K
+	many map[K]struct{}
+}
+
+const smallSetMax = 16
+
+func (s *smallSet[K]) add(k K) {
+	if s.many != nil {
+		s.many[k] = struct{}{}
+		return
+	}
+	for _, x := range s.few {
+		if x == k {
+			return
+		}
+	}
+	if len(s.few) < smallSetMax {
+		s.few = append(s.few, k)
+		return
+	}
+	s.many = make(map[K]struct{}, 2*smallSetMax)
+	for _, x := range s.few {
+		s.many[x] = struct{}{}
+	}
+	s.many[k] = struct{}{}
+	s.few = nil
+}
+
+// list returns the members (nil when empty).
+func (s *smallSet[K]) list() []K {
+	if s.many == nil {
+		return s.few
+	}
+	out := make([]K, 0, len(s.many))
+	for k := range s.many {
+		out = append(out, k)
+	}
+	return out
 }

@@ -75,6 +75,8 @@ const (
 	KindMap    Kind = "map"
 	KindFile   Kind = "file"
 	KindCert   Kind = "cert"
+	// KindFragment marks errors in a fragment; it is not an output kind.
+	KindFragment Kind = "fragment"
 )
 
 func (k Kind) valid() bool {
@@ -92,10 +94,12 @@ type Template struct {
 	Text string
 }
 
-// Spec is everything one target renders: includable snippets and outputs.
+// Spec is everything one target renders: includable snippets, fragments
+// (by name) and outputs.
 type Spec struct {
-	Snippets map[string]string
-	Outputs  []Template
+	Snippets  map[string]string
+	Fragments map[string]Fragment
+	Outputs   []Template
 }
 
 // Input is the data of one render.
@@ -132,6 +136,11 @@ type Output struct {
 	// set when it listed them all. A value outside both changes nothing.
 	ValuesRead []string
 	AllValues  bool
+	// FragmentsRendered are the fragment entries this render rendered
+	// (new or invalidated), by fragment name and id; FragmentsReused
+	// counts the entries it took from the cache.
+	FragmentsRendered []EntryRef
+	FragmentsReused   int
 }
 
 // ErrTemplate is matched (errors.Is) by every template error.
@@ -145,6 +154,8 @@ type Error struct {
 	Template string
 	// Snippet is the innermost snippet the failure is in, if any.
 	Snippet string
+	// Object is the id of the object a failing fragment was rendered for.
+	Object string
 	// Line is the 1-based line in Snippet when set, else in Template;
 	// 0 when unknown.
 	Line    int
@@ -156,6 +167,14 @@ type Error struct {
 func (e *Error) Error() string {
 	var b strings.Builder
 	switch {
+	case e.Kind == KindFragment:
+		fmt.Fprintf(&b, "fragment %q", e.Template)
+		if e.Object != "" {
+			fmt.Fprintf(&b, " object %q", e.Object)
+		}
+		if e.Snippet != "" {
+			fmt.Fprintf(&b, ": snippet %q", e.Snippet)
+		}
 	case e.Kind == "" && e.Snippet != "":
 		fmt.Fprintf(&b, "snippet %q", e.Snippet)
 	case e.Snippet != "":
@@ -184,6 +203,8 @@ type Set struct {
 	outputCfg  *config.Config
 	snippets   map[string]*exec.Template
 	outputs    []*output
+	fragments  []*fragment    // by name
+	cache      *fragmentCache // nil without fragments
 }
 
 type output struct {
@@ -202,7 +223,7 @@ func Compile(spec Spec) (*Set, error) {
 	s.outputCfg.KeepTrailingNewline = true
 	s.env = newEnvironment(s, spec.Snippets)
 
-	sources := make(memLoader, len(spec.Snippets)+len(spec.Outputs))
+	sources := make(memLoader, len(spec.Snippets)+len(spec.Fragments)+len(spec.Outputs))
 	for name, text := range spec.Snippets {
 		if name == "" {
 			return nil, &Error{Message: "snippet with empty name"}
@@ -226,6 +247,18 @@ func Compile(spec Spec) (*Set, error) {
 		// byte cannot appear in an include name written in a template.
 		sources[outputID(i)] = o.Text
 	}
+	fragNames := make([]string, 0, len(spec.Fragments))
+	for name, f := range spec.Fragments {
+		if name == "" {
+			return nil, &Error{Kind: KindFragment, Message: "fragment with empty name"}
+		}
+		if f.ForEach == "" {
+			return nil, &Error{Kind: KindFragment, Template: name, Message: "fragment without a type to render for (for_each)"}
+		}
+		fragNames = append(fragNames, name)
+		sources[fragmentID(name)] = f.Text
+	}
+	slices.Sort(fragNames)
 
 	// Report errors in a stable order: snippets by name, then outputs in
 	// spec order.
@@ -243,8 +276,27 @@ func Compile(spec Spec) (*Set, error) {
 		}
 		s.snippets[name] = tpl
 	}
+	for _, name := range fragNames {
+		f := spec.Fragments[name]
+		tpl, err := s.parse(fragmentID(name), f.Text, s.outputCfg, sources)
+		if err == nil {
+			err = checkFragmentCalls(f.Text, s.outputCfg, nil)
+		}
+		if err != nil {
+			errs = append(errs, compileError(KindFragment, name, "", err))
+			continue
+		}
+		s.fragments = append(s.fragments, &fragment{name: name, forEach: f.ForEach, tpl: tpl})
+	}
+	known := make(map[string]bool, len(fragNames))
+	for _, name := range fragNames {
+		known[name] = true
+	}
 	for i, o := range spec.Outputs {
 		tpl, err := s.parse(outputID(i), o.Text, s.outputCfg, sources)
+		if err == nil {
+			err = checkFragmentCalls(o.Text, s.outputCfg, known)
+		}
 		if err != nil {
 			errs = append(errs, compileError(o.Kind, o.Name, "", err))
 			continue
@@ -254,10 +306,15 @@ func Compile(spec Spec) (*Set, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	if len(s.fragments) > 0 {
+		s.cache = newFragmentCache(s.fragments)
+	}
 	return s, nil
 }
 
 func outputID(i int) string { return "\x00output/" + strconv.Itoa(i) }
+
+func fragmentID(name string) string { return "\x00fragment/" + name }
 
 func (s *Set) parse(id, text string, cfg *config.Config, loader memLoader) (*exec.Template, error) {
 	if err := s.checkFilters(text, cfg); err != nil {
@@ -278,6 +335,32 @@ func (s *Set) checkFilters(text string, cfg *config.Config) error {
 			return &parser.SyntaxError{Message: fmt.Sprintf("no filter named %q", tok.Val), Raw: tok.Val, Line: tok.Line, Column: tok.Col}
 		}
 		prevPipe = tok.Type == tokens.Pipe
+	}
+	return nil
+}
+
+// checkFragmentCalls reports a call of fragments() or fragment() with a
+// literal name that is not a fragment (known), or any such call in a
+// fragment (known is nil).
+func checkFragmentCalls(text string, cfg *config.Config, known map[string]bool) error {
+	stream := tokens.LexAll(text, cfg)
+	var toks []*tokens.Token
+	for !stream.End() {
+		toks = append(toks, stream.Next())
+	}
+	for i, tok := range toks {
+		if tok.Type != tokens.Name || (tok.Val != "fragments" && tok.Val != "fragment") {
+			continue
+		}
+		if i+1 >= len(toks) || toks[i+1].Type != tokens.LeftParenthesis || i > 0 && toks[i-1].Type == tokens.Dot {
+			continue
+		}
+		if known == nil {
+			return &parser.SyntaxError{Message: tok.Val + "() cannot be used inside a fragment", Raw: tok.Val, Line: tok.Line, Column: tok.Col}
+		}
+		if i+2 < len(toks) && toks[i+2].Type == tokens.String && !known[toks[i+2].Val] {
+			return &parser.SyntaxError{Message: fmt.Sprintf("no fragment named %q", toks[i+2].Val), Raw: toks[i+2].Val, Line: toks[i+2].Line, Column: toks[i+2].Col}
+		}
 	}
 	return nil
 }
@@ -329,6 +412,7 @@ type renderState struct {
 	depth   int
 	errors  []RegisteredError
 	seenErr map[RegisteredError]bool
+	frags   *fragmentCache // the outputs' view of the fragments
 }
 
 func stateOf(c *exec.Context) *renderState {
@@ -341,29 +425,50 @@ func (st *renderState) registerError(args *exec.VarArgs) (any, error) {
 	if len(args.Args) != 3 || len(args.KwArgs) > 0 {
 		return nil, exec.ErrInvalidCall(errors.New("register_error(type, id, message) takes exactly 3 arguments"))
 	}
-	e := RegisteredError{Type: args.Args[0].String(), ID: args.Args[1].String(), Message: args.Args[2].String()}
+	st.addError(RegisteredError{Type: args.Args[0].String(), ID: args.Args[1].String(), Message: args.Args[2].String()})
+	return "", nil
+}
+
+// addError records e unless it was recorded before.
+func (st *renderState) addError(e RegisteredError) {
+	if st.seenErr == nil {
+		st.seenErr = map[RegisteredError]bool{}
+	}
 	if !st.seenErr[e] {
 		st.seenErr[e] = true
 		st.errors = append(st.errors, e)
 	}
-	return "", nil
 }
 
-// Render renders every output of the Set from in.
+// Render renders every output of the Set from in. With fragments, it first
+// brings the fragment cache up to date (see Invalidate) while holding the
+// cache, so renders of a Set with fragments run one at a time.
 func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
-	st := &renderState{ctx: ctx, in: &in, seenErr: map[RegisteredError]bool{}}
+	st := &renderState{ctx: ctx, in: &in}
 	values := in.Values
 	if values == nil {
 		values = map[string]any{}
 	}
 	view := newValuesView(values)
+	res := newResources(in.Resources)
 	st.data = exec.NewContext(map[string]any{
-		"resources":      newResources(in.Resources),
+		"resources":      res,
 		"values":         view,
 		"register_error": st.registerError,
+		"fragments":      st.fragmentsFunction,
+		"fragment":       st.fragmentFunction,
 		stateKey:         st,
 	})
 	out := &Output{Files: make([]File, 0, len(s.outputs))}
+	if s.cache != nil {
+		s.cache.mu.Lock()
+		defer s.cache.mu.Unlock()
+		if err := s.updateFragments(ctx, &in, res, values, out); err != nil {
+			return nil, err
+		}
+		st.frags = s.cache
+		s.cache.registerEntryErrors(st)
+	}
 	var errs []error
 	for _, o := range s.outputs {
 		if err := ctx.Err(); err != nil {
@@ -384,6 +489,9 @@ func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
 	}
 	out.Errors = st.errors
 	out.ValuesRead, out.AllValues = view.result()
+	if s.cache != nil {
+		out.ValuesRead, out.AllValues = s.cache.valuesRead(out.ValuesRead, out.AllValues)
+	}
 	return out, nil
 }
 
@@ -395,7 +503,7 @@ func (s *Set) renderOne(st *renderState, o *output) (content []byte, err error) 
 	}()
 	buf := bytes.NewBuffer(make([]byte, 0, o.lastSize.Load()+512))
 	if err := o.tpl.Execute(buf, st.data); err != nil {
-		return nil, runtimeError(o, err)
+		return nil, runtimeError(o.Kind, o.Name, err)
 	}
 	o.lastSize.Store(int64(buf.Len()))
 	return buf.Bytes(), nil
@@ -418,8 +526,8 @@ var (
 // runtimeError turns a gonja execution error into an *Error: the innermost
 // snippet the failure passed through, the innermost line gonja reported
 // there, and the message without gonja's wrapping.
-func runtimeError(o *output, err error) *Error {
-	e := &Error{Kind: o.Kind, Template: o.Name, Err: err}
+func runtimeError(kind Kind, name string, err error) *Error {
+	e := &Error{Kind: kind, Template: name, Err: err}
 	msg := err.Error()
 	if m := snippetMarker.FindAllStringSubmatchIndex(msg, -1); len(m) > 0 {
 		last := m[len(m)-1]

@@ -44,7 +44,7 @@ func newEnvironment(s *Set, snippets map[string]string) *exec.Environment {
 			if err := params.Take(); err != nil {
 				return exec.AsValue(exec.ErrInvalidCall(err))
 			}
-			return exec.AsValue(len(sv.snapshot()))
+			return exec.AsValue(len(sv.readAll()))
 		}
 		return lengthFn(e, in, params)
 	}
@@ -61,6 +61,12 @@ func newEnvironment(s *Set, snippets map[string]string) *exec.Environment {
 	mustDo(controls.Replace("include", includeParser(s, names)))
 	builtinSet, _ := builtins.ControlStructures.Get("set")
 	mustDo(controls.Replace("set", setParser(builtinSet)))
+	builtinFor, _ := builtins.ControlStructures.Get("for")
+	mustDo(controls.Replace("for", forParser(builtinFor)))
+	builtinIf, _ := builtins.ControlStructures.Get("if")
+	mustDo(controls.Replace("if", ifParser(builtinIf)))
+	builtinMacro, _ := builtins.ControlStructures.Get("macro")
+	mustDo(controls.Replace("macro", macroParser(builtinMacro)))
 	for _, name := range controlStructureNames {
 		if cs, ok := controls.Get(name); ok {
 			mustDo(controls.Replace(name, withLine(cs)))
@@ -232,7 +238,15 @@ func (n *includeNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) 
 		ControlStructures: r.Environment.ControlStructures,
 		Methods:           r.Environment.Methods,
 	}
-	if err := exec.NewRenderer(env, r.Output, n.set.snippetCfg, r.Loader, tpl).Execute(); err != nil {
+	var sub *exec.Renderer
+	if len(tpl.Root().Blocks) > 0 {
+		// NewRenderer binds `self` to the snippet's blocks.
+		sub = exec.NewRenderer(env, r.Output, n.set.snippetCfg, r.Loader, tpl)
+	} else {
+		// No blocks: skip NewRenderer's copy of the config and its `self`.
+		sub = &exec.Renderer{Config: n.set.snippetCfg, Environment: env, Template: tpl, RootNode: tpl.Root(), Output: r.Output, Loader: r.Loader}
+	}
+	if err := sub.Execute(); err != nil {
 		return &snippetError{name: name, err: err}
 	}
 	return nil

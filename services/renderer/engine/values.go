@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 
@@ -17,14 +18,28 @@ import (
 // (gonja's own dict methods deep-copy the receiver on every call).
 type resourcesMap map[string]any
 
+// newResources wraps the caller's resources once per render; every output
+// and fragment entry of the render shares the stores' snapshots.
 func newResources(in map[string]any) resourcesMap {
 	out := make(resourcesMap, len(in))
 	for typ, v := range in {
 		if st, ok := v.(*index.Store); ok && st != nil {
-			out[typ] = &storeValue{st: st}
+			out[typ] = &storeValue{d: &storeData{st: st}}
 			continue
 		}
 		out[typ] = wrapObject(v)
+	}
+	return out
+}
+
+// recording returns a copy of r whose stores record reads into rec.
+func (r resourcesMap) recording(rec *reads) resourcesMap {
+	out := make(resourcesMap, len(r))
+	for typ, v := range r {
+		if sv, ok := v.(*storeValue); ok {
+			v = &storeValue{d: sv.d, rec: rec}
+		}
+		out[typ] = v
 	}
 	return out
 }
@@ -93,27 +108,47 @@ func (r resourcesMap) GetAttribute(name string) (*exec.Value, bool) {
 	return exec.AsValue(nil), false
 }
 
-// storeValue presents an *index.Store to templates as a read-only dict of
-// id to object with the extra method get_indexed. The items/keys/values
-// lists are built once per render and shared by later calls, so every
-// output of one render iterates the same snapshot.
-type storeValue struct {
-	st     *index.Store
-	items  []index.Item
-	loaded bool
+// storeData is one store in one render: the items/keys/values snapshot is
+// built once, on first use, and shared by every output and fragment entry
+// of the render, so they all iterate the same snapshot.
+type storeData struct {
+	st    *index.Store
+	once  sync.Once
+	items []index.Item
 }
 
-func (s *storeValue) snapshot() []index.Item {
-	if !s.loaded {
-		s.items = s.st.Items()
-		s.loaded = true
+func (d *storeData) snapshot() []index.Item {
+	d.once.Do(func() { d.items = d.st.Items() })
+	return d.items
+}
+
+// storeValue presents an *index.Store to templates as a read-only dict of
+// id to object with the extra method get_indexed. In a fragment, rec
+// records each read: an object by id (get, store['id']), a get_indexed
+// lookup by its key tuple, or the whole type (items, keys, values, len,
+// length, get_indexed without keys, printing the store).
+type storeValue struct {
+	d   *storeData
+	rec *reads
+}
+
+func (s *storeValue) readAll() []index.Item {
+	if s.rec != nil {
+		s.rec.typ(s.d.st.Type())
 	}
-	return s.items
+	return s.d.snapshot()
+}
+
+func (s *storeValue) get(id string) (map[string]any, bool) {
+	if s.rec != nil {
+		s.rec.object(s.d.st.Type(), id)
+	}
+	return s.d.st.Get(id)
 }
 
 // String renders a store in messages and {{ }} as a short description.
 func (s *storeValue) String() string {
-	return fmt.Sprintf("<store %s: %d objects>", s.st.Type(), len(s.snapshot()))
+	return fmt.Sprintf("<store %s: %d objects>", s.d.st.Type(), len(s.readAll()))
 }
 
 // GetAttribute implements exec.AttributeGetter with the store's methods.
@@ -124,7 +159,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			if err := args.Take(); err != nil {
 				return nil, exec.ErrInvalidCall(err)
 			}
-			items := s.snapshot()
+			items := s.readAll()
 			out := make([]any, len(items))
 			for i, it := range items {
 				out[i] = []any{it.ID, objectMap(it.Object)}
@@ -136,7 +171,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			if err := args.Take(); err != nil {
 				return nil, exec.ErrInvalidCall(err)
 			}
-			items := s.snapshot()
+			items := s.readAll()
 			out := make([]any, len(items))
 			for i, it := range items {
 				out[i] = it.ID
@@ -148,7 +183,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			if err := args.Take(); err != nil {
 				return nil, exec.ErrInvalidCall(err)
 			}
-			items := s.snapshot()
+			items := s.readAll()
 			out := make([]any, len(items))
 			for i, it := range items {
 				out[i] = objectMap(it.Object)
@@ -160,7 +195,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			if len(args.Args) < 1 || len(args.Args) > 2 || len(args.KwArgs) > 0 {
 				return nil, exec.ErrInvalidCall(errors.New("get() takes 1 or 2 positional arguments"))
 			}
-			if obj, ok := s.st.Get(args.Args[0].String()); ok {
+			if obj, ok := s.get(args.Args[0].String()); ok {
 				return objectMap(obj), nil
 			}
 			if len(args.Args) == 2 {
@@ -177,7 +212,14 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			for i, a := range args.Args {
 				keys[i] = a.String() // None indexes as "", like a missing field
 			}
-			objs := s.st.GetIndexed(keys...)
+			if s.rec != nil {
+				if len(keys) == 0 {
+					s.rec.typ(s.d.st.Type())
+				} else {
+					s.rec.lookup(s.d.st.Type(), keys)
+				}
+			}
+			objs := s.d.st.GetIndexed(keys...)
 			out := make([]any, len(objs))
 			for i, obj := range objs {
 				out[i] = objectMap(obj)
@@ -189,7 +231,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			if err := args.Take(); err != nil {
 				return nil, exec.ErrInvalidCall(err)
 			}
-			return len(s.snapshot()), nil
+			return len(s.readAll()), nil
 		}), true
 	}
 	return exec.AsValue(nil), false
@@ -201,7 +243,7 @@ func (s *storeValue) GetItem(key any) (*exec.Value, bool) {
 	if !ok {
 		return exec.AsValue(nil), false
 	}
-	if obj, ok := s.st.Get(id); ok {
+	if obj, ok := s.get(id); ok {
 		return exec.AsValue(objectMap(obj)), true
 	}
 	return exec.AsValue(nil), false

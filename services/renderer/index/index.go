@@ -14,6 +14,14 @@
 // revision, so an older upsert delivered late cannot resurrect the object.
 // Revision reports the highest revision applied to the whole Index.
 //
+// Observers: Observe registers a function that receives a Change for every
+// Upsert and Delete that altered the Index, with the object's index key
+// tuples before and after, so that a cache of derived results can drop
+// exactly what the change affects. An observer runs in the writer's
+// goroutine after the change is visible to Store methods and before any Read
+// section can start, so no reader sees the change before every observer
+// has; it may call Store methods but must not call Upsert, Delete or Read.
+//
 // Concurrency: any number of readers and one writer. Writers (Upsert,
 // Delete) take the write lock; every read method takes the read lock and
 // returns data the writer never touches again (slices are fresh copies).
@@ -61,11 +69,27 @@ type Index struct {
 	stores map[string]*Store
 	types  []string
 	rev    uint64
+	// observers are called by the writer; Observe appends under gate.
+	observers []func(Change)
 }
 
-// Item is one stored object and its id.
+// Change is one Upsert or Delete that altered the Index.
+type Change struct {
+	Type string
+	ID   string
+	Rev  uint64
+	// Old and New are the object before and after the change; nil when
+	// absent (New of a deletion, Old of a creation).
+	Old, New map[string]any
+	// OldKeys and NewKeys are the object's index key tuples (one key per
+	// index_by path) before and after; nil when the object is absent.
+	OldKeys, NewKeys []string
+}
+
+// Item is one stored object, its id and the revision it was stored at.
 type Item struct {
 	ID     string
+	Rev    uint64
 	Object map[string]any
 }
 
@@ -84,6 +108,8 @@ type Store struct {
 	// prefixes[k] maps the encoded first k+1 index keys to the sorted ids
 	// of the objects with those keys.
 	prefixes []map[string][]string
+	// changes counts the Upserts and Deletes applied to this Store.
+	changes uint64
 }
 
 type entry struct {
@@ -135,16 +161,27 @@ func (ix *Index) Upsert(typ, id string, rev uint64, obj map[string]any) bool {
 	}
 	ix.gate.Lock()
 	defer ix.gate.Unlock()
+	c, ok := ix.upsert(st, id, rev, obj)
+	if ok {
+		ix.notify(c)
+	}
+	return ok
+}
+
+func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any) (Change, bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if !st.newer(id, rev) {
-		return false
+		return Change{}, false
 	}
 	keys := make([]string, len(st.indexBy))
 	for i, p := range st.indexBy {
 		keys[i] = KeyString(p.Lookup(obj))
 	}
+	c := Change{Type: st.typ, ID: id, Rev: rev, New: obj, NewKeys: keys}
+	st.changes++
 	if old := st.entries[id]; old != nil {
+		c.Old, c.OldKeys = old.obj, old.keys
 		if !slices.Equal(old.keys, keys) {
 			st.unindex(id, old.keys)
 			st.index(id, keys)
@@ -157,7 +194,7 @@ func (ix *Index) Upsert(typ, id string, rev uint64, obj map[string]any) bool {
 		st.index(id, keys)
 	}
 	ix.bump(rev)
-	return true
+	return c, true
 }
 
 // Delete removes id from typ at revision rev and reports whether an object
@@ -171,21 +208,46 @@ func (ix *Index) Delete(typ, id string, rev uint64) bool {
 	}
 	ix.gate.Lock()
 	defer ix.gate.Unlock()
+	c, ok := ix.delete(st, id, rev)
+	if ok {
+		ix.notify(c)
+	}
+	return ok
+}
+
+func (ix *Index) delete(st *Store, id string, rev uint64) (Change, bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if !st.newer(id, rev) {
-		return false
+		return Change{}, false
 	}
 	st.tombstones[id] = rev
 	ix.bump(rev)
 	old := st.entries[id]
 	if old == nil {
-		return false
+		return Change{}, false
 	}
 	st.unindex(id, old.keys)
 	delete(st.entries, id)
 	st.ids = removeSorted(st.ids, id)
-	return true
+	st.changes++
+	return Change{Type: st.typ, ID: id, Rev: rev, Old: old.obj, OldKeys: old.keys}, true
+}
+
+// Observe registers fn to receive every Change from now on (see the
+// package documentation for when it runs and what it may do).
+func (ix *Index) Observe(fn func(Change)) {
+	ix.gate.Lock()
+	defer ix.gate.Unlock()
+	ix.observers = append(ix.observers, fn)
+}
+
+// notify calls the observers; the caller holds gate but not mu, so they
+// can use Store methods.
+func (ix *Index) notify(c Change) {
+	for _, fn := range ix.observers {
+		fn(c)
+	}
 }
 
 func (ix *Index) bump(rev uint64) {
@@ -299,6 +361,25 @@ func (st *Store) Get(id string) (map[string]any, bool) {
 	return e.obj, true
 }
 
+// Item returns the object stored under id with its revision.
+func (st *Store) Item(id string) (Item, bool) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	e := st.entries[id]
+	if e == nil {
+		return Item{}, false
+	}
+	return Item{ID: id, Rev: e.rev, Object: e.obj}, true
+}
+
+// Changes returns how many Upserts and Deletes have altered the Store (each
+// one that returned true, and so reached the observers, counts once).
+func (st *Store) Changes() uint64 {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.changes
+}
+
 // Revision returns the revision at which id was last upserted, or false
 // when id is not stored.
 func (st *Store) Revision(id string) (uint64, bool) {
@@ -311,13 +392,26 @@ func (st *Store) Revision(id string) (uint64, bool) {
 	return e.rev, true
 }
 
+// Keys returns the index key tuple of id (one key per index_by path), or
+// false when id is not stored.
+func (st *Store) Keys(id string) ([]string, bool) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	e := st.entries[id]
+	if e == nil {
+		return nil, false
+	}
+	return slices.Clone(e.keys), true
+}
+
 // Items returns all stored objects ordered by id.
 func (st *Store) Items() []Item {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	out := make([]Item, len(st.ids))
 	for i, id := range st.ids {
-		out[i] = Item{ID: id, Object: st.entries[id].obj}
+		e := st.entries[id]
+		out[i] = Item{ID: id, Rev: e.rev, Object: e.obj}
 	}
 	return out
 }

@@ -425,3 +425,88 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("1e300 became %#v", got)
 	}
 }
+
+func TestObserve(t *testing.T) {
+	ix := newIndex(t)
+	var got []Change
+	ix.Observe(func(c Change) {
+		// Observers see the change applied and may use Store methods.
+		if _, ok := ix.Store(c.Type).Get(c.ID); ok != (c.New != nil) {
+			t.Errorf("%s %s: Get disagrees with the change", c.Type, c.ID)
+		}
+		got = append(got, c)
+	})
+	a1, a2 := slice("ns", "a", "web"), slice("ns", "a", "api")
+	ix.Upsert("endpoints", "ns/a", 1, a1)
+	ix.Upsert("endpoints", "ns/a", 1, a2) // stale: no change, no call
+	ix.Upsert("endpoints", "ns/a", 2, a2)
+	ix.Delete("endpoints", "ns/a", 3)
+	ix.Delete("endpoints", "ns/a", 4) // nothing left to delete
+	ix.Upsert("plain", "p", 5, map[string]any{})
+	want := []Change{
+		{Type: "endpoints", ID: "ns/a", Rev: 1, New: a1, NewKeys: []string{"web"}},
+		{Type: "endpoints", ID: "ns/a", Rev: 2, Old: a1, New: a2, OldKeys: []string{"web"}, NewKeys: []string{"api"}},
+		{Type: "endpoints", ID: "ns/a", Rev: 3, Old: a2, OldKeys: []string{"api"}},
+		{Type: "plain", ID: "p", Rev: 5, New: map[string]any{}, NewKeys: []string{}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("changes:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestItemsRevisionsAndKeys(t *testing.T) {
+	ix := newIndex(t)
+	ix.Upsert("ingresses", "ns/b", 7, slice("ns", "b", ""))
+	ix.Upsert("ingresses", "ns/a", 9, slice("ns", "a", ""))
+	items := ix.Store("ingresses").Items()
+	if len(items) != 2 || items[0].ID != "ns/a" || items[0].Rev != 9 || items[1].ID != "ns/b" || items[1].Rev != 7 {
+		t.Fatalf("items = %+v", items)
+	}
+	keys, ok := ix.Store("ingresses").Keys("ns/a")
+	if !ok || !reflect.DeepEqual(keys, []string{"ns", "a"}) {
+		t.Fatalf("Keys = %q %v", keys, ok)
+	}
+	keys[0] = "changed" // a copy: the index is untouched
+	if again, _ := ix.Store("ingresses").Keys("ns/a"); again[0] != "ns" {
+		t.Fatal("Keys returned the index's own slice")
+	}
+	if _, ok := ix.Store("ingresses").Keys("ns/none"); ok {
+		t.Fatal("Keys of a missing id")
+	}
+}
+
+// TestObserverRunsBeforeReaders checks that no Read section sees a change
+// before the observers have run.
+func TestObserverRunsBeforeReaders(t *testing.T) {
+	ix := newIndex(t)
+	var mu sync.Mutex
+	observed := map[string]bool{}
+	ix.Observe(func(c Change) {
+		mu.Lock()
+		observed[c.ID] = true
+		mu.Unlock()
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			ix.Upsert("plain", fmt.Sprint(i), uint64(i+1), map[string]any{})
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		ix.Read(func(uint64) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, it := range ix.Store("plain").Items() {
+				if !observed[it.ID] {
+					t.Errorf("a reader saw %s before the observer", it.ID)
+				}
+			}
+		})
+	}
+}

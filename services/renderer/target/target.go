@@ -3,7 +3,10 @@
 // resources into files laid out as they will be deployed (Render):
 // haproxy.cfg at the root, maps/<name>, files/<name> and certs/<name>.
 // get_path() in templates returns a file's absolute deployed path below the
-// target's base. A Target is immutable and safe for concurrent Renders.
+// target's base. The target's fragments are rendered once per object and
+// cached in the compiled target (see engine.Set): report every change of
+// the resources and values with Invalidate. A Target is safe for
+// concurrent use; renders of a target with fragments run one at a time.
 package target
 
 import (
@@ -42,7 +45,10 @@ type Target struct {
 // Compile compiles every template of t. A template error is an
 // *engine.Error naming the template and line.
 func Compile(name string, t config.Target) (*Target, error) {
-	spec := engine.Spec{Snippets: map[string]string{}}
+	spec := engine.Spec{Snippets: map[string]string{}, Fragments: map[string]engine.Fragment{}}
+	for n, f := range t.Fragments {
+		spec.Fragments[n] = engine.Fragment{ForEach: f.ForEach, Text: f.Template}
+	}
 	for key, s := range t.TemplateSnippets {
 		n := key
 		if s.Name != "" {
@@ -85,6 +91,10 @@ type Result struct {
 	// listed them all.
 	ValuesRead []string
 	AllValues  bool
+	// FragmentsRendered counts the fragment entries rendered, and
+	// FragmentsReused those taken from the cache.
+	FragmentsRendered int
+	FragmentsReused   int
 }
 
 // Render renders the target against resources (type name -> store) and
@@ -103,11 +113,18 @@ func (t *Target) Render(ctx context.Context, resources, values map[string]any) (
 	if err != nil {
 		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
 	}
-	res := Result{Bundle: b, Took: time.Since(start), ValuesRead: out.ValuesRead, AllValues: out.AllValues}
+	res := Result{Bundle: b, Took: time.Since(start), ValuesRead: out.ValuesRead, AllValues: out.AllValues,
+		FragmentsRendered: len(out.FragmentsRendered), FragmentsReused: out.FragmentsReused}
 	for _, e := range out.Errors {
 		res.Errors = append(res.Errors, msg.ResourceError{Type: e.Type, ID: e.ID, Message: e.Message})
 	}
 	return res, nil
+}
+
+// Invalidate marks the cached fragment entries that changes affect (see
+// engine.Set.Invalidate).
+func (t *Target) Invalidate(changes []engine.Change) {
+	t.set.Invalidate(changes)
 }
 
 // path implements get_path: the absolute deployed path of a rendered file.

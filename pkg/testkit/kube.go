@@ -1,0 +1,273 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// KubeVersion is the Kubernetes release the test control plane is built
+// from (hack/envtest pins it).
+const KubeVersion = "v1.36.3"
+
+// KubeEnv is a running Kubernetes control plane for one test: a real
+// kube-apiserver on etcd, and with WithControllerManager a
+// kube-controller-manager running the job, garbage-collector and namespace
+// controllers. There is no scheduler and no kubelet: Pods stay Pending until
+// a test sets their status.
+type KubeEnv struct {
+	// Config authenticates as an administrator (group system:masters) with a
+	// client certificate.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file holding Config, for
+	// programs and code that read one.
+	Kubeconfig string
+	Client     dynamic.Interface
+	Clientset  kubernetes.Interface
+
+	env *envtest.Environment
+}
+
+// KubeOption configures Kube.
+type KubeOption func(*kubeOptions)
+
+type kubeOptions struct {
+	controllerManager bool
+}
+
+// WithControllerManager also runs kube-controller-manager with the job,
+// garbage-collector and namespace controllers, so Jobs create Pods, owner
+// references are collected and deleted namespaces are emptied.
+func WithControllerManager() KubeOption {
+	return func(o *kubeOptions) { o.controllerManager = true }
+}
+
+// KubeAssetsDir is where Kube finds kube-apiserver, etcd and
+// kube-controller-manager: $KUBEBUILDER_ASSETS when set, else the folder
+// hack/envtest/build.sh builds into by default.
+func KubeAssetsDir() string {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	cache := os.Getenv("WEFT_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = os.TempDir()
+		}
+		cache = filepath.Join(home, ".cache", "weft")
+	}
+	return filepath.Join(cache, "envtest", KubeVersion)
+}
+
+var quietControllerRuntime sync.Once
+
+// Kube starts a Kubernetes control plane for the test and stops it when the
+// test ends. The binaries must have been built (`make test` builds them, or
+// run hack/envtest/build.sh); when they are missing the test fails.
+func Kube(t testing.TB, opts ...KubeOption) *KubeEnv {
+	t.Helper()
+	var o kubeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dir := KubeAssetsDir()
+	bins := []string{"kube-apiserver", "etcd"}
+	if o.controllerManager {
+		bins = append(bins, "kube-controller-manager")
+	}
+	var missing []string
+	for _, b := range bins {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%s not found in %s: run `make test` or hack/envtest/build.sh, which build them", strings.Join(missing, ", "), dir)
+	}
+	// envtest logs through controller-runtime's logger, which warns once
+	// when nothing was ever set.
+	quietControllerRuntime.Do(func() { ctrllog.SetLogger(logr.Discard()) })
+
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    dir,
+		ControlPlaneStartTimeout: time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	env.ControlPlane.GetAPIServer().Path = filepath.Join(dir, "kube-apiserver")
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd")}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		t.Fatalf("start kube-apiserver and etcd from %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop kube-apiserver and etcd: %v", err)
+		}
+	})
+	k := &KubeEnv{Config: cfg, env: env}
+	k.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(k.Kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k.Client, err = dynamic.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if k.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if o.controllerManager {
+		startControllerManager(t, filepath.Join(dir, "kube-controller-manager"), k.Kubeconfig)
+	}
+	return k
+}
+
+// User provisions a user authenticated by a client certificate, with the
+// given name and groups and no permissions beyond what RBAC grants them, and
+// returns a config that authenticates as that user.
+func (k *KubeEnv) User(t testing.TB, name string, groups ...string) *rest.Config {
+	t.Helper()
+	u, err := k.env.AddUser(envtest.User{Name: name, Groups: groups}, rest.CopyConfig(k.Config))
+	if err != nil {
+		t.Fatalf("add user %s: %v", name, err)
+	}
+	return u.Config()
+}
+
+// startControllerManager runs kube-controller-manager against kubeconfig
+// until the test ends, once its health endpoint answers.
+func startControllerManager(t testing.TB, bin, kubeconfig string) {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "kube-controller-manager.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin,
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--controllers=job-controller,garbage-collector-controller,namespace-controller",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+dir,
+		"--concurrent-gc-syncs=5",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		t.Fatalf("start kube-controller-manager: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var stopOnce sync.Once
+	stop := func() {
+		stopOnce.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+			_ = logFile.Close()
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("kube-controller-manager log (last lines):\n%s", tail(logPath, 40))
+		}
+	})
+
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, // its own self-signed serving certificate
+	}
+	defer client.CloseIdleConnections()
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("kube-controller-manager exited (%v):\n%s", err, tail(logPath, 40))
+		default:
+		}
+		if err := healthy(client, url); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("kube-controller-manager not healthy within a minute: %v\n%s", err, tail(logPath, 40))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func healthy(client *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}

@@ -1,0 +1,101 @@
+// Package runtime is the deployer's driver for an HAProxy (2.6 or later)
+// that runs in master-worker mode and reads its configuration from a folder
+// shared with weft (Options.Dir). It delivers each bundle with the fewest
+// reloads: what HAProxy can change while running goes through the Runtime
+// API, and only the rest costs one reload.
+//
+// # What goes through the Runtime API, and what reloads
+//
+// Apply compares the bundle with what is on disk, which is what HAProxy runs
+// as long as the driver's record (the manifest) says so. It looks at the
+// changed files:
+//
+//   - haproxy.cfg, when the only differences are in "server" lines of
+//     existing backend or listen sections, at the same place and with the
+//     same name (pre-allocated slots such as "server SRV_3 127.0.0.1:1
+//     disabled"), and are limited to a literal ip:port address, "weight"
+//     and "disabled"/"enabled": "set server <be>/<srv> addr <ip> port
+//     <port>", "set server <be>/<srv> weight <w>" and "set server <be>/<srv>
+//     state maint|ready". Comments and blank lines do not count as
+//     differences.
+//   - a map file that the running worker has loaded ("show map" names it):
+//     the entries are diffed and applied with "add map", "set map" and
+//     "del map". When the entries cannot be patched in the file's order
+//     (duplicate keys, or a reordering that matters because the map is
+//     used with a match other than map/map_str/map_ip) or the patch would
+//     be longer than the map, the map is loaded whole into a new version
+//     and swapped in atomically ("prepare map", "add map @<version>",
+//     "commit map @<version>").
+//   - a certificate that the running worker has loaded ("show ssl cert"
+//     names it): "set ssl cert <path>" with the PEM, then "commit ssl cert
+//     <path>".
+//
+// Anything else reloads, once, with the reason in Result.ReloadReason:
+// "structure" (any other difference in haproxy.cfg), "new-file" (a file not
+// on disk yet), "file-changed" (a changed file HAProxy only reads at load
+// time: error pages, ACL files, CA files, a map or certificate it has not
+// loaded), "drift" (a delivered file was changed on disk by someone else),
+// "initial" (no record of an earlier delivery and the bundle differs from
+// the disk), "pending" (an earlier Apply did not complete),
+// "runtime-disabled" (no admin socket, or Options.DisableRuntime), and
+// "runtime-failed" (HAProxy refused a runtime command; Result.RuntimeError
+// has its answer). Files that merely left the bundle are removed without a
+// reload: HAProxy has them in memory, and a valid configuration no longer
+// names them.
+//
+// The driver trusts that bundles are valid (the validator checks them); if
+// HAProxy rejects a configuration on reload, its previous worker keeps
+// serving, Apply returns ErrReloadFailed and the next Apply reloads again.
+//
+// # Order and atomicity
+//
+// Every file is written atomically: a temporary file in the same directory,
+// fsynced, then renamed over the old one, so HAProxy never reads a partial
+// file. Atomicity is per file.
+//
+// Runtime path: the manifest is first marked pending; the commands run in
+// one admin session, servers first (a slot leaving service is put in
+// maintenance before its address changes; one entering service gets its
+// address and weight before it is made ready), then maps (additions and
+// changes before removals), then certificates; then the changed files are
+// written, haproxy.cfg last, so that a later reload loses nothing; then
+// the files that left the bundle are removed and the manifest is cleared.
+// If a command is refused, the runtime path stops there and the bundle is
+// delivered by the reload path.
+//
+// Reload path: the manifest records the new files as owned and the reload
+// as pending; the changed files are written, haproxy.cfg last; "reload" is
+// sent on the master socket; then, since HAProxy 2.6's master answers
+// "reload" before doing anything, the driver polls "show proc" until the
+// master's reload counter moved, no failed reload is reported, a new worker
+// runs and the previous ones are leaving, and the new worker answers "show
+// info" on the admin socket (through the master when there is none), all
+// within ReloadTimeout. Only then are the files that left the bundle
+// removed and the manifest cleared.
+//
+// An Apply interrupted at any point leaves the manifest pending, and the
+// next Apply reloads: what HAProxy runs is then known again.
+//
+// # What the driver owns in Dir
+//
+// The manifest ".weft-runtime.json" lists every file the driver delivered
+// with the hash of what it wrote, and the directories it created. Only those
+// files are removed when they leave the bundle, and directories only once
+// empty. Temporary files are named ".weft-tmp-*". Bundle paths are relative
+// and slash-separated; absolute paths, ".." and the driver's names are
+// rejected with ErrBadPath. All file access goes through an os.Root.
+//
+// # Sockets
+//
+// The driver talks to the sockets with plain unix connections: one command
+// per connection for queries (the write side is shut down after the command,
+// which HAProxy's master CLI needs to answer), and one interactive ("prompt")
+// connection for a batch of runtime commands. Options.HAProxyDir maps the
+// paths HAProxy reports to bundle paths when HAProxy sees the shared folder
+// at another path.
+//
+// # Serialization
+//
+// Calls of Apply and Drift on one Driver are serialized. Two Drivers or two
+// processes must not deliver to the same HAProxy.
+package runtime

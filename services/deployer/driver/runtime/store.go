@@ -1,0 +1,318 @@
+package runtime
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+const (
+	// manifestName is the file in Dir recording what the driver owns.
+	manifestName = ".weft-runtime.json"
+	// tmpPrefix starts every temporary file the driver creates.
+	tmpPrefix       = ".weft-tmp-"
+	manifestVersion = 1
+)
+
+// checkPath reports whether p is usable as a bundle path: relative,
+// slash-separated, clean, without "..", and not one of the driver's names.
+func checkPath(p string) error {
+	var reason string
+	switch {
+	case p == "":
+		reason = "empty"
+	case strings.HasPrefix(p, "/"):
+		reason = "absolute"
+	case strings.ContainsAny(p, "\\\x00\n\r"):
+		reason = "contains a backslash, NUL or line break"
+	case p == "." || !fs.ValidPath(p):
+		reason = "not a clean relative path (no \"..\", \".\" or empty elements, no trailing slash)"
+	case p == manifestName:
+		reason = "reserved for the driver"
+	default:
+		for e := range strings.SplitSeq(p, "/") {
+			if strings.HasPrefix(e, tmpPrefix) {
+				reason = "reserved for the driver"
+			}
+		}
+	}
+	if reason != "" {
+		return fmt.Errorf("%w: %q: %s", ErrBadPath, p, reason)
+	}
+	return nil
+}
+
+// checkBundle validates every path, and that no path is given twice or is
+// both a file and a directory.
+func checkBundle(files []File) error {
+	seen := make(map[string]bool, len(files))
+	for _, f := range files {
+		if err := checkPath(f.Path); err != nil {
+			return err
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("%w: %q: given twice", ErrBadPath, f.Path)
+		}
+		seen[f.Path] = true
+	}
+	for _, f := range files {
+		for _, a := range ancestors(f.Path) {
+			if seen[a] {
+				return fmt.Errorf("%w: %q: %q is a file in the bundle, so it cannot be a directory", ErrBadPath, f.Path, a)
+			}
+		}
+	}
+	return nil
+}
+
+// ancestors returns the directories above p, outermost first.
+func ancestors(p string) []string {
+	var out []string
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' {
+			out = append(out, p[:i])
+		}
+	}
+	return out
+}
+
+func hashOf(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// manifest records what the driver owns in Dir and what it believes HAProxy
+// runs.
+type manifest struct {
+	Version int `json:"version"`
+	// Files maps every file the driver delivered to the SHA-256 of the
+	// content it wrote.
+	Files map[string]string `json:"files"`
+	// Dirs are the directories the driver created.
+	Dirs []string `json:"dirs,omitempty"`
+	// Pending is set while HAProxy may not run what is on disk: from before
+	// the first change (file or runtime command) until the change is
+	// complete. It holds the reason of the change.
+	Pending string `json:"pending,omitempty"`
+}
+
+// readManifest loads the manifest; found is false when there is none.
+func readManifest(root *os.Root) (m manifest, found bool, err error) {
+	raw, err := root.ReadFile(manifestName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return manifest{Version: manifestVersion, Files: map[string]string{}}, false, nil
+	}
+	if err != nil {
+		return manifest{}, false, fmt.Errorf("runtime: read manifest: %w", err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return manifest{}, false, fmt.Errorf("runtime: read manifest %s: %w (remove it to let the driver start over with a reload)", manifestName, err)
+	}
+	if m.Version != manifestVersion {
+		return manifest{}, false, fmt.Errorf("runtime: read manifest %s: unsupported version %d", manifestName, m.Version)
+	}
+	if m.Files == nil {
+		m.Files = map[string]string{}
+	}
+	for p := range m.Files {
+		if err := checkPath(p); err != nil {
+			return manifest{}, false, fmt.Errorf("runtime: read manifest %s: %w", manifestName, err)
+		}
+	}
+	for _, p := range m.Dirs {
+		if err := checkPath(p); err != nil {
+			return manifest{}, false, fmt.Errorf("runtime: read manifest %s: %w", manifestName, err)
+		}
+	}
+	return m, true, nil
+}
+
+func (m manifest) clone() manifest {
+	c := m
+	c.Files = make(map[string]string, len(m.Files))
+	for k, v := range m.Files {
+		c.Files[k] = v
+	}
+	c.Dirs = slices.Clone(m.Dirs)
+	return c
+}
+
+// writeManifest replaces the manifest atomically.
+func (d *Driver) writeManifest(root *os.Root, m manifest) error {
+	m.Version = manifestVersion
+	slices.Sort(m.Dirs)
+	m.Dirs = slices.Compact(m.Dirs)
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("runtime: encode manifest: %w", err)
+	}
+	if err := writeAtomic(root, manifestName, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("runtime: write manifest: %w", err)
+	}
+	return nil
+}
+
+// readDisk returns the content of a bundle path in Dir; exists is false when
+// there is no regular file there.
+func readDisk(root *os.Root, name string) (content []byte, exists bool, err error) {
+	fi, err := root.Lstat(name)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("runtime: stat %s: %w", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			return nil, false, fmt.Errorf("%w: %s is a directory in Dir", ErrBadPath, name)
+		}
+		return nil, false, nil
+	}
+	b, err := root.ReadFile(name)
+	if err != nil {
+		return nil, false, fmt.Errorf("runtime: read %s: %w", name, err)
+	}
+	return b, true, nil
+}
+
+// writeFile writes a bundle file atomically, creating its directories.
+func (d *Driver) writeFile(root *os.Root, m *manifest, f File) error {
+	for _, a := range ancestors(f.Path) {
+		err := root.Mkdir(a, d.opts.DirMode)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("runtime: create directory %s: %w", a, err)
+		}
+		if err := root.Chmod(a, d.opts.DirMode); err != nil {
+			return fmt.Errorf("runtime: chmod directory %s: %w", a, err)
+		}
+		m.Dirs = append(m.Dirs, a)
+	}
+	if err := writeAtomic(root, f.Path, f.Content, d.opts.Mode); err != nil {
+		return fmt.Errorf("runtime: write %s: %w", f.Path, err)
+	}
+	return nil
+}
+
+// writeAtomic writes data to a temporary file in the directory of name,
+// fsyncs it, gives it mode and renames it to name: a reader sees the old or
+// the new content, never a part.
+func writeAtomic(root *os.Root, name string, data []byte, mode fs.FileMode) (err error) {
+	dir := path.Dir(name)
+	tmp := path.Join(dir, tmpPrefix+rand.Text())
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = root.Remove(tmp) // the write already failed; a leftover is removed by a later Apply
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// The umask may have narrowed the mode given to OpenFile.
+	if err := root.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	if err := root.Rename(tmp, name); err != nil {
+		return err
+	}
+	syncDir(root, dir)
+	return nil
+}
+
+// syncDir flushes a directory's entries; best effort, since some filesystems
+// cannot sync a directory and the renames it makes durable have succeeded.
+func syncDir(root *os.Root, dir string) {
+	d, err := root.Open(dir)
+	if err != nil {
+		return
+	}
+	_ = d.Sync()
+	_ = d.Close()
+}
+
+// removeLeftovers removes temporary files left by an interrupted write in the
+// given directories; best effort.
+func removeLeftovers(root *os.Root, dirs []string) {
+	for _, dir := range dirs {
+		f, err := root.Open(dir)
+		if err != nil {
+			continue
+		}
+		names, _ := f.Readdirnames(-1)
+		_ = f.Close()
+		for _, n := range names {
+			if strings.HasPrefix(n, tmpPrefix) {
+				_ = root.Remove(path.Join(dir, n))
+			}
+		}
+	}
+}
+
+// removeStale removes owned files that left the bundle, then the directories
+// the driver created that are empty now. It returns the removed paths.
+func removeStale(root *os.Root, m *manifest, stale []string) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, s := range stale {
+		err := root.Remove(s)
+		switch {
+		case err == nil:
+			removed = append(removed, s)
+			delete(m.Files, s)
+		case errors.Is(err, fs.ErrNotExist):
+			delete(m.Files, s)
+		default:
+			errs = append(errs, fmt.Errorf("runtime: remove %s: %w", s, err))
+		}
+	}
+	needed := map[string]bool{}
+	for p := range m.Files {
+		for _, a := range ancestors(p) {
+			needed[a] = true
+		}
+	}
+	dirs := slices.Clone(m.Dirs)
+	// Deepest first, so that a parent is tried after its children.
+	slices.SortFunc(dirs, func(a, b string) int {
+		if n := strings.Count(b, "/") - strings.Count(a, "/"); n != 0 {
+			return n
+		}
+		return strings.Compare(a, b)
+	})
+	for _, dir := range dirs {
+		if needed[dir] {
+			continue
+		}
+		// Remove fails on a directory that is not empty: what is left in
+		// it is not the driver's, and it stays.
+		if err := root.Remove(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
+			m.Dirs = slices.DeleteFunc(m.Dirs, func(s string) bool { return s == dir })
+		}
+	}
+	slices.Sort(removed)
+	return removed, errors.Join(errs...)
+}

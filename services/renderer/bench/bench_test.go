@@ -1,0 +1,324 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/services/renderer/engine"
+	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/services/renderer/target"
+)
+
+// The benchmarks, each at 100, 1,000 and 10,000 Ingresses:
+//
+//	BenchmarkJinja2            Python's Jinja2 3.1 rendering Spec(false); ns/op is its median render
+//	BenchmarkFullRender        (a) every output without fragments
+//	BenchmarkFragmentsCold     (b) with fragments, from an empty cache
+//	BenchmarkFragmentsOneChange (c) with fragments, after one EndpointSlice change
+//	BenchmarkTargetOneChange   (c) through target.Render: plus the bundle and its hash
+//	BenchmarkIndexLoad         (d) loading the index; heap it retains
+//
+// Where /usr/bin/python3 has jinja2, (a), (b) and (c) also report x-jinja2:
+// their time per render divided by Jinja2's, measured in the same run.
+
+var sizes = []int{100, 1000, 10000}
+
+var (
+	loadedMu sync.Mutex
+	loaded   = map[int]*index.Index{}
+)
+
+// load returns the workload's index of n Ingresses, built once per process
+// and shared by benchmarks that only read it.
+func load(tb testing.TB, n int) *index.Index {
+	tb.Helper()
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	if ix := loaded[n]; ix != nil {
+		return ix
+	}
+	ix, err := Load(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	loaded[n] = ix
+	return ix
+}
+
+func compile(tb testing.TB, fragments bool) *engine.Set {
+	tb.Helper()
+	set, err := engine.Compile(Spec(fragments))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return set
+}
+
+var (
+	jinja2Mu  sync.Mutex
+	jinja2Res = map[int]*jinja2Result{}
+)
+
+// jinja2Iterations is how many renders Python times per size.
+var jinja2Iterations = map[int]int{100: 20, 1000: 5, 10000: 3}
+
+// jinja2 renders the workload of n Ingresses with Python's Jinja2 once per
+// process; nil when Jinja2 is not available.
+func jinja2(b *testing.B, n int) *jinja2Result {
+	b.Helper()
+	jinja2Mu.Lock()
+	defer jinja2Mu.Unlock()
+	if res, ok := jinja2Res[n]; ok {
+		return res
+	}
+	var res *jinja2Result
+	if jinja2Available() {
+		dir := b.TempDir()
+		data, templates := writeJinja2Input(b, dir, load(b, n), Spec(false))
+		r := runJinja2(b, data, templates, jinja2Iterations[n], "")
+		res = &r
+	}
+	jinja2Res[n] = res
+	return res
+}
+
+// reportRatio reports the benchmark's time per op divided by Jinja2's time
+// per render at the same size.
+func reportRatio(b *testing.B, n int) {
+	b.Helper()
+	res := jinja2(b, n)
+	if res == nil || b.N == 0 {
+		return
+	}
+	perOp := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	b.ReportMetric(perOp/(res.MsMedian*1e6), "x-jinja2")
+}
+
+// BenchmarkJinja2 is Python's Jinja2 rendering the same templates and data
+// as BenchmarkFullRender; ns/op is the median of its timed renders (the
+// interpreter's start and the data's loading are not counted).
+func BenchmarkJinja2(b *testing.B) {
+	if !jinja2Available() {
+		b.Skipf("%s with jinja2 is not available", python)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			var res *jinja2Result
+			for b.Loop() {
+				res = jinja2(b, n)
+			}
+			b.ReportMetric(res.MsMedian*1e6, "ns/op")
+			b.ReportMetric(res.MsMin*1e6, "min-ns/render")
+			b.ReportMetric(float64(res.Bytes), "bytes/render")
+		})
+	}
+}
+
+// BenchmarkFullRender (a) renders every output without fragments.
+func BenchmarkFullRender(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			ix := load(b, n)
+			set := compile(b, false)
+			in := engine.Input{Resources: ix.Stores(), Values: Values}
+			ctx := context.Background()
+			var bytes int
+			b.ReportAllocs()
+			for b.Loop() {
+				out, err := set.Render(ctx, in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bytes = len(out.Files[0].Content) + len(out.Files[1].Content)
+			}
+			b.ReportMetric(float64(bytes), "bytes/render")
+			reportRatio(b, n)
+		})
+	}
+}
+
+// BenchmarkFragmentsCold (b) renders with fragments from an empty cache:
+// every entry is rendered (in parallel on GOMAXPROCS goroutines). cache-MB
+// is the heap the filled cache retains.
+func BenchmarkFragmentsCold(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			ix := load(b, n)
+			in := engine.Input{Resources: ix.Stores(), Values: Values}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				set := compile(b, true)
+				b.StartTimer()
+				if _, err := set.Render(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportRatio(b, n)
+			b.StopTimer()
+			set := compile(b, true)
+			before := heap()
+			if _, err := set.Render(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(heap()-before)/(1<<20), "cache-MB")
+			runtime.KeepAlive(set)
+		})
+	}
+}
+
+// oneChange is a warm fragment Set over its own index, fed the index's
+// changes as the renderer feeds them; step changes the EndpointSlice of
+// one Ingress after another.
+type oneChange struct {
+	ix  *index.Index
+	rev uint64
+	k   int
+	n   int
+}
+
+func newOneChange(b *testing.B, n int, invalidate func([]engine.Change)) *oneChange {
+	b.Helper()
+	ix, err := Load(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ix.Observe(func(c index.Change) {
+		invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
+	})
+	return &oneChange{ix: ix, rev: ix.Revision(), n: n}
+}
+
+func (o *oneChange) step() {
+	o.k++
+	o.rev++
+	e := EndpointSlice((o.k*7919)%o.n, o.k)
+	o.ix.Upsert(e.Type, e.ID, o.rev, e.Obj)
+}
+
+// BenchmarkFragmentsOneChange (c) changes one EndpointSlice and renders
+// again: one fragment entry is rendered, the rest reused, and the outputs
+// join them.
+func BenchmarkFragmentsOneChange(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			set := compile(b, true)
+			oc := newOneChange(b, n, set.Invalidate)
+			in := engine.Input{Resources: oc.ix.Stores(), Values: Values}
+			ctx := context.Background()
+			if _, err := set.Render(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			rendered := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				oc.step()
+				out, err := set.Render(ctx, in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rendered += len(out.FragmentsRendered)
+			}
+			b.ReportMetric(float64(rendered)/float64(b.N), "entries/op")
+			reportRatio(b, n)
+		})
+	}
+}
+
+// targetConfig is the workload with fragments as a configured target.
+func targetConfig() config.Target {
+	spec := Spec(true)
+	t := config.Target{
+		Base:             "/etc/haproxy",
+		TemplateSnippets: map[string]config.Template{},
+		Fragments:        map[string]config.Fragment{},
+		Maps:             map[string]config.Template{},
+	}
+	for name, text := range spec.Snippets {
+		t.TemplateSnippets[name] = config.Template{Template: text}
+	}
+	for name, f := range spec.Fragments {
+		t.Fragments[name] = config.Fragment{ForEach: f.ForEach, Template: f.Text}
+	}
+	for _, o := range spec.Outputs {
+		if o.Kind == engine.KindConfig {
+			t.HAProxyConfig = config.Template{Template: o.Text}
+		} else {
+			t.Maps[o.Name] = config.Template{Template: o.Text}
+		}
+	}
+	return t
+}
+
+// BenchmarkTargetOneChange is (c) as the renderer service runs it: through
+// target.Render, which also lays out the bundle and hashes it.
+func BenchmarkTargetOneChange(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			tg, err := target.Compile("bench", targetConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			oc := newOneChange(b, n, tg.Invalidate)
+			ctx := context.Background()
+			if _, err := tg.Render(ctx, oc.ix.Stores(), Values); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				oc.step()
+				if _, err := tg.Render(ctx, oc.ix.Stores(), Values); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func heap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkIndexLoad (d) loads 3n objects into a new index per op, and
+// reports the heap retained: objects-MB by the decoded objects alone,
+// index-MB by the index on top of them (entries, sorted ids, key tuples,
+// prefix maps).
+func BenchmarkIndexLoad(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			before := heap()
+			objs := Objects(n)
+			withObjects := heap()
+			ix, err := index.New(Types)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, o := range objs {
+				ix.Upsert(o.Type, o.ID, uint64(i+1), o.Obj)
+			}
+			loaded := heap()
+			b.ReportMetric(float64(withObjects-before)/(1<<20), "objects-MB")
+			b.ReportMetric(float64(loaded-withObjects)/(1<<20), "index-MB")
+			runtime.KeepAlive(ix)
+			b.ReportAllocs()
+			for b.Loop() {
+				ix, err := index.New(Types)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, o := range objs {
+					ix.Upsert(o.Type, o.ID, uint64(i+1), o.Obj)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/weftio/weft/services/renderer/engine"
+	"github.com/weftio/weft/services/renderer/index"
+)
+
+// python is Debian's interpreter, which sees the python3-jinja2 package.
+const python = "/usr/bin/python3"
+
+// jinja2Result is what testdata/jinja2_render.py prints.
+type jinja2Result struct {
+	MsMedian float64 `json:"ms_median"`
+	MsMin    float64 `json:"ms_min"`
+	Bytes    int     `json:"bytes"`
+	Renders  int     `json:"renders"`
+}
+
+// jinja2Available reports whether Debian's Python with Jinja2 is
+// installed (apt-get install python3-jinja2).
+func jinja2Available() bool {
+	return exec.Command(python, "-c", "import jinja2").Run() == nil
+}
+
+// writeJinja2Input writes the index's objects (with their index key
+// tuples), the values and spec's snippets and outputs as JSON files in dir.
+func writeJinja2Input(tb testing.TB, dir string, ix *index.Index, spec engine.Spec) (data, templates string) {
+	tb.Helper()
+	type object struct {
+		ID   string         `json:"id"`
+		Keys []string       `json:"keys"`
+		Obj  map[string]any `json:"obj"`
+	}
+	type store struct {
+		IndexByCount int      `json:"index_by_count"`
+		Objects      []object `json:"objects"`
+	}
+	types := map[string]store{}
+	for _, typ := range ix.Types() {
+		st := ix.Store(typ)
+		s := store{IndexByCount: len(st.IndexBy()), Objects: []object{}}
+		for _, it := range st.Items() {
+			keys, _ := st.Keys(it.ID)
+			s.Objects = append(s.Objects, object{ID: it.ID, Keys: keys, Obj: it.Object})
+		}
+		types[typ] = s
+	}
+	type output struct {
+		Kind string `json:"kind"`
+		Name string `json:"name"`
+		Text string `json:"text"`
+	}
+	outs := make([]output, len(spec.Outputs))
+	for i, o := range spec.Outputs {
+		outs[i] = output{Kind: string(o.Kind), Name: o.Name, Text: o.Text}
+	}
+	data = filepath.Join(dir, "data.json")
+	templates = filepath.Join(dir, "templates.json")
+	write := func(path string, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	write(data, map[string]any{"types": types, "values": Values})
+	write(templates, map[string]any{"snippets": spec.Snippets, "outputs": outs})
+	return data, templates
+}
+
+// runJinja2 renders with testdata/jinja2_render.py iterations times; with
+// outDir it also writes the outputs there.
+func runJinja2(tb testing.TB, data, templates string, iterations int, outDir string) jinja2Result {
+	tb.Helper()
+	script, err := filepath.Abs("testdata/jinja2_render.py")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	args := []string{script, data, templates, fmt.Sprint(iterations)}
+	if outDir != "" {
+		args = append(args, outDir)
+	}
+	cmd := exec.Command(python, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("jinja2: %v\n%s", err, stderr.String())
+	}
+	var res jinja2Result
+	if err := json.Unmarshal(out, &res); err != nil {
+		tb.Fatalf("jinja2 printed %q: %v", out, err)
+	}
+	return res
+}

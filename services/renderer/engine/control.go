@@ -1,0 +1,391 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/parser"
+)
+
+// The for, if and macro control structures below replace gonja's with the
+// same semantics and fewer allocations. gonja gives every loop item two
+// child renderers (each with a copied Config, Environment and Context) and
+// a third while filtering, runs every if body in a child scope that it then
+// copies back into the parent, and gives every macro call a child renderer
+// plus one evaluation per parameter name. Here a loop item gets one child
+// scope that shares the Config (no control structure writes to a shared
+// Config: autoescape copies its own), an if body runs in the scope it is
+// in (which is what copying the child scope back amounts to), and a macro
+// knows its parameter names from compile time.
+
+// scope returns a child renderer of r with a fresh variable scope.
+func scope(r *exec.Renderer) *exec.Renderer {
+	// One allocation for the renderer and its environment.
+	s := &struct {
+		r   exec.Renderer
+		env exec.Environment
+	}{
+		r: exec.Renderer{Config: r.Config, Template: r.Template, RootNode: r.RootNode, Output: r.Output, Loader: r.Loader},
+		env: exec.Environment{
+			Context:           r.Environment.Context.Inherit(),
+			Filters:           r.Environment.Filters,
+			Tests:             r.Environment.Tests,
+			ControlStructures: r.Environment.ControlStructures,
+			Methods:           r.Environment.Methods,
+		},
+	}
+	s.r.Environment = &s.env
+	return &s.r
+}
+
+// walk renders the nodes of w with r.
+func walk(r *exec.Renderer, w *nodes.Wrapper) error {
+	for _, n := range w.Nodes {
+		if err := nodes.Walk(r, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forNode is `{% for %}`. Recursive loops keep gonja's implementation.
+type forNode struct {
+	*controlStructures.ForControlStructure
+}
+
+func forParser(builtin parser.ControlStructureParser) parser.ControlStructureParser {
+	return func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+		cs, err := builtin(p, args)
+		if err != nil {
+			return nil, err
+		}
+		fcs, ok := cs.(*controlStructures.ForControlStructure)
+		if !ok {
+			return nil, fmt.Errorf("for: unexpected node %T", cs)
+		}
+		if fcs.Recursive {
+			return fcs, nil
+		}
+		return &forNode{fcs}, nil
+	}
+}
+
+type loopItem struct {
+	key, value *exec.Value
+}
+
+func (n *forNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	obj := r.Eval(n.ObjectEvaluator)
+	if obj.IsError() {
+		return obj
+	}
+	// Materialise the items first, applying the loop's if filter, as
+	// gonja does: loop.length and loop.last count the filtered items.
+	var items []loopItem
+	var filter *exec.Renderer
+	if n.IfCondition != nil {
+		filter = scope(r)
+	}
+	obj.Iterate(func(_, count int, key, value *exec.Value) bool {
+		if items == nil {
+			items = make([]loopItem, 0, count)
+		}
+		it := loopItem{key: key}
+		if n.Value != "" && !key.IsString() && key.Len() == 2 {
+			key.Iterate(func(idx, _ int, k, _ *exec.Value) bool {
+				if idx == 0 {
+					it.key = k
+				} else {
+					it.value = k
+				}
+				return true
+			}, func() {})
+		} else if value != nil {
+			it.value = value
+		}
+		if filter != nil {
+			ctx := filter.Environment.Context
+			ctx.Set(n.Key, it.key)
+			if it.value != nil {
+				ctx.Set(n.Value, it.value)
+			}
+			if !filter.Eval(n.IfCondition).IsTrue() {
+				return true
+			}
+		}
+		items = append(items, it)
+		return true
+	}, func() {})
+
+	if len(items) == 0 {
+		if n.EmptyWrapper != nil {
+			return walk(scope(r), n.EmptyWrapper)
+		}
+		return nil
+	}
+	depth := 1
+	if parent, ok := r.Environment.Context.Get("loop"); ok {
+		if p, ok := parent.(*loopInfo); ok {
+			depth = p.depth + 1
+		}
+	}
+	loop := &loopInfo{items: items, depth: depth}
+	for idx, it := range items {
+		sub := scope(r)
+		ctx := sub.Environment.Context
+		ctx.Set(n.Key, it.key)
+		if it.value != nil {
+			ctx.Set(n.Value, it.value)
+		}
+		ctx.Set("loop", loop)
+		loop.index0 = idx
+		if err := walk(sub, n.BodyWrapper); err != nil {
+			if isLoopControl[*controlStructures.LoopBreakError](err) {
+				break
+			}
+			if isLoopControl[*controlStructures.LoopContinueError](err) {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// isLoopControl reports whether err is, or wraps, a break or continue.
+func isLoopControl[T error](err error) bool {
+	for e := err; e != nil; {
+		if _, ok := e.(T); ok {
+			return true
+		}
+		switch x := e.(type) {
+		case interface{ Unwrap() error }:
+			e = x.Unwrap()
+		case interface{ Cause() error }:
+			e = x.Cause()
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// loopInfo is the `loop` variable of a for loop, with the attributes of
+// gonja's (Jinja2's): index, index0, revindex, revindex0, first, last,
+// length, depth, depth0, previtem, nextitem, cycle() and changed().
+type loopInfo struct {
+	items     []loopItem
+	index0    int
+	depth     int
+	lastValue *exec.Value
+}
+
+func (l *loopInfo) item(i int) *exec.Value {
+	if i < 0 || i >= len(l.items) {
+		return exec.AsValue(nil)
+	}
+	it := l.items[i]
+	if it.value != nil {
+		return exec.AsValue([2]*exec.Value{it.key, it.value})
+	}
+	return it.key
+}
+
+// GetAttribute implements exec.AttributeGetter.
+func (l *loopInfo) GetAttribute(name string) (*exec.Value, bool) {
+	n := len(l.items)
+	switch name {
+	case "index":
+		return exec.AsValue(l.index0 + 1), true
+	case "index0":
+		return exec.AsValue(l.index0), true
+	case "revindex":
+		return exec.AsValue(n - l.index0), true
+	case "revindex0":
+		return exec.AsValue(n - l.index0 - 1), true
+	case "first":
+		return exec.AsValue(l.index0 == 0), true
+	case "last":
+		return exec.AsValue(l.index0 == n-1), true
+	case "length":
+		return exec.AsValue(n), true
+	case "depth":
+		return exec.AsValue(l.depth), true
+	case "depth0":
+		return exec.AsValue(l.depth - 1), true
+	case "previtem", "PrevItem":
+		return l.item(l.index0 - 1), true
+	case "nextitem", "NextItem":
+		return l.item(l.index0 + 1), true
+	case "cycle", "Cycle":
+		return exec.AsValue(func(va *exec.VarArgs) *exec.Value {
+			if len(va.Args) == 0 {
+				return exec.AsValue("")
+			}
+			return va.Args[l.index0%len(va.Args)]
+		}), true
+	case "changed", "Changed":
+		return exec.AsValue(func(va *exec.VarArgs) *exec.Value {
+			var current *exec.Value
+			if len(va.Args) == 1 {
+				current = va.Args[0]
+			} else {
+				items := make([]any, 0, len(va.Args))
+				for _, a := range va.Args {
+					items = append(items, a.Interface())
+				}
+				current = exec.AsValue(items)
+			}
+			same := l.lastValue != nil && current.EqualValueTo(l.lastValue)
+			l.lastValue = current
+			return exec.AsValue(!same)
+		}), true
+	}
+	return exec.AsValue(nil), false
+}
+
+// ifNode is `{% if %}...{% elif %}...{% else %}...{% endif %}`. Its bodies
+// run in the enclosing scope: Jinja2's if opens no scope, and gonja's
+// copies every name its child scope set back into the parent.
+type ifNode struct {
+	*controlStructures.IfControlStructure
+}
+
+func ifParser(builtin parser.ControlStructureParser) parser.ControlStructureParser {
+	return func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+		cs, err := builtin(p, args)
+		if err != nil {
+			return nil, err
+		}
+		ics, ok := cs.(*controlStructures.IfControlStructure)
+		if !ok {
+			return nil, fmt.Errorf("if: unexpected node %T", cs)
+		}
+		return &ifNode{ics}, nil
+	}
+}
+
+func (n *ifNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	for i, cond := range n.Conditions {
+		v := r.Eval(cond)
+		if v.IsError() {
+			return v
+		}
+		if v.IsTrue() {
+			return walk(r, n.Wrappers[i])
+		}
+		if i == len(n.Conditions)-1 && len(n.Wrappers) > i+1 {
+			return walk(r, n.Wrappers[i+1])
+		}
+	}
+	return nil
+}
+
+// macroNode is `{% macro name(params) %}`: executing it binds name to a
+// function in the current scope, as gonja does.
+type macroNode struct {
+	*controlStructures.MacroControlStructure
+	params []string // parameter names, in order
+}
+
+func macroParser(builtin parser.ControlStructureParser) parser.ControlStructureParser {
+	return func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+		cs, err := builtin(p, args)
+		if err != nil {
+			return nil, err
+		}
+		mcs, ok := cs.(*controlStructures.MacroControlStructure)
+		if !ok {
+			return nil, fmt.Errorf("macro: unexpected node %T", cs)
+		}
+		n := &macroNode{MacroControlStructure: mcs, params: make([]string, len(mcs.Kwargs))}
+		for i, kw := range mcs.Kwargs {
+			s, ok := kw.Key.(*nodes.String)
+			if !ok {
+				return nil, fmt.Errorf("macro %s: parameter %d has no name", mcs.Name, i)
+			}
+			n.params[i] = s.Val
+		}
+		return n, nil
+	}
+}
+
+func (n *macroNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	r.Environment.Context.Set(n.Name, exec.Macro(func(params *exec.VarArgs) *exec.Value {
+		return n.call(r, params)
+	}))
+	return nil
+}
+
+// call runs the macro defined in r's scope with params, with the argument
+// binding and errors of gonja's macros.
+func (n *macroNode) call(r *exec.Renderer, params *exec.VarArgs) *exec.Value {
+	args := make([]*exec.Value, len(n.params))
+	bound := min(len(params.Args), len(n.params))
+	copy(args, params.Args[:bound])
+	var varArgs []any
+	if len(params.Args) > len(n.params) {
+		if n.VarArgsName == "" {
+			return exec.AsValue(fmt.Errorf("macro '%s' received %d arguments but expected only %d", n.Name, len(params.Args), len(n.params)))
+		}
+		for _, a := range params.Args[len(n.params):] {
+			varArgs = append(varArgs, a.Interface())
+		}
+	}
+	var extra map[string]any
+	if n.KwArgsName != "" {
+		extra = map[string]any{}
+	}
+kwargs:
+	for kw, v := range params.KwArgs {
+		for i, name := range n.params {
+			if name == kw {
+				if args[i] != nil {
+					return exec.AsValue(fmt.Errorf("macro '%s' received '%s' argument twice", n.Name, kw))
+				}
+				args[i] = v
+				continue kwargs
+			}
+		}
+		if extra == nil {
+			return exec.AsValue(fmt.Errorf("macro '%s' takes no keyword argument '%s'", n.Name, kw))
+		}
+		extra[kw] = v.Interface()
+	}
+	for i := range args {
+		if args[i] == nil {
+			v := r.Eval(n.Kwargs[i].Value)
+			if v.IsError() {
+				return exec.AsValue(fmt.Errorf("macro '%s' failed to evaluate '%s': %s", n.Name, n.Kwargs[i].Value.String(), v))
+			}
+			args[i] = v
+		}
+	}
+	var out strings.Builder
+	sub := scope(r)
+	sub.Output = &out
+	ctx := sub.Environment.Context
+	for i, name := range n.params {
+		ctx.Set(name, args[i])
+	}
+	if n.VarArgsName != "" {
+		if varArgs == nil {
+			varArgs = []any{}
+		}
+		ctx.Set(n.VarArgsName, varArgs)
+	}
+	if n.KwArgsName != "" {
+		ctx.Set(n.KwArgsName, extra)
+	}
+	if caller, ok := r.Environment.Context.Get("__gonja_caller__"); ok && caller != nil {
+		ctx.Set("caller", caller)
+		r.Environment.Context.Set("__gonja_caller__", nil)
+	}
+	if err := walk(sub, n.Wrapper); err != nil {
+		return exec.AsValue(fmt.Errorf("Unable to execute macro '%s': %w", n.Name, err))
+	}
+	return exec.AsSafeValue(out.String())
+}

@@ -1,0 +1,633 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nikolalohinski/gonja/v2/exec"
+
+	"github.com/weftio/weft/services/renderer/index"
+)
+
+// Fragment is a template rendered once for every object of one resource
+// type. Inside it `obj` is the object and `id` its id, next to
+// `resources`, `values`, the snippets and every filter and function of an
+// output (except fragments() and fragment()). It keeps its final newline,
+// like an output, so fragments of one line each join into lines.
+type Fragment struct {
+	// ForEach is the resource type (a key of Input.Resources holding an
+	// *index.Store) whose objects the fragment is rendered for.
+	ForEach string
+	Text    string
+}
+
+// Change is one change of a render's input, for Set.Invalidate: an
+// object of Type with ID was created, updated or deleted (OldKeys and
+// NewKeys are its index key tuples before and after, nil when absent), or,
+// when Value is set, the value of that name changed (the other fields are
+// then ignored).
+type Change struct {
+	Type    string
+	ID      string
+	OldKeys []string
+	NewKeys []string
+	Value   string
+}
+
+// EntryRef names one fragment entry: the fragment and the object's id.
+type EntryRef struct {
+	Fragment string
+	ID       string
+}
+
+// parallelMin is the fewest entries per worker for which rendering them in
+// parallel pays off.
+const parallelMin = 16
+
+// maxEntryErrors bounds how many failing entries one render reports.
+const maxEntryErrors = 5
+
+type fragment struct {
+	name    string
+	forEach string
+	tpl     *exec.Template
+}
+
+// fragmentCache holds every fragment's rendered entries and the reverse
+// maps from what an entry read to the entries that read it. Its lock is
+// held for a whole Render and for Invalidate.
+type fragmentCache struct {
+	mu     sync.Mutex
+	states []*fragState // in the order of Set.fragments (by name)
+	gen    uint64       // render generation, marks the entries still present
+
+	byObject  map[objRef]entrySet
+	byLookup  map[lookupRef]entrySet
+	byType    map[string]entrySet
+	byValue   map[string]entrySet
+	allValues entrySet
+
+	lastValues map[string]any // the values of the last render
+	haveValues bool
+}
+
+type entrySet map[*entry]struct{}
+
+// fragState is one fragment's cache.
+type fragState struct {
+	f       *fragment
+	ready   bool         // store is set: a render has scanned it
+	store   *index.Store // the store the entries were rendered from
+	entries map[string]*entry
+	order   []*entry // the entries of the last render, by id
+	joined  string   // the entries' output concatenated in id order
+	stale   bool     // joined must be rebuilt
+	// withErrors counts the entries that registered errors.
+	withErrors int
+	// pending are the entries marked dirty since the last render.
+	pending []*entry
+	// seenChanges is the store's change count at the last render;
+	// reported counts the changes of the fragment's type reported since,
+	// and touched holds their ids.
+	seenChanges uint64
+	reported    uint64
+	touched     map[string]struct{}
+}
+
+// entry is one fragment rendered for one object.
+type entry struct {
+	state  *fragState
+	id     string
+	rev    uint64 // the object's revision when rendered
+	out    string
+	errors []RegisteredError
+	deps   deps
+	dirty  bool
+	seen   uint64 // the render generation that last found the object
+}
+
+// job is one entry to render in this render.
+type job struct {
+	e   *entry
+	obj map[string]any
+	rev uint64
+
+	out    string
+	errors []RegisteredError
+	deps   deps
+	err    error
+}
+
+func newFragmentCache(frags []*fragment) *fragmentCache {
+	c := &fragmentCache{
+		byObject:  map[objRef]entrySet{},
+		byLookup:  map[lookupRef]entrySet{},
+		byType:    map[string]entrySet{},
+		byValue:   map[string]entrySet{},
+		allValues: entrySet{},
+	}
+	for _, f := range frags {
+		c.states = append(c.states, &fragState{f: f, entries: map[string]*entry{}, touched: map[string]struct{}{}})
+	}
+	return c
+}
+
+func add[K comparable](m map[K]entrySet, k K, e *entry) {
+	s := m[k]
+	if s == nil {
+		s = entrySet{}
+		m[k] = s
+	}
+	s[e] = struct{}{}
+}
+
+func remove[K comparable](m map[K]entrySet, k K, e *entry) {
+	if s := m[k]; s != nil {
+		delete(s, e)
+		if len(s) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// register adds e to the reverse maps of its deps; unregister removes it.
+func (c *fragmentCache) register(e *entry) {
+	for _, o := range e.deps.objects {
+		add(c.byObject, o, e)
+	}
+	for _, l := range e.deps.lookups {
+		add(c.byLookup, l, e)
+	}
+	for _, t := range e.deps.types {
+		add(c.byType, t, e)
+	}
+	for _, v := range e.deps.values {
+		add(c.byValue, v, e)
+	}
+	if e.deps.allValues {
+		c.allValues[e] = struct{}{}
+	}
+}
+
+func (c *fragmentCache) unregister(e *entry) {
+	for _, o := range e.deps.objects {
+		remove(c.byObject, o, e)
+	}
+	for _, l := range e.deps.lookups {
+		remove(c.byLookup, l, e)
+	}
+	for _, t := range e.deps.types {
+		remove(c.byType, t, e)
+	}
+	for _, v := range e.deps.values {
+		remove(c.byValue, v, e)
+	}
+	delete(c.allValues, e)
+}
+
+// drop removes e from its fragment's entries and from the reverse maps
+// (not from order).
+func (c *fragmentCache) drop(e *entry) {
+	c.unregister(e)
+	delete(e.state.entries, e.id)
+	if len(e.errors) > 0 {
+		e.state.withErrors--
+	}
+	e.state.stale = true
+}
+
+// mark makes e dirty: the next render renders it again.
+func mark(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		e.state.pending = append(e.state.pending, e)
+	}
+}
+
+func dirty(s entrySet) {
+	for e := range s {
+		mark(e)
+	}
+}
+
+// invalidate marks the entries a change affects.
+func (c *fragmentCache) invalidate(ch Change) {
+	if ch.Value != "" {
+		dirty(c.byValue[ch.Value])
+		dirty(c.allValues)
+		return
+	}
+	for _, fs := range c.states {
+		if fs.f.forEach == ch.Type {
+			fs.reported++
+			fs.touched[ch.ID] = struct{}{}
+			if e := fs.entries[ch.ID]; e != nil {
+				mark(e)
+			}
+		}
+	}
+	dirty(c.byObject[objRef{ch.Type, ch.ID}])
+	dirty(c.byType[ch.Type])
+	c.invalidatePrefixes(ch.Type, ch.OldKeys)
+	if !slices.Equal(ch.OldKeys, ch.NewKeys) {
+		c.invalidatePrefixes(ch.Type, ch.NewKeys)
+	}
+}
+
+// invalidatePrefixes marks the entries whose get_indexed lookup on typ
+// matched, or now matches, an object with the key tuple keys: those whose
+// lookup tuple is a prefix of keys.
+func (c *fragmentCache) invalidatePrefixes(typ string, keys []string) {
+	if len(c.byLookup) == 0 {
+		return
+	}
+	for k := 1; k <= len(keys); k++ {
+		dirty(c.byLookup[lookupRef{typ, encodeKeys(keys[:k])}])
+	}
+}
+
+// checkValues marks the readers of every value that differs from the last
+// render's, so that a value change reaches the fragments even when no
+// Invalidate reported it.
+func (c *fragmentCache) checkValues(values map[string]any) {
+	if c.haveValues {
+		for k, v := range values {
+			if old, ok := c.lastValues[k]; !ok || !reflect.DeepEqual(old, v) {
+				c.invalidate(Change{Value: k})
+			}
+		}
+		for k := range c.lastValues {
+			if _, ok := values[k]; !ok {
+				c.invalidate(Change{Value: k})
+			}
+		}
+	}
+	c.lastValues, c.haveValues = maps.Clone(values), true
+}
+
+// reset forgets every entry of fs (its store was replaced).
+func (c *fragmentCache) reset(fs *fragState) {
+	for _, e := range fs.entries {
+		c.unregister(e)
+	}
+	fs.entries = map[string]*entry{}
+	fs.order, fs.joined, fs.stale, fs.withErrors, fs.pending = nil, "", true, 0, nil
+}
+
+// scan compares fs with every object of its store (nil: none): new
+// objects get dirty entries, changed revisions mark theirs, entries of
+// objects that are gone are dropped, and order is rebuilt.
+func (c *fragmentCache) scan(fs *fragState, sv *storeValue) {
+	c.gen++
+	var items []index.Item
+	if sv != nil {
+		items = sv.d.snapshot()
+	}
+	order := make([]*entry, 0, len(items))
+	for i, it := range items {
+		e := fs.entries[it.ID]
+		switch {
+		case e == nil:
+			e = &entry{state: fs, id: it.ID}
+			fs.entries[it.ID] = e
+			mark(e)
+		case e.rev != it.Rev:
+			mark(e)
+		}
+		if i >= len(fs.order) || fs.order[i] != e {
+			fs.stale = true
+		}
+		e.seen = c.gen
+		order = append(order, e)
+	}
+	if len(fs.entries) > len(items) {
+		for _, e := range fs.entries {
+			if e.seen != c.gen {
+				c.drop(e)
+			}
+		}
+	}
+	if len(order) != len(fs.order) {
+		fs.stale = true
+	}
+	fs.order = order
+}
+
+// applyTouched updates fs from the objects of its type that changes
+// reported since the last render, without looking at the others.
+func (c *fragmentCache) applyTouched(fs *fragState) {
+	for id := range fs.touched {
+		it, ok := fs.store.Item(id)
+		e := fs.entries[id]
+		i, found := slices.BinarySearchFunc(fs.order, id, func(e *entry, id string) int { return strings.Compare(e.id, id) })
+		switch {
+		case ok && e == nil:
+			e = &entry{state: fs, id: id}
+			fs.entries[id] = e
+			mark(e)
+			fs.order = slices.Insert(fs.order, i, e)
+			fs.stale = true
+		case ok:
+			if e.rev != it.Rev {
+				mark(e)
+			}
+		case e != nil:
+			c.drop(e)
+			if found {
+				fs.order = slices.Delete(fs.order, i, i+1)
+			}
+		}
+	}
+}
+
+// Invalidate marks the cached fragment entries that changes affect, so the
+// next Render renders them again: for an object change, the object's own
+// entries, the entries that read the object by id, the entries whose
+// get_indexed lookup on its type is a prefix of its old or new key tuple,
+// and the entries that read its whole type; for a value change, the entries
+// that read the value or all values. Every change to the data behind
+// Input.Resources must be reported before the next Render (Render itself
+// notices a changed revision of an entry's own object, created and deleted
+// objects, and changed values, but not an object another entry read).
+func (s *Set) Invalidate(changes []Change) {
+	if s.cache == nil {
+		return
+	}
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	for _, ch := range changes {
+		s.cache.invalidate(ch)
+	}
+}
+
+// fragmentStore returns the store a fragment iterates: nil when the type
+// is not among the resources.
+func fragmentStore(res resourcesMap, typ string) (*storeValue, error) {
+	v, ok := res[typ]
+	if !ok {
+		return nil, nil
+	}
+	sv, ok := v.(*storeValue)
+	if !ok {
+		return nil, fmt.Errorf("resources.%s is not an indexed store", typ)
+	}
+	return sv, nil
+}
+
+// updateFragments brings every fragment up to date with the render's
+// input: it renders the entries that are new or dirty (in parallel when
+// there are many), drops the entries of objects that are gone and reuses
+// the rest. The caller holds c.mu.
+func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, values map[string]any, out *Output) error {
+	c := s.cache
+	c.checkValues(values)
+	var jobs []*job
+	for _, fs := range c.states {
+		sv, err := fragmentStore(res, fs.f.forEach)
+		if err != nil {
+			return &Error{Kind: KindFragment, Template: fs.f.name, Message: err.Error(), Err: err}
+		}
+		var store *index.Store
+		var changes uint64
+		if sv != nil {
+			store, changes = sv.d.st, sv.d.st.Changes()
+		}
+		switch {
+		case !fs.ready || store != fs.store:
+			c.reset(fs)
+			fs.store, fs.ready = store, true
+			c.scan(fs, sv)
+		case changes-fs.seenChanges != fs.reported:
+			// Changes of the type that were not reported: compare
+			// with every object.
+			c.scan(fs, sv)
+		case fs.reported > 0:
+			c.applyTouched(fs)
+		}
+		fs.seenChanges, fs.reported = changes, 0
+		clear(fs.touched)
+		for _, e := range fs.pending {
+			if !e.dirty || fs.entries[e.id] != e {
+				continue // rendered since, or dropped
+			}
+			it, ok := fs.store.Item(e.id)
+			if !ok {
+				c.drop(e)
+				fs.order = slices.DeleteFunc(fs.order, func(x *entry) bool { return x == e })
+				continue
+			}
+			jobs = append(jobs, &job{e: e, obj: it.Object, rev: it.Rev})
+		}
+		fs.pending = fs.pending[:0]
+	}
+
+	s.runJobs(ctx, in, res, values, jobs)
+
+	var errs []error
+	failed := 0
+	for _, j := range jobs {
+		e := j.e
+		if j.err != nil {
+			failed++
+			if len(errs) < maxEntryErrors {
+				errs = append(errs, j.err)
+			}
+			continue
+		}
+		c.unregister(e)
+		if e.out != j.out {
+			e.state.stale = true
+		}
+		if len(e.errors) > 0 {
+			e.state.withErrors--
+		}
+		if len(j.errors) > 0 {
+			e.state.withErrors++
+		}
+		e.out, e.errors, e.deps, e.rev, e.dirty = j.out, j.errors, j.deps, j.rev, false
+		c.register(e)
+		out.FragmentsRendered = append(out.FragmentsRendered, EntryRef{Fragment: e.state.f.name, ID: e.id})
+	}
+	out.FragmentsReused = -len(jobs)
+	for _, fs := range c.states {
+		out.FragmentsReused += len(fs.order)
+	}
+	if failed > 0 {
+		if failed > len(errs) {
+			errs = append(errs, fmt.Errorf("%w: and %d more fragment entries failed", ErrTemplate, failed-len(errs)))
+		}
+		return errors.Join(errs...)
+	}
+	for _, fs := range c.states {
+		if fs.stale {
+			n := 0
+			for _, e := range fs.order {
+				n += len(e.out)
+			}
+			var b strings.Builder
+			b.Grow(n)
+			for _, e := range fs.order {
+				b.WriteString(e.out)
+			}
+			fs.joined, fs.stale = b.String(), false
+		}
+	}
+	return nil
+}
+
+// runJobs renders every job, on up to GOMAXPROCS goroutines.
+func (s *Set) runJobs(ctx context.Context, in *Input, res resourcesMap, values map[string]any, jobs []*job) {
+	workers := min(runtime.GOMAXPROCS(0), len(jobs)/parallelMin)
+	if workers <= 1 {
+		for _, j := range jobs {
+			s.renderEntry(ctx, in, res, values, j)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(jobs) {
+					return
+				}
+				s.renderEntry(ctx, in, res, values, jobs[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// noFragments answers fragments() and fragment() inside a fragment.
+func noFragments(*exec.VarArgs) (any, error) {
+	return nil, errors.New("fragments() and fragment() cannot be used inside a fragment")
+}
+
+// renderEntry renders one fragment entry with its own state, recording
+// what it reads.
+func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, values map[string]any, j *job) {
+	f := j.e.state.f
+	if err := ctx.Err(); err != nil {
+		j.err = fmt.Errorf("render fragment %q: %w", f.name, err)
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			j.err = &Error{Kind: KindFragment, Template: f.name, Object: j.e.id, Message: fmt.Sprintf("panic while rendering: %v", p)}
+		}
+	}()
+	rec := &reads{}
+	view := newValuesView(values)
+	st := &renderState{ctx: ctx, in: in}
+	st.data = exec.NewContext(map[string]any{
+		"obj":            objectMap(j.obj),
+		"id":             j.e.id,
+		"resources":      res.recording(rec),
+		"values":         view,
+		"register_error": st.registerError,
+		"fragments":      noFragments,
+		"fragment":       noFragments,
+		stateKey:         st,
+	})
+	var b strings.Builder
+	b.Grow(len(j.e.out) + 64)
+	if err := f.tpl.Execute(&b, st.data); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			j.err = fmt.Errorf("render fragment %q: %w", f.name, cerr)
+			return
+		}
+		e := runtimeError(KindFragment, f.name, err)
+		e.Object = j.e.id
+		j.err = e
+		return
+	}
+	j.out, j.errors, j.deps = b.String(), st.errors, rec.deps(view)
+}
+
+// fragmentsRead adds the values the cached entries read to out.
+func (c *fragmentCache) valuesRead(names []string, all bool) ([]string, bool) {
+	if len(c.byValue) > 0 {
+		set := make(map[string]bool, len(names)+len(c.byValue))
+		for _, n := range names {
+			set[n] = true
+		}
+		for n := range c.byValue {
+			set[n] = true
+		}
+		names = slices.Sorted(maps.Keys(set))
+	}
+	return names, all || len(c.allValues) > 0
+}
+
+// registerEntryErrors registers the errors of every entry, fragment by
+// fragment (by name) and entry by entry (by id), before the outputs'.
+func (c *fragmentCache) registerEntryErrors(st *renderState) {
+	for _, fs := range c.states {
+		if fs.withErrors == 0 {
+			continue
+		}
+		for _, e := range fs.order {
+			for _, re := range e.errors {
+				st.addError(re)
+			}
+		}
+	}
+}
+
+func (c *fragmentCache) state(name string) *fragState {
+	i, ok := slices.BinarySearchFunc(c.states, name, func(fs *fragState, n string) int { return strings.Compare(fs.f.name, n) })
+	if !ok {
+		return nil
+	}
+	return c.states[i]
+}
+
+// fragmentsFunction is fragments(name): every entry of the fragment joined
+// in id order.
+func (st *renderState) fragmentsFunction(args *exec.VarArgs) (any, error) {
+	if len(args.Args) != 1 || len(args.KwArgs) > 0 {
+		return nil, exec.ErrInvalidCall(errors.New("fragments(name) takes exactly one argument"))
+	}
+	fs, err := st.fragment(args.Args[0].String())
+	if err != nil {
+		return nil, err
+	}
+	return fs.joined, nil
+}
+
+// fragmentFunction is fragment(name, id): the fragment rendered for one
+// object, "" when there is no such object.
+func (st *renderState) fragmentFunction(args *exec.VarArgs) (any, error) {
+	if len(args.Args) != 2 || len(args.KwArgs) > 0 {
+		return nil, exec.ErrInvalidCall(errors.New("fragment(name, id) takes exactly two arguments"))
+	}
+	fs, err := st.fragment(args.Args[0].String())
+	if err != nil {
+		return nil, err
+	}
+	if e := fs.entries[args.Args[1].String()]; e != nil {
+		return e.out, nil
+	}
+	return "", nil
+}
+
+func (st *renderState) fragment(name string) (*fragState, error) {
+	var fs *fragState
+	if st.frags != nil {
+		fs = st.frags.state(name)
+	}
+	if fs == nil {
+		return nil, fmt.Errorf("no fragment named %q", name)
+	}
+	return fs, nil
+}
