@@ -65,7 +65,9 @@ func Watch(ctx context.Context, env svc.Env, s host.Settings) error {
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    push,
 		UpdateFunc: func(_, obj any) { push(obj) },
-		DeleteFunc: func(any) { env.Log.Error("configuration ConfigMap deleted; the running configuration stays", "configmap", s.ConfigMap) },
+		DeleteFunc: func(any) {
+			env.Log.Error("configuration ConfigMap deleted; the running configuration stays", "configmap", s.ConfigMap)
+		},
 	}); err != nil {
 		return fmt.Errorf("config map: %w", err)
 	}
