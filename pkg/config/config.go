@@ -159,6 +159,12 @@ type Target struct {
 	Files            map[string]Template `json:"files,omitempty"`
 	Certificates     map[string]Template `json:"certificates,omitempty"`
 	HAProxyConfig    Template            `json:"haproxy_config"`
+	// Library names a template set shipped with weft (e.g. "ingress") that
+	// provides the template sections; sections the target sets itself
+	// replace the library's of the same name.
+	Library string `json:"library,omitempty"`
+	// LibraryOptions tune the library (see its documentation).
+	LibraryOptions map[string]string `json:"library_options,omitempty"`
 	// Fragments are templates rendered once per object of a watched type
 	// and reused while what they read is unchanged; templates join them
 	// with fragments("<name>") or take one with fragment("<name>", id).
@@ -456,7 +462,7 @@ func (c *Config) check() error {
 		t := c.Targets[name]
 		f := "targets." + name
 		token(f, name)
-		if strings.TrimSpace(t.HAProxyConfig.Template) == "" {
+		if strings.TrimSpace(t.HAProxyConfig.Template) == "" && t.Library == "" {
 			bad(f+".haproxy_config.template", "required")
 		}
 		if !filepath.IsAbs(t.Base) {

@@ -56,9 +56,20 @@ func (p Path) Segments() []string {
 // Len is the number of segments.
 func (p Path) Len() int { return len(p.segments) }
 
-// Parse parses a field path expression.
+// Parse parses a field path expression. It also takes the field paths of
+// client-go's JSONPath notation, `{.metadata.labels.app}`, where a
+// backslash escapes a character of a field name
+// (`{.metadata.labels.kubernetes\.io/service-name}`); JSONPath's other
+// features (filters, ranges, wildcards) have no meaning for one index key and
+// are refused.
 func Parse(expr string) (Path, error) {
-	ps := parser{expr: expr}
+	ps := parser{expr: expr, orig: expr}
+	if strings.HasPrefix(expr, "{") {
+		if len(expr) < 3 || !strings.HasSuffix(expr, "}") || expr[1] != '.' {
+			return Path{}, &SyntaxError{Expr: expr, Column: 1, Msg: "a JSONPath field path is written {.field.field}"}
+		}
+		ps.expr, ps.offset, ps.jsonpath = expr[2:len(expr)-1], 2, true
+	}
 	segs, err := ps.parse()
 	if err != nil {
 		return Path{}, err
@@ -67,12 +78,15 @@ func Parse(expr string) (Path, error) {
 }
 
 type parser struct {
-	expr string
-	pos  int
+	expr     string
+	orig     string // the expression as given, for errors
+	offset   int    // of expr within orig
+	jsonpath bool   // backslash escapes in field names
+	pos      int
 }
 
 func (ps *parser) fail(pos int, format string, args ...any) error {
-	return &SyntaxError{Expr: ps.expr, Column: pos + 1, Msg: fmt.Sprintf(format, args...)}
+	return &SyntaxError{Expr: ps.orig, Column: ps.offset + pos + 1, Msg: fmt.Sprintf(format, args...)}
 }
 
 func (ps *parser) parse() ([]string, error) {
@@ -112,11 +126,21 @@ func (ps *parser) parse() ([]string, error) {
 }
 
 func (ps *parser) ident() string {
-	start := ps.pos
-	for ps.pos < len(ps.expr) && isIdentByte(ps.expr[ps.pos]) {
+	var b strings.Builder
+	for ps.pos < len(ps.expr) {
+		c := ps.expr[ps.pos]
+		if ps.jsonpath && c == '\\' && ps.pos+1 < len(ps.expr) {
+			b.WriteByte(ps.expr[ps.pos+1])
+			ps.pos += 2
+			continue
+		}
+		if !isIdentByte(c) && !(ps.jsonpath && c == '/') {
+			break
+		}
+		b.WriteByte(c)
 		ps.pos++
 	}
-	return ps.expr[start:ps.pos]
+	return b.String()
 }
 
 // bracket parses ['key'] or ["key"] starting at '['.

@@ -258,3 +258,30 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestJSONPathForm(t *testing.T) {
+	cases := []struct {
+		expr string
+		want string // segments joined by |
+		err  bool
+	}{
+		{`{.metadata.name}`, "metadata|name", false},
+		{`{.metadata.labels.kubernetes\.io/service-name}`, "metadata|labels|kubernetes.io/service-name", false},
+		{`{.metadata.labels['app']}`, "metadata|labels|app", false},
+		{`{.items[*].name}`, "", true},
+		{`{metadata.name}`, "", true},
+		{`{.metadata.name`, "", true},
+	}
+	for _, tc := range cases {
+		p, err := Parse(tc.expr)
+		if tc.err {
+			if err == nil {
+				t.Errorf("Parse(%q) accepted", tc.expr)
+			}
+			continue
+		}
+		if err != nil || strings.Join(p.Segments(), "|") != tc.want {
+			t.Errorf("Parse(%q) = %v, %v; want %s", tc.expr, p.Segments(), err, tc.want)
+		}
+	}
+}
