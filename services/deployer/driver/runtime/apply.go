@@ -71,6 +71,9 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 		reason, detail = ReasonRuntimeFailed, res.RuntimeError
 	}
 	res.ReloadReason, res.ReloadDetail = reason, detail
+	if reason == ReasonRuntimeFailed {
+		res.RuntimeError = detail
+	}
 	return res, d.applyReload(ctx, root, p, m, reason, &res)
 }
 
@@ -155,13 +158,13 @@ func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
 		}
 		return strings.Compare(files[a].Path, files[b].Path)
 	})
-	for _, s := range sortedKeys(m.Files) {
+	for _, s := range slices.Sorted(maps.Keys(m.Files)) {
 		if inBundle[s] {
 			continue
 		}
-		if _, exists, err := readDisk(root, s); err != nil {
-			return nil, err
-		} else if exists {
+		// Only a regular file is removed; anything else there is no
+		// longer the driver's.
+		if fi, err := root.Lstat(s); err == nil && fi.Mode().IsRegular() {
 			p.stale = append(p.stale, s)
 		}
 	}
@@ -169,10 +172,16 @@ func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
 	return p, nil
 }
 
-// nextManifest is m owning exactly the bundle, with its hashes.
+// nextManifest is m owning the bundle, with its hashes, and the stale files
+// m still lists (those that could not be removed), with nothing pending.
 func (p *plan) nextManifest(m manifest) manifest {
 	next := m.clone()
-	next.Files = make(map[string]string, len(p.files))
+	next.Files = make(map[string]string, len(p.files)+len(p.stale))
+	for _, s := range p.stale {
+		if h, ok := m.Files[s]; ok {
+			next.Files[s] = h
+		}
+	}
 	for _, f := range p.files {
 		next.Files[f.Path] = hashOf(f.Content)
 	}
@@ -229,9 +238,12 @@ func (d *Driver) decide(ctx context.Context, p *plan, m manifest, found bool) (r
 	}
 	if len(others) > 0 {
 		if mainNew == nil {
-			mainNew = p.unchangedContent(d.opts.Main)
+			mainNew = p.content(d.opts.Main)
 		}
 		loaded, err := d.loadedFiles(ctx)
+		if cerr := ctx.Err(); cerr != nil {
+			return "", "", nil, cerr
+		}
 		if err != nil {
 			return ReasonRuntimeFailed, err.Error(), nil, nil
 		}
@@ -241,8 +253,8 @@ func (d *Driver) decide(ctx context.Context, p *plan, m manifest, found bool) (r
 			case len(mapRefs) > 0:
 				oldM, newM := parseMap(p.old[f.Path]), parseMap(f.Content)
 				for _, ref := range mapRefs {
-					plan := diffMap(oldM, newM, mapOrderMatters(mainNew, ref))
-					mapOps = append(mapOps, plan.ops(ref, f.Path, newM)...)
+					mp := diffMap(oldM, newM, mapOrderMatters(mainNew, ref))
+					mapOps = append(mapOps, mp.ops(ref, f.Path, newM)...)
 				}
 			case len(certRefs) > 0:
 				for _, ref := range certRefs {
@@ -266,7 +278,8 @@ func (p *plan) changedPaths() []string {
 	return out
 }
 
-func (p *plan) unchangedContent(name string) []byte {
+// content returns the bundle content of a path.
+func (p *plan) content(name string) []byte {
 	for _, f := range p.files {
 		if f.Path == name {
 			return f.Content

@@ -321,7 +321,7 @@ func (s server) effectiveWeight() int {
 
 func (s server) disabled() bool { return s.state == "disabled" }
 
-// serverOps returns the Runtime API commands that turn the old server into
+// ops returns the Runtime API commands that turn the old server into
 // the new one. A server leaving service is put in maintenance first, before
 // its address changes; one entering service gets its address and weight
 // first and is made ready last, so no request reaches a half-set slot.

@@ -16,16 +16,21 @@
 //     disabled"), and are limited to a literal ip:port address, "weight"
 //     and "disabled"/"enabled": "set server <be>/<srv> addr <ip> port
 //     <port>", "set server <be>/<srv> weight <w>" and "set server <be>/<srv>
-//     state maint|ready". Comments and blank lines do not count as
-//     differences.
+//     state maint|ready". A missing weight counts as 1 and a missing state
+//     as enabled, unless a default-server line sets them (then a weight or
+//     state given on one side only is a structural change). Comments and
+//     blank lines do not count as differences; conditional blocks (.if)
+//     make every difference structural.
 //   - a map file that the running worker has loaded ("show map" names it):
 //     the entries are diffed and applied with "add map", "set map" and
-//     "del map". When the entries cannot be patched in the file's order
-//     (duplicate keys, or a reordering that matters because the map is
-//     used with a match other than map/map_str/map_ip) or the patch would
-//     be longer than the map, the map is loaded whole into a new version
-//     and swapped in atomically ("prepare map", "add map @<version>",
-//     "commit map @<version>").
+//     "del map" (HAProxy keeps existing entries in place and appends added
+//     ones). When that cannot reproduce the file (duplicate keys, or an
+//     order that matters because the map is used with a first-match lookup:
+//     anything but map/map_str, map_beg and map_ip, which HAProxy indexes
+//     in trees) or the patch would be longer than the map, the map is
+//     loaded whole into a new version and swapped in atomically ("prepare
+//     map", "add map @<version>" with the entries as payload, "commit map
+//     @<version>").
 //   - a certificate that the running worker has loaded ("show ssl cert"
 //     names it): "set ssl cert <path>" with the PEM, then "commit ssl cert
 //     <path>".
@@ -50,8 +55,12 @@
 // # Order and atomicity
 //
 // Every file is written atomically: a temporary file in the same directory,
-// fsynced, then renamed over the old one, so HAProxy never reads a partial
-// file. Atomicity is per file.
+// fsynced, then renamed over the old one (and the directory fsynced), so
+// HAProxy never reads a partial file. Atomicity is per file. The manifest is
+// renamed into place the same way but not fsynced: it only has to survive a
+// crash of weft, and if a power loss takes its last update, HAProxy restarts
+// from the files anyway and the next Apply sees drift or a pending change
+// and reloads.
 //
 // Runtime path: the manifest is first marked pending; the commands run in
 // one admin session, servers first (a slot leaving service is put in
@@ -83,7 +92,9 @@
 // files are removed when they leave the bundle, and directories only once
 // empty. Temporary files are named ".weft-tmp-*". Bundle paths are relative
 // and slash-separated; absolute paths, ".." and the driver's names are
-// rejected with ErrBadPath. All file access goes through an os.Root.
+// rejected with ErrBadPath, and a directory where a bundle file goes (or a
+// file where it needs a directory) with ErrConflict, before anything
+// changes. All file access goes through an os.Root.
 //
 // # Sockets
 //

@@ -104,6 +104,7 @@ type spec struct {
 	backends []backendSpec
 	hostMap  string
 	pathMap  string
+	pfxMap   string
 	cert     []byte
 	errPage  string
 	comment  string // a comment line added to the configuration
@@ -141,8 +142,6 @@ type rig struct {
 	echo              map[string]string // name -> 127.0.0.1:port
 	certOne, certTwo  []byte
 	client            *http.Client
-	cmd               *exec.Cmd
-	exited            chan struct{}
 	drv               *Driver
 }
 
@@ -176,7 +175,6 @@ func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 	if err := os.Mkdir(r.dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	r.httpPort, r.tlsPort = freePort(tb), freePort(tb)
 	for _, name := range []string{"A", "B", "C", "D"} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = io.WriteString(w, name)
@@ -185,17 +183,29 @@ func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 		r.echo[name] = srv.Listener.Addr().String()
 	}
 
-	initial := r.bundle(s(r))
-	for _, f := range initial {
-		p := filepath.Join(r.dir, filepath.FromSlash(f.Path))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			tb.Fatal(err)
+	// The ports are picked free, but something else may take one before
+	// HAProxy binds it: then try other ones.
+	var initial []File
+	for attempt := 1; ; attempt++ {
+		r.httpPort, r.tlsPort = freePort(tb), freePort(tb)
+		initial = r.bundle(s(r))
+		for _, f := range initial {
+			p := filepath.Join(r.dir, filepath.FromSlash(f.Path))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				tb.Fatal(err)
+			}
+			if err := os.WriteFile(p, f.Content, 0o644); err != nil {
+				tb.Fatal(err)
+			}
 		}
-		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
+		err := r.start()
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
 			tb.Fatal(err)
 		}
 	}
-	r.start()
 
 	o := Options{Dir: r.dir, MasterSocket: r.master, AdminSocket: r.admin, ReloadTimeout: 20 * time.Second}
 	for _, f := range opts {
@@ -216,7 +226,8 @@ func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 }
 
 // baseSpec: host routing through maps/host.map, path routing through
-// maps/path.map (map_reg: the first match wins), a TLS frontend, and backends with
+// maps/path.map (map_reg: the first match wins) and maps/prefix.map
+// (map_beg: the longest match wins), a TLS frontend, and backends with
 // pre-allocated disabled slots.
 func baseSpec(r *rig) spec {
 	return spec{
@@ -234,6 +245,7 @@ func baseSpec(r *rig) spec {
 		},
 		hostMap: "app.example be_app\nother.example be_other\nstatic.example be_static\ndown.example be_down\n",
 		pathMap: "^/api/v1 be_other\n^/api be_app\n",
+		pfxMap:  "/p/v1 be_other\n/p be_app\n",
 		cert:    r.certOne,
 		errPage: "HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\n\r\nmaintenance one\n",
 	}
@@ -255,12 +267,13 @@ defaults
 frontend web
     bind 127.0.0.1:%d
     use_backend %%[path,map_reg(%s/maps/path.map)] if { path,map_reg(%s/maps/path.map) -m found }
+    use_backend %%[path,map_beg(%s/maps/prefix.map)] if { path,map_beg(%s/maps/prefix.map) -m found }
     use_backend %%[req.hdr(host),lower,map(%s/maps/host.map,be_default)]
 
 frontend tls
     bind 127.0.0.1:%d ssl crt %s/certs/site.pem
     default_backend be_default
-`, r.admin, r.dir, r.httpPort, r.dir, r.dir, r.dir, r.tlsPort, r.dir)
+`, r.admin, r.dir, r.httpPort, r.dir, r.dir, r.dir, r.dir, r.dir, r.tlsPort, r.dir)
 	if s.comment != "" {
 		fmt.Fprintf(&b, "    # %s\n", s.comment)
 	}
@@ -274,15 +287,20 @@ frontend tls
 		{Path: "haproxy.cfg", Content: []byte(b.String())},
 		{Path: "maps/host.map", Content: []byte(s.hostMap)},
 		{Path: "maps/path.map", Content: []byte(s.pathMap)},
+		{Path: "maps/prefix.map", Content: []byte(s.pfxMap)},
 		{Path: "certs/site.pem", Content: s.cert},
 		{Path: "files/503.http", Content: []byte(s.errPage)},
 	}
 	return append(files, s.extra...)
 }
 
+// errPortTaken: HAProxy could not bind one of the ports picked for it, which
+// another process took in the meantime.
+var errPortTaken = errors.New("port taken")
+
 // start runs HAProxy on the folder's configuration and waits until its
 // worker answers on the admin socket.
-func (r *rig) start() {
+func (r *rig) start() error {
 	r.tb.Helper()
 	logf, err := os.Create(r.logPath)
 	if err != nil {
@@ -296,12 +314,12 @@ func (r *rig) start() {
 	if err := cmd.Start(); err != nil {
 		r.tb.Fatalf("start haproxy: %v", err)
 	}
-	r.cmd, r.exited = cmd, make(chan struct{})
+	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		close(r.exited)
+		close(exited)
 	}()
-	r.tb.Cleanup(r.stop)
+	r.tb.Cleanup(func() { r.stop(cmd, exited) })
 
 	deadline := time.Now().Add(15 * time.Second)
 	master := sockClient{path: r.master, timeout: time.Second}
@@ -312,12 +330,15 @@ func (r *rig) start() {
 			if st, perr := parseShowProc(out); perr == nil && len(st.workers) == 1 {
 				info, err := admin.do(r.tb.Context(), "show info")
 				if err == nil && infoPid(info) == st.workers[0] {
-					return
+					return nil
 				}
 			}
 		}
 		select {
-		case <-r.exited:
+		case <-exited:
+			if log := r.haproxyLog(); strings.Contains(log, "Address already in use") {
+				return fmt.Errorf("%w:\n%s", errPortTaken, log)
+			}
 			r.tb.Fatalf("haproxy exited at start:\n%s", r.haproxyLog())
 		default:
 		}
@@ -330,18 +351,18 @@ func (r *rig) start() {
 
 // stop ends HAProxy: SIGTERM to the master (which stops its workers), then
 // SIGKILL to the whole process group, so that nothing it started survives.
-func (r *rig) stop() {
-	pgid := r.cmd.Process.Pid
+func (r *rig) stop(cmd *exec.Cmd, exited chan struct{}) {
+	pgid := cmd.Process.Pid
 	_ = syscall.Kill(pgid, syscall.SIGTERM)
 	select {
-	case <-r.exited:
+	case <-exited:
 	case <-time.After(10 * time.Second):
 		r.tb.Errorf("haproxy master %d ignored SIGTERM", pgid)
 	}
 	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		r.tb.Errorf("kill haproxy process group: %v", err)
 	}
-	<-r.exited
+	<-exited
 	if r.tb.Failed() {
 		r.tb.Logf("haproxy log:\n%s", r.haproxyLog())
 	}
@@ -442,11 +463,13 @@ func (r *rig) certCN() string {
 
 // runningState is what the worker runs, as the Runtime API shows it: every
 // server's address, port, weight and operational state, the entries of the
-// maps (host.map sorted, path.map in order) and the served certificate.
+// maps (in order for path.map, whose order matters) and the served
+// certificate.
 type runningState struct {
 	servers []string
 	hostMap []string
 	pathMap []string
+	pfxMap  []string
 	cert    string
 }
 
@@ -465,6 +488,8 @@ func (r *rig) running() runningState {
 	st.hostMap = r.mapEntries("maps/host.map")
 	slices.Sort(st.hostMap)
 	st.pathMap = r.mapEntries("maps/path.map")
+	st.pfxMap = r.mapEntries("maps/prefix.map")
+	slices.Sort(st.pfxMap)
 	st.cert = r.certCN()
 	return st
 }

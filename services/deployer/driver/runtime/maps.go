@@ -3,7 +3,6 @@ package runtime
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -275,14 +274,4 @@ func parseVersion(out string) (string, error) {
 		return "", fmt.Errorf("unexpected answer %q", out)
 	}
 	return v, nil
-}
-
-// sortedKeys returns a map's keys, sorted.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

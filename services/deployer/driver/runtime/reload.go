@@ -110,25 +110,34 @@ func (d *Driver) reload(ctx context.Context) (int, error) {
 	}
 }
 
-// waitWorker waits until the worker pid answers "show info" — on the admin
-// socket when there is one, so that the next runtime commands reach it, or
-// through the master otherwise.
+// waitWorker waits until the worker pid answers "show info": on the admin
+// socket, so that the next runtime commands reach it, or, when there is no
+// admin socket or it cannot be reached, through the master.
 func (d *Driver) waitWorker(ctx context.Context, pid int) error {
 	wait := pollFirst
 	for {
-		var out string
 		var err error
-		if d.opts.AdminSocket != "" {
+		viaMaster := d.opts.AdminSocket == ""
+		if !viaMaster {
+			var out string
 			out, err = d.admin.do(ctx, "show info")
-		} else {
+			switch got := infoPid(out); {
+			case err == nil && got == pid:
+				return nil
+			case err == nil:
+				err = fmt.Errorf("admin socket answered by pid %d", got)
+			default:
+				viaMaster = true
+			}
+		}
+		if viaMaster {
+			var out string
 			out, err = d.master.do(ctx, "@!"+strconv.Itoa(pid)+" show info")
-		}
-		got := infoPid(out)
-		if err == nil && got == pid {
-			return nil
-		}
-		if err == nil {
-			err = fmt.Errorf("show info answered by pid %d", got)
+			if got := infoPid(out); err == nil && got == pid {
+				return nil
+			} else if err == nil {
+				err = fmt.Errorf("master CLI: %s", trimAnswer(out))
+			}
 		}
 		if serr := sleep(ctx, wait); serr != nil {
 			return fmt.Errorf("%w: new worker %d did not answer: %w (%w)", ErrReloadFailed, pid, serr, err)

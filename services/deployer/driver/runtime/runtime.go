@@ -20,6 +20,10 @@ var (
 	// ErrConfig: the Options are invalid, or the bundle lacks the main
 	// configuration file.
 	ErrConfig = errors.New("runtime: invalid options")
+	// ErrConflict: something that is not a regular file (a directory, or
+	// a file where the bundle needs a directory) is in the way of the
+	// bundle's layout in Dir; nothing was changed.
+	ErrConflict = errors.New("runtime: destination conflict")
 	// ErrUnreachable: the master socket could not be used (HAProxy is not
 	// running, or the path is wrong). Files may have been written; the
 	// reload they need is recorded and done by the next Apply.

@@ -199,6 +199,25 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name: "a longest-prefix map is patched in any order",
+			to: func(_ *rig, s *spec) {
+				// map_beg looks entries up in a prefix tree: appending
+				// "/p/v2" after "/p" still matches it first.
+				s.pfxMap = "/p/v1 be_other\n/p/v2 be_static\n/p be_app\n"
+			},
+			ops: func(*rig) []string {
+				return []string{"add map maps/prefix.map /p/v2 be_static"}
+			},
+			written: []string{"maps/prefix.map"},
+			check: func(t *testing.T, r *rig) {
+				for path, want := range map[string]string{"/p/v2/x": "D", "/p/v1/x": "C", "/p/x": "B"} {
+					if got := r.get("any.example", path); got != want {
+						t.Errorf("%s answered by %q, want %s", path, got, want)
+					}
+				}
+			},
+		},
+		{
 			name: "a certificate is replaced at runtime",
 			to: func(r *rig, s *spec) {
 				s.cert = r.certTwo
@@ -614,6 +633,27 @@ func TestWithoutAdminSocket(t *testing.T) {
 	}
 }
 
+// TestAdminSocketUnreachable: the runtime commands cannot be sent, so the
+// change is delivered by a reload, checked through the master.
+func TestAdminSocketUnreachable(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, baseSpec, func(o *Options) { o.AdminSocket = filepath.Join(filepath.Dir(o.MasterSocket), "wrong.sock") })
+	s := baseSpec(r)
+	s.backend("be_app").lines[1] = "server SRV_1 " + r.echo["C"]
+	s.hostMap += "new.example be_other\n"
+	before := r.reloads()
+	res := r.apply(r.bundle(s))
+	if !res.Reloaded || res.ReloadReason != ReasonRuntimeFailed || r.reloads() != before+1 {
+		t.Errorf("Apply: %+v, want a runtime-failed reload", res)
+	}
+	if !strings.Contains(res.RuntimeError, "wrong.sock") {
+		t.Errorf("RuntimeError = %q, want the connection error", res.RuntimeError)
+	}
+	if got := r.get("app.example", "/"); got != "C" {
+		t.Errorf("app.example answered by %q, want C", got)
+	}
+}
+
 // TestUnreachable: with no master socket, Apply writes the files, reports
 // ErrUnreachable and keeps the reload pending.
 func TestUnreachable(t *testing.T) {
@@ -671,6 +711,23 @@ func TestBadBundle(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) != 0 {
 		t.Errorf("Dir has %v after refused bundles (%v)", entries, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "files", "x.txt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "maps"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, files := range [][]File{
+		{{Path: "haproxy.cfg"}, {Path: "files/x.txt"}},
+		{{Path: "haproxy.cfg"}, {Path: "maps/a.map"}},
+	} {
+		if _, err := d.Apply(t.Context(), files); !errors.Is(err, ErrConflict) {
+			t.Errorf("Apply(%v) = %v, want ErrConflict", files, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "haproxy.cfg")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("haproxy.cfg written despite a conflict: %v", err)
 	}
 	for _, o := range []Options{
 		{MasterSocket: "m"},

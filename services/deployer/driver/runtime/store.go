@@ -155,15 +155,33 @@ func (d *Driver) writeManifest(root *os.Root, m manifest) error {
 	if err != nil {
 		return fmt.Errorf("runtime: encode manifest: %w", err)
 	}
-	if err := writeAtomic(root, manifestName, append(b, '\n'), 0o644); err != nil {
+	// Not fsynced: the manifest only has to survive a crash of this
+	// process, which the page cache shared with HAProxy sees through. After
+	// a power loss HAProxy restarts from the files, and a manifest that
+	// lost its last update makes the next Apply see drift or a pending
+	// change, and reload.
+	if err := writeAtomic(root, manifestName, append(b, '\n'), 0o644, false); err != nil {
 		return fmt.Errorf("runtime: write manifest: %w", err)
 	}
 	return nil
 }
 
 // readDisk returns the content of a bundle path in Dir; exists is false when
-// there is no regular file there.
+// there is no regular file there. A directory there, or a file where one of
+// its parents goes, is an ErrConflict.
 func readDisk(root *os.Root, name string) (content []byte, exists bool, err error) {
+	for _, a := range ancestors(name) {
+		fi, err := root.Stat(a)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("runtime: stat %s: %w", a, err)
+		}
+		if !fi.IsDir() {
+			return nil, false, fmt.Errorf("%w: %s needs %s to be a directory", ErrConflict, name, a)
+		}
+	}
 	fi, err := root.Lstat(name)
 	switch {
 	case err == nil:
@@ -174,7 +192,7 @@ func readDisk(root *os.Root, name string) (content []byte, exists bool, err erro
 	}
 	if !fi.Mode().IsRegular() {
 		if fi.IsDir() {
-			return nil, false, fmt.Errorf("%w: %s is a directory in Dir", ErrBadPath, name)
+			return nil, false, fmt.Errorf("%w: %s is a directory", ErrConflict, name)
 		}
 		return nil, false, nil
 	}
@@ -200,16 +218,18 @@ func (d *Driver) writeFile(root *os.Root, m *manifest, f File) error {
 		}
 		m.Dirs = append(m.Dirs, a)
 	}
-	if err := writeAtomic(root, f.Path, f.Content, d.opts.Mode); err != nil {
+	if err := writeAtomic(root, f.Path, f.Content, d.opts.Mode, true); err != nil {
 		return fmt.Errorf("runtime: write %s: %w", f.Path, err)
 	}
 	return nil
 }
 
 // writeAtomic writes data to a temporary file in the directory of name,
-// fsyncs it, gives it mode and renames it to name: a reader sees the old or
-// the new content, never a part.
-func writeAtomic(root *os.Root, name string, data []byte, mode fs.FileMode) (err error) {
+// gives it mode and renames it to name: a reader sees the old or the new
+// content, never a part. With durable, the file is fsynced before the rename
+// and the directory after it, so that the new content also survives a power
+// loss.
+func writeAtomic(root *os.Root, name string, data []byte, mode fs.FileMode, durable bool) (err error) {
 	dir := path.Dir(name)
 	tmp := path.Join(dir, tmpPrefix+rand.Text())
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
@@ -225,9 +245,11 @@ func writeAtomic(root *os.Root, name string, data []byte, mode fs.FileMode) (err
 		_ = f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
@@ -239,7 +261,9 @@ func writeAtomic(root *os.Root, name string, data []byte, mode fs.FileMode) (err
 	if err := root.Rename(tmp, name); err != nil {
 		return err
 	}
-	syncDir(root, dir)
+	if durable {
+		syncDir(root, dir)
+	}
 	return nil
 }
 
