@@ -36,7 +36,7 @@ func TestValidateCommand(t *testing.T) {
 	}{
 		{"valid", func(s string) string { return s }, false, []string{"haproxy: ok", "syntax: ok", "policy: ok", "template: ok"}},
 		{"unknown keyword", func(s string) string { return strings.Replace(s, "maxconn 2000", "maxconn 2000\n  frobnicate on", 1) },
-			true, []string{"haproxy: refused", "syntax: refused", "error haproxy.cfg:3:"}},
+			true, []string{"haproxy: refused", "syntax: refused", "error haproxy.cfg:4: unknown keyword"}},
 		{"forbidden directive", func(s string) string {
 			return strings.Replace(s, "option httplog", "option httplog\n  option httpclose", 1)
 		},

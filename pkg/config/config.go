@@ -220,7 +220,10 @@ type Validate struct {
 }
 
 // Deploy drivers.
-const DriverFiles = "files"
+const (
+	DriverFiles   = "files"
+	DriverRuntime = "runtime"
+)
 
 // Deploy says where and how a target's bundle is delivered.
 type Deploy struct {
@@ -233,6 +236,12 @@ type Deploy struct {
 	CheckCmd          string   `json:"check_cmd,omitempty"`
 	ReloadCmd         string   `json:"reload_cmd,omitempty"`
 	MinReloadInterval Duration `json:"min_reload_interval,omitempty"`
+	// runtime driver: HAProxy's master socket (reloads, worker state) and
+	// admin socket (Runtime API); HAProxyDir is dest as HAProxy's
+	// configuration names it, when it sees the folder at another path.
+	MasterSocket string `json:"master_socket,omitempty"`
+	AdminSocket  string `json:"admin_socket,omitempty"`
+	HAProxyDir   string `json:"haproxy_dir,omitempty"`
 }
 
 // FileMode parses Mode (0 when unset).
@@ -344,6 +353,8 @@ func (c *Config) defaults() {
 	}
 	for name, t := range c.Targets {
 		t.Deploy.Dest = c.resolve(t.Deploy.Dest)
+		t.Deploy.MasterSocket = c.resolve(t.Deploy.MasterSocket)
+		t.Deploy.AdminSocket = c.resolve(t.Deploy.AdminSocket)
 		if t.Deploy.Instance == "" {
 			t.Deploy.Instance = DefaultInstance
 		}
@@ -495,8 +506,15 @@ func (c *Config) check() error {
 			if d.Dest == "" {
 				bad(f+".deploy.dest", "required for the files driver")
 			}
+		case DriverRuntime:
+			if d.Dest == "" {
+				bad(f+".deploy.dest", "required for the runtime driver")
+			}
+			if d.MasterSocket == "" {
+				bad(f+".deploy.master_socket", "required for the runtime driver")
+			}
 		default:
-			bad(f+".deploy.driver", "unknown driver %q (known: %s)", d.Driver, DriverFiles)
+			bad(f+".deploy.driver", "unknown driver %q (known: %s, %s)", d.Driver, DriverFiles, DriverRuntime)
 		}
 		token(f+".deploy.instance", d.Instance)
 		if _, err := d.FileMode(); err != nil {

@@ -269,6 +269,7 @@ type Deployed struct {
 	Removed      []string      `json:"removed,omitempty"`
 	Reloaded     bool          `json:"reloaded"`
 	ReloadReason string        `json:"reloadReason,omitempty"`
+	RuntimeOps   []string      `json:"runtimeOps,omitempty"` // changes applied without a reload
 	Error        string        `json:"error,omitempty"`
 	Duration     time.Duration `json:"durationNs"`
 	At           time.Time     `json:"at"`
@@ -374,6 +375,7 @@ type DeployStatus struct {
 	BundleHash  string           `json:"bundleHash,omitempty"`
 	Deploys     uint64           `json:"deploys"`
 	Reloads     map[string]int64 `json:"reloads,omitempty"` // by reason
+	RuntimeOps  uint64           `json:"runtimeOps,omitempty"`
 	LastError   string           `json:"lastError,omitempty"`
 	LastErrorAt time.Time        `json:"lastErrorAt,omitzero"`
 	At          time.Time        `json:"at"`

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,7 +29,6 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
-	"github.com/weftio/weft/services/deployer/driver/files"
 )
 
 // Service is the name in metrics, logs and the DLQ subject.
@@ -43,13 +41,17 @@ const (
 )
 
 type metrics struct {
-	deploys *prometheus.CounterVec
-	reloads *prometheus.CounterVec
-	dur     *prometheus.HistogramVec
+	runtimeOps *prometheus.CounterVec
+	deploys    *prometheus.CounterVec
+	reloads    *prometheus.CounterVec
+	dur        *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		runtimeOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_deployer_runtime_ops_total", Help: "Changes applied through the Runtime API without a reload, by target.",
+		}, []string{"target"}),
 		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_deployer_deploys_total", Help: "Deploys by target, driver and outcome (applied, unchanged, skipped, failed).",
 		}, []string{"target", "driver", "outcome"}),
@@ -61,12 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"target", "driver"}),
 	}
-	return m, svc.Register(reg, Service, m.deploys, m.reloads, m.dur)
-}
-
-// Applier is what a deploy driver does with a bundle.
-type Applier interface {
-	Apply(ctx context.Context, files []files.File) (files.Result, error)
+	return m, svc.Register(reg, Service, m.runtimeOps, m.deploys, m.reloads, m.dur)
 }
 
 type instance struct {
@@ -140,22 +137,11 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 }
 
 func newInstance(target string, t config.Target) (*instance, error) {
-	mode, err := t.Deploy.FileMode()
+	a, err := newApplier(target, t.Deploy)
 	if err != nil {
-		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+		return nil, err
 	}
-	if err := os.MkdirAll(t.Deploy.Dest, 0o755); err != nil {
-		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
-	}
-	drv, err := files.New(files.Options{
-		Dest: t.Deploy.Dest, Owner: t.Deploy.Owner, Group: t.Deploy.Group, Mode: mode,
-		CheckCmd: t.Deploy.CheckCmd, ReloadCmd: t.Deploy.ReloadCmd, MinReloadInterval: t.Deploy.MinReloadInterval.D(),
-		Main: "haproxy.cfg",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
-	}
-	return &instance{target: target, name: t.Deploy.Instance, driver: t.Deploy.Driver, apply: drv}, nil
+	return &instance{target: target, name: t.Deploy.Instance, driver: t.Deploy.Driver, apply: a}, nil
 }
 
 // onVerdict turns an accepted bundle into deploy orders.
@@ -275,29 +261,22 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	fs := make([]files.File, len(b.Files))
-	for i, f := range b.Files {
-		fs[i] = files.File{Path: f.Path, Content: f.Content}
-	}
-	res, aerr := in.apply.Apply(ctx, fs)
-	out.Written, out.Removed, out.Reloaded = res.Written, res.Removed, res.Reloaded
+	res, aerr := in.apply.Apply(ctx, b)
+	out.Written, out.Removed, out.Reloaded, out.ReloadReason, out.RuntimeOps = res.Written, res.Removed, res.Reloaded, res.ReloadReason, res.RuntimeOps
 	switch {
-	case aerr == nil && len(res.Written)+len(res.Removed) == 0:
+	case aerr == nil && len(res.Written)+len(res.Removed)+len(res.RuntimeOps) == 0 && !res.Reloaded:
 		out.Outcome = msg.OutcomeUnchanged
 	case aerr == nil:
 		out.Outcome = msg.OutcomeApplied
-	case errors.Is(aerr, files.ErrCheckFailed), errors.Is(aerr, files.ErrReloadFailed),
-		errors.Is(aerr, files.ErrConflict), errors.Is(aerr, files.ErrBadPath):
+	case in.apply.Refused(aerr):
 		out.Outcome, out.Error = msg.OutcomeFailed, aerr.Error()
-		log.ErrorContext(ctx, "deploy refused by the driver", "err", aerr, "check_output", res.CheckOutput, "reload_output", res.ReloadOutput)
+		log.ErrorContext(ctx, "deploy refused by the driver", "err", aerr, "detail", res.Detail)
 	default:
 		return fmt.Errorf("deploy %s/%s: %w", o.Target, o.Instance, aerr)
 	}
-	if res.Reloaded {
-		out.ReloadReason = "files-changed"
-	}
 	if out.Outcome != msg.OutcomeFailed {
-		log.InfoContext(ctx, "deployed", "outcome", out.Outcome, "written", res.Written, "removed", res.Removed, "reloaded", res.Reloaded)
+		log.InfoContext(ctx, "deployed", "outcome", out.Outcome, "written", res.Written, "removed", res.Removed,
+			"runtime_ops", len(res.RuntimeOps), "reloaded", res.Reloaded, "reload_reason", res.ReloadReason)
 	}
 	return d.finish(ctx, out, start, &st, rev)
 }
@@ -315,6 +294,8 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, start time.Time
 		} else {
 			st.Version, st.BundleHash, st.LastError, st.LastErrorAt = out.Version, out.BundleHash, "", time.Time{}
 		}
+		st.RuntimeOps += uint64(len(out.RuntimeOps))
+		d.m.runtimeOps.WithLabelValues(out.Target).Add(float64(len(out.RuntimeOps)))
 		if out.Reloaded {
 			if st.Reloads == nil {
 				st.Reloads = map[string]int64{}

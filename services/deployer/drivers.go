@@ -1,0 +1,98 @@
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/services/deployer/driver/files"
+	"github.com/weftio/weft/services/deployer/driver/runtime"
+)
+
+// Outcome is what a driver did with a bundle.
+type Outcome struct {
+	Written, Removed []string
+	Reloaded         bool
+	ReloadReason     string
+	RuntimeOps       []string
+	Detail           string // command output, reload detail: for the log
+}
+
+// Applier delivers a bundle to one instance. Its errors are classified by
+// refused: a refusal (the instance's check failed, a reload was rejected)
+// is an outcome, recorded and not retried; anything else is retried.
+type Applier interface {
+	Apply(ctx context.Context, b msg.Bundle) (Outcome, error)
+	Refused(err error) bool
+}
+
+// newApplier builds the driver of a target's deploy section.
+func newApplier(target string, d config.Deploy) (Applier, error) {
+	mode, err := d.FileMode()
+	if err != nil {
+		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+	}
+	if err := os.MkdirAll(d.Dest, 0o755); err != nil {
+		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+	}
+	switch d.Driver {
+	case config.DriverFiles:
+		drv, err := files.New(files.Options{
+			Dest: d.Dest, Owner: d.Owner, Group: d.Group, Mode: mode,
+			CheckCmd: d.CheckCmd, ReloadCmd: d.ReloadCmd, MinReloadInterval: d.MinReloadInterval.D(),
+			Main: "haproxy.cfg",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+		}
+		return filesApplier{drv}, nil
+	case config.DriverRuntime:
+		drv, err := runtime.New(runtime.Options{
+			Dir: d.Dest, HAProxyDir: d.HAProxyDir, MasterSocket: d.MasterSocket, AdminSocket: d.AdminSocket, Mode: mode,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("deployer: target %s: %w", target, err)
+		}
+		return runtimeApplier{drv}, nil
+	}
+	return nil, fmt.Errorf("deployer: target %s: unknown driver %q", target, d.Driver)
+}
+
+type filesApplier struct{ d *files.Driver }
+
+func (a filesApplier) Apply(ctx context.Context, b msg.Bundle) (Outcome, error) {
+	fs := make([]files.File, len(b.Files))
+	for i, f := range b.Files {
+		fs[i] = files.File{Path: f.Path, Content: f.Content}
+	}
+	res, err := a.d.Apply(ctx, fs)
+	o := Outcome{Written: res.Written, Removed: res.Removed, Reloaded: res.Reloaded, Detail: res.CheckOutput + res.ReloadOutput}
+	if res.Reloaded {
+		o.ReloadReason = "files-changed"
+	}
+	return o, err
+}
+
+func (filesApplier) Refused(err error) bool {
+	return errors.Is(err, files.ErrCheckFailed) || errors.Is(err, files.ErrReloadFailed) ||
+		errors.Is(err, files.ErrConflict) || errors.Is(err, files.ErrBadPath)
+}
+
+type runtimeApplier struct{ d *runtime.Driver }
+
+func (a runtimeApplier) Apply(ctx context.Context, b msg.Bundle) (Outcome, error) {
+	fs := make([]runtime.File, len(b.Files))
+	for i, f := range b.Files {
+		fs[i] = runtime.File{Path: f.Path, Content: f.Content}
+	}
+	res, err := a.d.Apply(ctx, fs)
+	return Outcome{Written: res.Written, Removed: res.Removed, Reloaded: res.Reloaded, ReloadReason: res.ReloadReason,
+		RuntimeOps: res.RuntimeOps, Detail: res.ReloadDetail + res.RuntimeError}, err
+}
+
+func (runtimeApplier) Refused(err error) bool {
+	return errors.Is(err, runtime.ErrReloadFailed) || errors.Is(err, runtime.ErrConflict) || errors.Is(err, runtime.ErrBadPath)
+}
