@@ -28,6 +28,7 @@ func Catalog() []Entry {
 		{TriggerResyncSubject("<source>"), "core subject", SchemaTrigger + " (or empty)", "force a full re-read of a source"},
 		{TriggerDeploySubject("<target>"), "core subject", SchemaTrigger + " (or empty)", "re-deploy the last valid bundle (repairs drift)"},
 		{APIStatus, "core request", SchemaStatusReport, "status of every source and target"},
+		{FetchSubject("<source>"), "core request", SchemaFetch + " → " + SchemaFetchReply, "the full body of an object a Kubernetes source keeps on demand (`store: on-demand`)"},
 		{DLQSubject("<service>"), "stream subject", SchemaDeadLetter, "a message a service could not decode or handle, with the reason"},
 		{StreamChanges, "stream", "", strings.Join(streamSubjects(StreamChanges), ", ")},
 		{StreamRenders, "stream", "", strings.Join(streamSubjects(StreamRenders), ", ")},

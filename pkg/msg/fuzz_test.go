@@ -110,3 +110,17 @@ func FuzzResourceKey(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeFetch(f *testing.F) {
+	fuzzDecoder(f, func() *msg.FetchRequest { return new(msg.FetchRequest) },
+		`{"schema":"weft.fetch.v1","type":"secrets","namespace":"a","name":"b"}`)
+}
+
+func FuzzDecodeFetchReply(f *testing.F) {
+	fuzzDecoder(f, func() *msg.FetchReply { return new(msg.FetchReply) },
+		`{"schema":"weft.fetchreply.v1","object":{"a":1}}`, `{"schema":"weft.fetchreply.v1","error":"x"}`)
+}
+
+func FuzzDecodeConfig(f *testing.F) {
+	fuzzDecoder(f, func() *msg.Config { return new(msg.Config) }, `{"schema":"weft.config.v1","hash":"h","yaml":"a: 1"}`)
+}

@@ -79,6 +79,10 @@ func TriggerResyncSubject(source string) string { return join("trigger", "resync
 // TriggerDeploySubject forces a re-deploy of a target's last valid bundle (Trigger).
 func TriggerDeploySubject(target string) string { return join("trigger", "deploy", target) }
 
+// FetchSubject asks the watcher that runs source for the full body of an
+// object kept on demand (FetchRequest, answered by a FetchReply).
+func FetchSubject(source string) string { return join("api", "fetch", source) }
+
 // DLQSubject carries what a service could not decode or handle (DeadLetter).
 func DLQSubject(service string) string { return join("dlq", service) }
 

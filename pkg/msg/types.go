@@ -26,6 +26,8 @@ const (
 	SchemaDeployStatus  = "weft.deploystatus.v1"
 	SchemaStatusReport  = "weft.statusreport.v1"
 	SchemaConfig        = "weft.config.v1"
+	SchemaFetch         = "weft.fetch.v1"
+	SchemaFetchReply    = "weft.fetchreply.v1"
 	SchemaConfigStatus  = "weft.configstatus.v1"
 )
 
@@ -414,6 +416,30 @@ type ConfigStatus struct {
 
 func (ConfigStatus) Schema() string    { return SchemaConfigStatus }
 func (s ConfigStatus) Validate() error { return need("candidate", s.Candidate) }
+
+// FetchRequest asks for the full body of an on-demand object.
+type FetchRequest struct {
+	Type      string `json:"type"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+func (FetchRequest) Schema() string    { return SchemaFetch }
+func (f FetchRequest) Validate() error { return need("type", f.Type, "name", f.Name) }
+
+// FetchReply carries the object, or why it could not be fetched.
+type FetchReply struct {
+	Object map[string]any `json:"object,omitempty"`
+	Error  string         `json:"error,omitempty"`
+}
+
+func (FetchReply) Schema() string { return SchemaFetchReply }
+func (f FetchReply) Validate() error {
+	if (f.Object == nil) == (f.Error == "") {
+		return fmt.Errorf("%w: a fetch reply has exactly one of object and error", ErrInvalid)
+	}
+	return nil
+}
 
 // TargetReport is everything known about one target.
 type TargetReport struct {

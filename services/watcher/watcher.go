@@ -115,6 +115,11 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			}
 			return nil
 		})
+		if f, ok := s.(fetcher); ok {
+			g.Go(func() error {
+				return bus.Serve(ctx, env.NC, msg.FetchSubject(src.Name), "weft-watcher-fetch-"+src.Name, onFetch(f), stage("fetch"))
+			})
+		}
 		if r, ok := s.(resyncer); ok {
 			g.Go(func() error {
 				return bus.Serve(ctx, env.NC, msg.TriggerResyncSubject(src.Name), "weft-watcher-"+src.Name, k.onTrigger(r), stage("trigger-resync"))
@@ -149,6 +154,36 @@ func newSource(env svc.Env, cfg *config.Config, src config.Source) (source.Sourc
 		return kv.New(src, opts...)
 	}
 	return nil, fmt.Errorf("source type %q cannot run in this build", src.Type)
+}
+
+// fetcher is a source that can read one object's full body on request
+// (objects kept on demand).
+type fetcher interface {
+	Fetch(ctx context.Context, typ, namespace, name string) (map[string]any, error)
+}
+
+// onFetch answers weft.api.fetch.<source>.
+func onFetch(f fetcher) bus.CoreHandler {
+	return func(ctx context.Context, m *nats.Msg) error {
+		var req msg.FetchRequest
+		err := msg.Decode(m.Data, &req)
+		var rep msg.FetchReply
+		if err == nil {
+			rep.Object, err = f.Fetch(ctx, req.Type, req.Namespace, req.Name)
+		}
+		if err != nil {
+			rep = msg.FetchReply{Error: err.Error()}
+		}
+		if m.Reply != "" {
+			if out, eerr := msg.NewMsg(m.Reply, "", rep); eerr == nil {
+				_ = m.RespondMsg(out)
+			}
+		}
+		if err != nil && msg.IsPermanent(err) {
+			return err // a malformed request: dead-lettered
+		}
+		return nil // a fetch that failed is the requester's to report
+	}
 }
 
 // resyncer is a source that can re-read everything on request.
