@@ -58,9 +58,18 @@ func copyTree(t *testing.T, src, dst string) {
 // startStack copies the example folder src (a weft.yaml plus manifests/),
 // applies edit to its weft.yaml, and runs every service on it.
 func startStack(t *testing.T, src string, edit func(string) string) *stack {
+	return startStackWith(t, src, nil, edit, nil)
+}
+
+// startStackWith is startStack with hooks: before runs on the copy's folder
+// first, after once weft.yaml is edited (both may be nil).
+func startStackWith(t *testing.T, src string, before func(dir string), edit func(string) string, after func(dir string)) *stack {
 	t.Helper()
 	s := &stack{t: t, dir: t.TempDir()}
 	copyTree(t, src, s.dir)
+	if before != nil {
+		before(s.dir)
+	}
 	if edit != nil {
 		p := filepath.Join(s.dir, "weft.yaml")
 		data, err := os.ReadFile(p)
@@ -70,6 +79,9 @@ func startStack(t *testing.T, src string, edit func(string) string) *stack {
 		if err := os.WriteFile(p, []byte(edit(string(data))), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if after != nil {
+		after(s.dir)
 	}
 	cfg, err := config.Load(filepath.Join(s.dir, "weft.yaml"))
 	if err != nil {
