@@ -20,6 +20,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/services/renderer/engine"
+	"github.com/weftio/weft/services/renderer/library"
 )
 
 // MainFile is the path of the main configuration in a bundle.
@@ -43,8 +44,15 @@ type Target struct {
 }
 
 // Compile compiles every template of t. A template error is an
-// *engine.Error naming the template and line.
+// *engine.Error naming the template and line. A target that names a
+// library (t.Library) first gets its template sections from it (see
+// library.Apply); an unknown library or a bad library option is an error.
 func Compile(name string, t config.Target) (*Target, error) {
+	if t.Library != "" {
+		if err := library.Apply(&t); err != nil {
+			return nil, fmt.Errorf("target %s: %w", name, err)
+		}
+	}
 	spec := engine.Spec{Snippets: map[string]string{}, Fragments: map[string]engine.Fragment{}}
 	for n, f := range t.Fragments {
 		spec.Fragments[n] = engine.Fragment{ForEach: f.ForEach, Text: f.Template}

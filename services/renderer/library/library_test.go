@@ -1,0 +1,282 @@
+package library_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/services/renderer/engine"
+	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/services/renderer/library"
+	"github.com/weftio/weft/services/renderer/target"
+)
+
+func TestNames(t *testing.T) {
+	if got := library.Names(); !slices.Equal(got, []string{"ingress"}) {
+		t.Fatalf("Names() = %v", got)
+	}
+	opts, err := library.Options("ingress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"ingress_class", "http_port", "https_port", "bind_address", "server_slots", "tls_slots", "default_certificate", "admin_socket"} {
+		if o, ok := opts[n]; !ok || o.Doc == "" {
+			t.Errorf("option %s: %+v, %v", n, o, ok)
+		}
+	}
+}
+
+func TestUnknownLibrary(t *testing.T) {
+	tc := config.Target{Library: "gateway", Base: "/etc/haproxy"}
+	err := library.Apply(&tc)
+	if !errors.Is(err, library.ErrUnknown) || !strings.Contains(err.Error(), `"gateway"`) || !strings.Contains(err.Error(), "known: ingress") {
+		t.Fatalf("Apply = %v", err)
+	}
+	_, err = target.Compile("edge", config.Target{Library: "gateway", Base: "/etc/haproxy"})
+	if !errors.Is(err, library.ErrUnknown) || !strings.Contains(err.Error(), "target edge") {
+		t.Fatalf("Compile = %v", err)
+	}
+}
+
+func TestOptionErrors(t *testing.T) {
+	cases := []struct {
+		opts map[string]string
+		want string
+	}{
+		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, bind_address, default_certificate, http_port, https_port, ingress_class, server_slots, tls_slots)`},
+		{map[string]string{"ingress_class": "Not A Name"}, "library_options.ingress_class"},
+		{map[string]string{"http_port": "0"}, "library_options.http_port"},
+		{map[string]string{"https_port": "https"}, "library_options.https_port"},
+		{map[string]string{"server_slots": "0"}, "library_options.server_slots: \"0\" is not a number from 1 to 4096"},
+		{map[string]string{"tls_slots": "-1"}, "library_options.tls_slots"},
+		{map[string]string{"bind_address": "localhost"}, "library_options.bind_address"},
+		{map[string]string{"admin_socket": "run/admin.sock"}, "library_options.admin_socket"},
+		{map[string]string{"default_certificate": "just-a-name"}, "library_options.default_certificate"},
+	}
+	for _, c := range cases {
+		tc := config.Target{Library: "ingress", LibraryOptions: c.opts, Base: "/etc/haproxy"}
+		err := library.Apply(&tc)
+		if !errors.Is(err, library.ErrOption) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("options %v: err = %v, want one mentioning %q", c.opts, err, c.want)
+		}
+	}
+}
+
+// TestUserSectionsWin checks that a target's own sections replace the
+// library's of the same name and that the rest is kept, without changing
+// the maps the target held.
+func TestUserSectionsWin(t *testing.T) {
+	userSnippets := map[string]config.Template{
+		"ingress-defaults-section": {Template: "defaults\n  mode http\n  timeout connect 1s\n  timeout client 2s\n  timeout server 3s"},
+		"mine":                     {Template: "# mine"},
+	}
+	userMaps := map[string]config.Template{"extra.map": {Template: "a b\n"}}
+	tc := config.Target{
+		Library:          "ingress",
+		LibraryOptions:   map[string]string{"http_port": "8080", "bind_address": "::1"},
+		Base:             "/etc/haproxy",
+		TemplateSnippets: userSnippets,
+		Maps:             userMaps,
+		Files:            map[string]config.Template{"ingress-crt-list": {Template: "# no TLS\n"}},
+		Fragments:        map[string]config.Fragment{"names": {ForEach: "ingresses", Template: "{{ obj.metadata.name }}:{{ library_options.http_port }}\n"}},
+	}
+	if err := library.Apply(&tc); err != nil {
+		t.Fatal(err)
+	}
+	if len(userSnippets) != 2 || len(userMaps) != 1 {
+		t.Fatal("Apply changed the caller's maps")
+	}
+	if got := tc.TemplateSnippets["ingress-defaults-section"].Template; !strings.Contains(got, "timeout client 2s") {
+		t.Errorf("user snippet replaced: %q", got)
+	}
+	for _, n := range []string{"mine", "ingress-routing", "ingress-parse"} {
+		if _, ok := tc.TemplateSnippets[n]; !ok {
+			t.Errorf("snippet %s missing", n)
+		}
+	}
+	if _, ok := tc.Maps["ingress-prefix.map"]; !ok {
+		t.Error("library map missing")
+	}
+	if !strings.HasSuffix(tc.Files["ingress-crt-list"].Template, "# no TLS\n") {
+		t.Errorf("user file replaced: %q", tc.Files["ingress-crt-list"].Template)
+	}
+	if n := len(tc.Certificates); n != 64 {
+		t.Errorf("%d certificate slots, want the default 64", n)
+	}
+
+	ix := newIndex(t, watched(t), parseObjects(t, watched(t), []byte(`
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: apps}
+spec:
+  ingressClassName: weft
+  rules:
+    - host: web.example
+      http:
+        paths:
+          - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+`)))
+	tg, err := target.Compile("edge", tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tg.Render(context.Background(), ix.Stores(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fileContent(res.Bundle, "haproxy.cfg")
+	for _, want := range []string{"timeout client 2s", "bind [::1]:8080\n", "backend ing_apps_web_web_80"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("haproxy.cfg lacks %q:\n%s", want, cfg)
+		}
+	}
+	if got := fileContent(res.Bundle, "maps/extra.map"); got != "a b\n" {
+		t.Errorf("extra.map = %q", got)
+	}
+	if got := fileContent(res.Bundle, "files/ingress-crt-list"); got != "# no TLS\n" {
+		t.Errorf("crt-list = %q", got)
+	}
+}
+
+// TestUserMainConfig checks that a user haproxy_config replaces the
+// library's, sees library_options and can include the library's snippets,
+// and that template errors keep their line numbers.
+func TestUserMainConfig(t *testing.T) {
+	main := `{% include "ingress-global-section" %}
+
+{% include "ingress-defaults-section" %}
+
+frontend mine
+  bind :{{ library_options.http_port }}
+{% include "ingress-routing" %}
+  default_backend ingress_default
+{{ fragments("ingress-backends") }}
+backend ingress_default
+  http-request return status 404
+`
+	tc := ingressTarget("/etc/haproxy", map[string]string{"http_port": "8888"})
+	tc.HAProxyConfig = config.Template{Template: main}
+	ix := newIndex(t, watched(t), nil)
+	res := render(t, tc, ix)
+	cfg := fileContent(res.Bundle, "haproxy.cfg")
+	if !strings.Contains(cfg, "frontend mine\n  bind :8888\n") || !strings.Contains(cfg, "map_beg(/etc/haproxy/maps/ingress-prefix.map)") {
+		t.Fatalf("haproxy.cfg:\n%s", cfg)
+	}
+
+	tc.HAProxyConfig = config.Template{Template: "global\n\n{{ nope( }}\n"}
+	_, err := target.Compile("edge", tc)
+	var te *engine.Error
+	if !errors.As(err, &te) || te.Template != "haproxy.cfg" || te.Line != 3 {
+		t.Fatalf("err = %v (%+v), want a syntax error on line 3 of haproxy.cfg", err, te)
+	}
+}
+
+// TestIncremental checks that the per-Ingress work is in fragments: a
+// change of one EndpointSlice re-renders only the backends of the Ingress
+// that uses its Service, a Secret change only the TLS entries of the
+// Ingresses that use it, and an Ingress change only that Ingress's
+// entries.
+func TestIncremental(t *testing.T) {
+	res := watched(t)
+	var tls fixture
+	for _, f := range fixtures(t) {
+		if f.name == "tls" {
+			tls = f
+		}
+	}
+	ix := newIndex(t, res, tls.objects)
+	tg, err := target.Compile("edge", ingressTarget(goldenBase, tls.options))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.Observe(func(c index.Change) {
+		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
+	})
+	renderOnce := func() target.Result {
+		t.Helper()
+		r, err := tg.Render(context.Background(), ix.Stores(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first := renderOnce()
+	if first.FragmentsRendered != 8*4 || first.FragmentsReused != 0 {
+		t.Fatalf("first render: %d rendered, %d reused; want every entry of 8 fragments for 4 Ingresses rendered", first.FragmentsRendered, first.FragmentsReused)
+	}
+	rev := uint64(1000)
+	find := func(typ, ns, name string) map[string]any {
+		for _, o := range tls.objects {
+			if o.typ == typ && o.ns == ns && o.name == name {
+				return roundTrip(t, o.body)
+			}
+		}
+		t.Fatalf("no %s %s/%s in the fixture", typ, ns, name)
+		return nil
+	}
+	step := func(what string, typ, ns, name string, change func(map[string]any), wantRendered int, wantIn map[string]string) {
+		t.Helper()
+		obj := find(typ, ns, name)
+		change(obj)
+		rev++
+		if !ix.Upsert(typ, objectID(typ, ns, name), rev, obj) {
+			t.Fatalf("%s: upsert ignored", what)
+		}
+		r := renderOnce()
+		if r.FragmentsRendered != wantRendered || r.FragmentsReused != 8*4-wantRendered {
+			t.Errorf("%s: %d entries rendered, %d reused; want %d rendered", what, r.FragmentsRendered, r.FragmentsReused, wantRendered)
+		}
+		for p, want := range wantIn {
+			if got := fileContent(r.Bundle, p); !strings.Contains(got, want) {
+				t.Errorf("%s: %s lacks %q:\n%s", what, p, want, got)
+			}
+		}
+	}
+	step("an endpoint added", "endpoints", "web", "other-1", func(o map[string]any) {
+		o["endpoints"] = append(o["endpoints"].([]any), map[string]any{"addresses": []any{"10.11.0.4"}})
+	}, 1, map[string]string{"haproxy.cfg": "server SRV_2 10.11.0.4:3000\n"})
+	step("a Secret used by two Ingresses changed", "secrets", "web", "wild-tls", func(o map[string]any) {
+		o["type"] = "Opaque"
+	}, 4, map[string]string{"files/ingress-crt-list": "ingress-tls-1.pem foo.bar.com\ningress-tls-2.pem\n"})
+	step("an Ingress changed", "ingresses", "web", "other", func(o map[string]any) {
+		o["metadata"].(map[string]any)["labels"] = map[string]any{"changed": "yes"}
+	}, 8, nil)
+}
+
+// TestMissingTypes checks that a configuration without the optional
+// watched types still renders: without secrets the TLS entries, and
+// without services and endpoints the backends, are registered as errors.
+func TestMissingTypes(t *testing.T) {
+	res := watched(t)
+	objs := parseObjects(t, res, []byte(`
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: apps}
+spec:
+  ingressClassName: weft
+  tls: [{secretName: web-tls}]
+  rules:
+    - host: web.example
+      http:
+        paths:
+          - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+`))
+	only := map[string]config.Resource{"ingresses": res["ingresses"]}
+	r := render(t, ingressTarget(goldenBase, nil), newIndex(t, only, objs))
+	var msgs []string
+	for _, e := range r.Errors {
+		msgs = append(msgs, e.Message)
+	}
+	got := strings.Join(msgs, "\n")
+	for _, want := range []string{"TLS secrets are not watched", "services and endpoints are not watched types"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors lack %q:\n%s", want, got)
+		}
+	}
+	if !strings.Contains(fileContent(r.Bundle, "maps/ingress-prefix.map"), "web.example/ ing_apps_web_web_80\n") {
+		t.Errorf("prefix map:\n%s", fileContent(r.Bundle, "maps/ingress-prefix.map"))
+	}
+}

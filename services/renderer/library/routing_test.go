@@ -1,0 +1,349 @@
+package library_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/renderer/target"
+)
+
+// TestRouting runs each fixture that has requests.yaml through a real
+// HAProxy: every endpoint address of the fixture's EndpointSlices becomes
+// an HTTP server on its own loopback address that answers with the Service
+// and the endpoint it stands for, the bundle is rendered for those
+// addresses and HAProxy started on it, and every request must be answered
+// by the expected Service (and endpoint, port and certificate), or with
+// the expected status.
+func TestRouting(t *testing.T) {
+	res := watched(t)
+	for _, f := range fixtures(t) {
+		if len(f.requests) == 0 {
+			continue
+		}
+		t.Run(f.name, func(t *testing.T) {
+			objs := cloneObjects(t, f.objects)
+			startEndpoints(t, objs)
+			opts := maps.Clone(f.options)
+			if opts == nil {
+				opts = map[string]string{}
+			}
+			httpPort, httpsPort := freePort(t), freePort(t)
+			opts["bind_address"] = "127.0.0.1"
+			opts["http_port"] = strconv.Itoa(httpPort)
+			opts["https_port"] = strconv.Itoa(httpsPort)
+			dir := t.TempDir()
+			r := render(t, ingressTarget(dir, opts), newIndex(t, res, objs))
+			writeBundle(t, dir, r.Bundle)
+			startHAProxy(t, dir, httpPort)
+			for i, rq := range f.requests {
+				port := httpPort
+				if rq.Scheme == "https" {
+					port = httpsPort
+				}
+				t.Run(fmt.Sprintf("%d_%s_%s%s", i+1, rq.scheme(), rq.Host, rq.Path), func(t *testing.T) {
+					check(t, rq, port)
+				})
+			}
+		})
+	}
+}
+
+// request is one line of a fixture's requests.yaml: a request the routing
+// test sends to the running HAProxy and what must answer it.
+type request struct {
+	Method string `json:"method,omitempty"` // default GET
+	Scheme string `json:"scheme,omitempty"` // http (default) or https
+	Host   string `json:"host"`             // the Host header ("": the address)
+	Path   string `json:"path,omitempty"`   // default "/"
+	SNI    string `json:"sni,omitempty"`    // https: the server name sent (none when empty)
+	// Backend is the Service that must answer (status 200); without it,
+	// Status is the status HAProxy must answer with.
+	Backend string `json:"backend,omitempty"`
+	Status  int    `json:"status,omitempty"`
+	// Port is the target port (as in the EndpointSlice) that must answer.
+	Port int `json:"port,omitempty"`
+	// Addresses are the endpoint addresses allowed to answer; with
+	// AllAddresses, each of them must answer one of the Repeat requests.
+	Addresses    []string `json:"addresses,omitempty"`
+	AllAddresses bool     `json:"all_addresses,omitempty"`
+	Repeat       int      `json:"repeat,omitempty"`
+	// Cert is the common name of the certificate HAProxy must present.
+	Cert string `json:"cert,omitempty"`
+	// Proto is the X-Forwarded-Proto the backend must receive.
+	Proto string `json:"proto,omitempty"`
+}
+
+func (r request) scheme() string {
+	if r.Scheme == "" {
+		return "http"
+	}
+	return r.Scheme
+}
+
+// echo is what an endpoint server answers.
+type echo struct {
+	Service string `json:"service"`
+	Address string `json:"address"` // the endpoint address in the fixture
+	Port    int    `json:"port"`    // the target port in the fixture
+	Method  string `json:"method"`
+	Host    string `json:"host"`
+	URI     string `json:"uri"`
+	Proto   string `json:"proto"` // X-Forwarded-Proto
+}
+
+// check sends rq (Repeat times) to HAProxy on port and checks the answers.
+func check(t *testing.T, rq request, port int) {
+	path := rq.Path
+	if path == "" {
+		path = "/"
+	}
+	method := rq.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	want := rq.Status
+	if want == 0 {
+		want = http.StatusOK
+	}
+	client := &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			TLSClientConfig:   &tls.Config{ServerName: rq.SNI, InsecureSkipVerify: true}, // test certificates are self-signed
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	seen := map[string]bool{}
+	for n := range max(rq.Repeat, 1) {
+		req, err := http.NewRequest(method, rq.scheme()+"://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := addr
+		if rq.Host != "" {
+			req.Host, host = rq.Host, rq.Host
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", n+1, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: status %d, want %d; body %q", n+1, resp.StatusCode, want, body)
+		}
+		if rq.Cert != "" {
+			if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+				t.Fatalf("request %d: no TLS certificate", n+1)
+			}
+			if cn := resp.TLS.PeerCertificates[0].Subject.CommonName; cn != rq.Cert {
+				t.Errorf("request %d: certificate %q, want %q", n+1, cn, rq.Cert)
+			}
+		}
+		if rq.Backend == "" {
+			continue
+		}
+		var e echo
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Fatalf("request %d: answer is not from an endpoint: %q", n+1, body)
+		}
+		if e.Service != rq.Backend {
+			t.Errorf("request %d: served by %s (%s:%d), want %s", n+1, e.Service, e.Address, e.Port, rq.Backend)
+		}
+		if len(rq.Addresses) > 0 && !slices.Contains(rq.Addresses, e.Address) {
+			t.Errorf("request %d: served by endpoint %s, want one of %v", n+1, e.Address, rq.Addresses)
+		}
+		if rq.Port != 0 && e.Port != rq.Port {
+			t.Errorf("request %d: served on target port %d, want %d", n+1, e.Port, rq.Port)
+		}
+		if e.Method != method || e.Host != host || e.URI != path {
+			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", n+1, e.Method, e.Host, e.URI, method, host, path)
+		}
+		if rq.Proto != "" && e.Proto != rq.Proto {
+			t.Errorf("request %d: X-Forwarded-Proto %q, want %q", n+1, e.Proto, rq.Proto)
+		}
+		seen[e.Address] = true
+	}
+	if rq.AllAddresses {
+		if got := slices.Sorted(maps.Keys(seen)); !slices.Equal(got, slices.Sorted(slices.Values(rq.Addresses))) {
+			t.Errorf("endpoints that answered: %v, want each of %v", got, rq.Addresses)
+		}
+	}
+}
+
+func cloneObjects(t *testing.T, objs []object) []object {
+	t.Helper()
+	out := make([]object, len(objs))
+	for i, o := range objs {
+		o.body = roundTrip(t, o.body)
+		out[i] = o
+	}
+	return out
+}
+
+// startEndpoints rewrites the EndpointSlices of objs to point at local
+// servers: each distinct endpoint IP address becomes its own loopback address
+// 127.0.0.<n>, each distinct target port a free port, and a server on
+// every such address and port answers with the Service, the original
+// address and the original port.
+func startEndpoints(t *testing.T, objs []object) {
+	t.Helper()
+	addrs := map[string]string{} // fixture address -> loopback address
+	ports := map[int]int{}       // fixture port -> local port
+	owner := map[string]string{} // fixture address -> Service
+	type endpoint struct {
+		service, addr string
+		port          int
+	}
+	var eps []endpoint
+	for _, o := range objs {
+		if o.typ != "endpoints" {
+			continue
+		}
+		labels, _ := o.body["metadata"].(map[string]any)["labels"].(map[string]any)
+		service, _ := labels["kubernetes.io/service-name"].(string)
+		slicePorts, _ := o.body["ports"].([]any)
+		var origPorts []int
+		for _, p := range slicePorts {
+			pm := p.(map[string]any)
+			orig, _ := pm["port"].(int)
+			if _, ok := ports[orig]; !ok {
+				ports[orig] = freePort(t)
+			}
+			pm["port"] = ports[orig]
+			origPorts = append(origPorts, orig)
+		}
+		list, _ := o.body["endpoints"].([]any)
+		for _, ep := range list {
+			em := ep.(map[string]any)
+			as, _ := em["addresses"].([]any)
+			for i, a := range as {
+				orig := a.(string)
+				if net.ParseIP(orig) == nil {
+					continue // not an address the library may use
+				}
+				if s, ok := owner[orig]; ok && s != service {
+					t.Fatalf("address %s is an endpoint of both %s and %s", orig, s, service)
+				}
+				owner[orig] = service
+				if _, ok := addrs[orig]; !ok {
+					addrs[orig] = fmt.Sprintf("127.0.0.%d", len(addrs)+2)
+				}
+				as[i] = addrs[orig]
+				for _, port := range origPorts {
+					eps = append(eps, endpoint{service: service, addr: orig, port: port})
+				}
+			}
+		}
+	}
+	started := map[string]bool{}
+	for _, ep := range eps {
+		listen := net.JoinHostPort(addrs[ep.addr], strconv.Itoa(ports[ep.port]))
+		if started[listen] {
+			continue
+		}
+		started[listen] = true
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			t.Fatalf("endpoint %s:%d of %s: %v", ep.addr, ep.port, ep.service, err)
+		}
+		ep := ep
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(echo{Service: ep.service, Address: ep.addr, Port: ep.port,
+				Method: r.Method, Host: r.Host, URI: r.RequestURI, Proto: r.Header.Get("X-Forwarded-Proto")})
+		}), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+}
+
+// freePort returns a TCP port that was free on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a buffer safe for HAProxy's output and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startHAProxy runs HAProxy in the foreground on the bundle in dir until
+// the test ends, and waits until it accepts connections on port.
+func startHAProxy(t *testing.T, dir string, port int) {
+	t.Helper()
+	out := &syncBuffer{}
+	cmd := exec.Command(testkit.HAProxy(t), "-db", "-f", filepath.Join(dir, target.MainFile))
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("haproxy output:\n%s", out.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-done:
+			t.Fatalf("haproxy exited: %v\n%s", cmd.ProcessState, out.String())
+		default:
+		}
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("haproxy does not listen on port %d: %v\n%s", port, err, strings.TrimSpace(out.String()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
