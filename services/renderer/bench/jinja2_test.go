@@ -18,10 +18,11 @@ const python = "/usr/bin/python3"
 
 // jinja2Result is what testdata/jinja2_render.py prints.
 type jinja2Result struct {
-	MsMedian float64 `json:"ms_median"`
-	MsMin    float64 `json:"ms_min"`
-	Bytes    int     `json:"bytes"`
-	Renders  int     `json:"renders"`
+	MsMedian    float64 `json:"ms_median"`
+	MsMin       float64 `json:"ms_min"`
+	CPUMsMedian float64 `json:"cpu_ms_median"`
+	Bytes       int     `json:"bytes"`
+	Renders     int     `json:"renders"`
 }
 
 // jinja2Available reports whether Debian's Python with Jinja2 is

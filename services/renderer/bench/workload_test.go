@@ -57,7 +57,11 @@ func TestFragmentsMatchFullRender(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	rev := ix.Revision()
-	for step := range 60 {
+	steps := 60
+	if raceEnabled {
+		steps = 12
+	}
+	for step := range steps {
 		rev++
 		i := rng.IntN(n + 20) // some beyond n: new objects
 		switch rng.IntN(6) {

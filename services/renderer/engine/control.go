@@ -85,10 +85,6 @@ func (n *forNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) erro
 	// Materialise the items first, applying the loop's if filter, as
 	// gonja does: loop.length and loop.last count the filtered items.
 	var items []loopItem
-	var filter *exec.Renderer
-	if n.IfCondition != nil {
-		filter = scope(r)
-	}
 	obj.Iterate(func(_, count int, key, value *exec.Value) bool {
 		if items == nil {
 			items = make([]loopItem, 0, count)
@@ -106,7 +102,8 @@ func (n *forNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) erro
 		} else if value != nil {
 			it.value = value
 		}
-		if filter != nil {
+		if n.IfCondition != nil {
+			filter := scope(r)
 			ctx := filter.Environment.Context
 			ctx.Set(n.Key, it.key)
 			if it.value != nil {

@@ -28,7 +28,7 @@ const maxRange = 1 << 20
 // builtins plus weft's filters, globals, list methods and the include and
 // set control structures bound to s. Every field is set: gonja panics on
 // some nil sets.
-func newEnvironment(s *Set, snippets map[string]string) *exec.Environment {
+func newEnvironment(s *Set, snippets map[string]string, fast bool) *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
 	for name, fn := range map[string]exec.FilterFunction{
 		"log":       filterLog,
@@ -61,12 +61,14 @@ func newEnvironment(s *Set, snippets map[string]string) *exec.Environment {
 	mustDo(controls.Replace("include", includeParser(s, names)))
 	builtinSet, _ := builtins.ControlStructures.Get("set")
 	mustDo(controls.Replace("set", setParser(builtinSet)))
-	builtinFor, _ := builtins.ControlStructures.Get("for")
-	mustDo(controls.Replace("for", forParser(builtinFor)))
-	builtinIf, _ := builtins.ControlStructures.Get("if")
-	mustDo(controls.Replace("if", ifParser(builtinIf)))
-	builtinMacro, _ := builtins.ControlStructures.Get("macro")
-	mustDo(controls.Replace("macro", macroParser(builtinMacro)))
+	if fast {
+		builtinFor, _ := builtins.ControlStructures.Get("for")
+		mustDo(controls.Replace("for", forParser(builtinFor)))
+		builtinIf, _ := builtins.ControlStructures.Get("if")
+		mustDo(controls.Replace("if", ifParser(builtinIf)))
+		builtinMacro, _ := builtins.ControlStructures.Get("macro")
+		mustDo(controls.Replace("macro", macroParser(builtinMacro)))
+	}
 	for _, name := range controlStructureNames {
 		if cs, ok := controls.Get(name); ok {
 			mustDo(controls.Replace(name, withLine(cs)))

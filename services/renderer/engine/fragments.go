@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"reflect"
 	"runtime"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/tokens"
 
 	"github.com/weftio/weft/services/renderer/index"
 )
@@ -226,7 +229,8 @@ func (c *fragmentCache) invalidate(ch Change) {
 		return
 	}
 	for _, fs := range c.states {
-		if fs.f.forEach == ch.Type {
+		// Before the first render there is nothing to mark: it scans.
+		if fs.ready && fs.f.forEach == ch.Type {
 			fs.reported++
 			fs.touched[ch.ID] = struct{}{}
 			if e := fs.entries[ch.ID]; e != nil {
@@ -354,9 +358,11 @@ func (c *fragmentCache) applyTouched(fs *fragState) {
 // get_indexed lookup on its type is a prefix of its old or new key tuple,
 // and the entries that read its whole type; for a value change, the entries
 // that read the value or all values. Every change to the data behind
-// Input.Resources must be reported before the next Render (Render itself
-// notices a changed revision of an entry's own object, created and deleted
-// objects, and changed values, but not an object another entry read).
+// Input.Resources must be reported before the next Render. Render itself
+// notices changes of a fragment's own type that were not reported (the
+// store's change count disagrees with the reported ones: it then compares
+// every object's revision) and values that differ from the last render's,
+// but not a change of an object that another entry read.
 func (s *Set) Invalidate(changes []Change) {
 	if s.cache == nil {
 		return
@@ -436,6 +442,7 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 	for _, j := range jobs {
 		e := j.e
 		if j.err != nil {
+			e.state.pending = append(e.state.pending, e) // still dirty: next time
 			failed++
 			if len(errs) < maxEntryErrors {
 				errs = append(errs, j.err)
@@ -461,26 +468,126 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 		out.FragmentsReused += len(fs.order)
 	}
 	if failed > 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("render fragments: %w", err)
+		}
 		if failed > len(errs) {
 			errs = append(errs, fmt.Errorf("%w: and %d more fragment entries failed", ErrTemplate, failed-len(errs)))
 		}
 		return errors.Join(errs...)
 	}
-	for _, fs := range c.states {
-		if fs.stale {
-			n := 0
-			for _, e := range fs.order {
-				n += len(e.out)
-			}
-			var b strings.Builder
-			b.Grow(n)
-			for _, e := range fs.order {
-				b.WriteString(e.out)
-			}
-			fs.joined, fs.stale = b.String(), false
+	return nil
+}
+
+// joinedOutput returns every entry's output joined in id order, joining
+// again only after a change.
+func (fs *fragState) joinedOutput() string {
+	if fs.stale {
+		n := 0
+		for _, e := range fs.order {
+			n += len(e.out)
+		}
+		var b strings.Builder
+		b.Grow(n)
+		for _, e := range fs.order {
+			b.WriteString(e.out)
+		}
+		fs.joined, fs.stale = b.String(), false
+	}
+	return fs.joined
+}
+
+// fragmentsFunc is the type of the fragments() global, so that
+// fragmentsOutput can tell it from a name a template rebound.
+type fragmentsFunc func(*exec.VarArgs) (any, error)
+
+// fragmentsOutput replaces `{{ fragments("name") }}` written as it is (no
+// filter, no condition) in an output: it writes the entries to the output
+// one after the other instead of joining them into one string first. Where
+// `fragments` is not the global (a template rebound the name) or
+// autoescaping is on, it renders the original node.
+type fragmentsOutput struct {
+	name string
+	orig *nodes.Output
+}
+
+func (n *fragmentsOutput) Position() *tokens.Token { return n.orig.Start }
+func (n *fragmentsOutput) String() string          { return n.orig.String() }
+
+func (n *fragmentsOutput) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	st := stateOf(r.Environment.Context)
+	fn, _ := r.Environment.Context.Get("fragments")
+	if _, ok := fn.(fragmentsFunc); !ok || st == nil || r.Config.AutoEscape {
+		_, err := r.Visit(n.orig)
+		return err
+	}
+	fs, err := st.fragment(n.name)
+	if err != nil {
+		return fmt.Errorf("Unable to render expression at line %d: %w", n.orig.Start.Line, err)
+	}
+	if !fs.stale {
+		_, err := io.WriteString(r.Output, fs.joined)
+		return err
+	}
+	for _, e := range fs.order {
+		if _, err := io.WriteString(r.Output, e.out); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// rewriteFragmentOutputs replaces, in list and the bodies of the for, if
+// and macro blocks in it, every output node that is exactly
+// `{{ fragments("literal") }}` by a fragmentsOutput.
+func rewriteFragmentOutputs(list []nodes.Node) {
+	for i, n := range list {
+		switch x := n.(type) {
+		case *nodes.Output:
+			if name, ok := fragmentsCall(x); ok {
+				list[i] = &nodes.ControlStructureBlock{Location: x.Start, Name: "fragments", ControlStructure: &fragmentsOutput{name: name, orig: x}}
+			}
+		case *nodes.ControlStructureBlock:
+			switch cs := x.ControlStructure.(type) {
+			case *forNode:
+				rewriteWrapper(cs.BodyWrapper)
+				rewriteWrapper(cs.EmptyWrapper)
+			case *ifNode:
+				for _, w := range cs.Wrappers {
+					rewriteWrapper(w)
+				}
+			case *macroNode:
+				rewriteWrapper(cs.Wrapper)
+			}
+		}
+	}
+}
+
+func rewriteWrapper(w *nodes.Wrapper) {
+	if w != nil {
+		rewriteFragmentOutputs(w.Nodes)
+	}
+}
+
+// fragmentsCall reports whether o is `{{ fragments("name") }}` and returns
+// the name.
+func fragmentsCall(o *nodes.Output) (string, bool) {
+	if o.Condition != nil || o.Alternative != nil {
+		return "", false
+	}
+	call, ok := o.Expression.(*nodes.Call)
+	if !ok || call.Parent != nil || len(call.Args) != 1 || len(call.Kwargs) > 0 {
+		return "", false
+	}
+	fn, ok := call.Func.(*nodes.Name)
+	if !ok || fn.Name.Val != "fragments" {
+		return "", false
+	}
+	lit, ok := call.Args[0].(*nodes.String)
+	if !ok {
+		return "", false
+	}
+	return lit.Val, true
 }
 
 // runJobs renders every job, on up to GOMAXPROCS goroutines.
@@ -554,7 +661,7 @@ func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, valu
 	j.out, j.errors, j.deps = b.String(), st.errors, rec.deps(view)
 }
 
-// fragmentsRead adds the values the cached entries read to out.
+// valuesRead adds the values the cached entries read to names (and all).
 func (c *fragmentCache) valuesRead(names []string, all bool) ([]string, bool) {
 	if len(c.byValue) > 0 {
 		set := make(map[string]bool, len(names)+len(c.byValue))
@@ -602,7 +709,7 @@ func (st *renderState) fragmentsFunction(args *exec.VarArgs) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fs.joined, nil
+	return fs.joinedOutput(), nil
 }
 
 // fragmentFunction is fragment(name, id): the fragment rendered for one

@@ -56,8 +56,13 @@ backend {{ id }} port={{ obj.spec.port }}
 one={{ fragment("backends", "a/s1") }}
 {%- for _, s in resources.services.items() %}{% if s.spec.port == 0 %}{% do register_error('services', s.metadata.name, 'port 0') %}{% endif %}{% endfor %}
 `},
-		{Kind: KindMap, Name: "hosts.map", Text: `{{ fragments("hosts") }}`},
+		{Kind: KindMap, Name: "hosts.map", Text: `{{ fragments("hosts") }}{% if values.mode %}{{ fragments("hosts") | length }} {% include "all-backends" %}{% endif %}`},
 	},
+}
+
+func init() {
+	// An include of fragments(): snippets get the same direct output.
+	fragSpec.Snippets["all-backends"] = `{% for x in [1] %}{{ fragments("backends") }}{% endfor %}`
 }
 
 // world is the state the fragment tests change: an index and the values.
@@ -67,6 +72,8 @@ type world struct {
 	values map[string]any
 	rev    uint64
 	set    *Set // the incremental Set, fed every change
+	// scratch renders the same spec with an empty cache each time.
+	scratch *Set
 }
 
 func newWorld(t testing.TB, spec Spec) *world {
@@ -119,13 +126,17 @@ func (w *world) render(spec Spec) *Output {
 	w.t.Helper()
 	var got, want *Output
 	var gotErr, wantErr error
-	w.ix.Read(func(uint64) {
-		got, gotErr = w.set.Render(context.Background(), w.input())
-		fresh, err := Compile(spec)
-		if err != nil {
+	if w.scratch == nil {
+		var err error
+		if w.scratch, err = Compile(spec); err != nil {
 			w.t.Fatal(err)
 		}
-		want, wantErr = fresh.Render(context.Background(), w.input())
+	}
+	// From scratch: the same compiled templates with an empty cache.
+	w.scratch.cache = newFragmentCache(w.scratch.fragments)
+	w.ix.Read(func(uint64) {
+		got, gotErr = w.set.Render(context.Background(), w.input())
+		want, wantErr = w.scratch.Render(context.Background(), w.input())
 	})
 	if gotErr != nil || wantErr != nil {
 		w.t.Fatalf("incremental: %v\nfrom scratch: %v", gotErr, wantErr)
@@ -243,8 +254,12 @@ func TestFragmentsMatchScratchRender(t *testing.T) {
 				randomOp()
 			}
 			w.render(fragSpec)
+			steps := 300
+			if raceEnabled {
+				steps = 60
+			}
 			rendered, reused := 0, 0
-			for range 300 {
+			for range steps {
 				for range 1 + rng.IntN(3) {
 					randomOp()
 				}
@@ -478,6 +493,17 @@ func TestFragmentErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("a template that rebinds fragments gets its own", func(t *testing.T) {
+		spec := Spec{Fragments: map[string]Fragment{"f": ok}, Outputs: []Template{{Kind: KindConfig, Name: "c",
+			Text: `{% macro fragments(n) %}mine:{{ n }}{% endmacro %}{{ fragments("f") }}|{% set fragments = 1 %}{% if true %}{{ fragments }}{% endif %}`}}}
+		w := newWorld(t, spec)
+		w.put("ingresses", "a/x", ingress("a", "x", "s", 1, "", ""))
+		out := w.render(spec)
+		if got := string(out.Files[0].Content); got != "mine:f|1" {
+			t.Errorf("got %q", got)
+		}
+	})
+
 	t.Run("fragment of a missing object is empty", func(t *testing.T) {
 		spec := Spec{Fragments: map[string]Fragment{"f": ok}, Outputs: []Template{{Kind: KindConfig, Name: "c", Text: `[{{ fragment("f", "a/x") }}][{{ fragment("f", "a/nope") }}]`}}}
 		w := newWorld(t, spec)
@@ -516,5 +542,89 @@ func TestFragmentsReplacedStore(t *testing.T) {
 	out := w2.render(spec)
 	if got := string(out.Files[0].Content); got != "a/x=2\n" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// TestFragmentsNoticeUnreportedChangesOfTheirType: changes of the
+// fragment's own type that Invalidate never heard of are found by
+// comparing the store's change count and rescanning.
+func TestFragmentsNoticeUnreportedChangesOfTheirType(t *testing.T) {
+	spec := Spec{
+		Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: "{{ id }}={{ obj.spec.port }}\n"}},
+		Outputs:   []Template{{Kind: KindConfig, Name: "c", Text: `{{ fragments("f") }}`}},
+	}
+	ix, err := index.New(fragSpecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, ix: ix, values: map[string]any{}, set: set} // no observer
+	for i := range 5 {
+		w.put("ingresses", fmt.Sprintf("a/%d", i), ingress("a", fmt.Sprint(i), "s", i, "", ""))
+	}
+	w.render(spec)
+	w.put("ingresses", "a/1", ingress("a", "1", "s", 10, "", ""))
+	w.del("ingresses", "a/3")
+	w.put("ingresses", "a/9", ingress("a", "9", "s", 9, "", ""))
+	out := w.render(spec)
+	if got := string(out.Files[0].Content); got != "a/0=0\na/1=10\na/2=2\na/4=4\na/9=9\n" {
+		t.Fatalf("got %q", got)
+	}
+	// One reported change and one not: the counts disagree, so it rescans.
+	w.put("ingresses", "a/2", ingress("a", "2", "s", 20, "", ""))
+	w.put("ingresses", "a/4", ingress("a", "4", "s", 40, "", ""))
+	set.Invalidate([]Change{{Type: "ingresses", ID: "a/2"}})
+	out = w.render(spec)
+	if got := string(out.Files[0].Content); got != "a/0=0\na/1=10\na/2=20\na/4=40\na/9=9\n" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestFragmentsRenderCanceled(t *testing.T) {
+	spec := Spec{
+		Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: "{{ id }}\n"}},
+		Outputs:   []Template{{Kind: KindConfig, Name: "c", Text: `{{ fragments("f") }}`}},
+	}
+	w := newWorld(t, spec)
+	for i := range 40 {
+		w.put("ingresses", fmt.Sprintf("a/%02d", i), ingress("a", fmt.Sprint(i), "s", i, "", ""))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := w.set.Render(ctx, w.input())
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTemplate) {
+		t.Fatalf("err = %v", err)
+	}
+	// Nothing was cached from the canceled render; the next one is whole.
+	out := w.render(spec)
+	if len(out.FragmentsRendered) != 40 {
+		t.Fatalf("rendered %d entries after the canceled render, want 40", len(out.FragmentsRendered))
+	}
+}
+
+// TestFragmentsConcurrentChanges renders under the index's read lock while
+// a writer changes the index, as the renderer does (run with -race): every
+// render must equal a render from scratch of the same state.
+func TestFragmentsConcurrentChanges(t *testing.T) {
+	w := baseWorld(t, fragSpec)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 300 {
+			rev := uint64(1000 + i)
+			w.ix.Upsert("endpoints", "a/web-1", rev, slice("a", "web-1", "web", fmt.Sprintf("10.9.0.%d", i%7)))
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			w.render(fragSpec)
+			return
+		default:
+			w.render(fragSpec)
+		}
 	}
 }

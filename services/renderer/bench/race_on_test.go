@@ -1,0 +1,7 @@
+//go:build race
+
+package bench
+
+// raceEnabled: the race detector slows rendering about tenfold, so the
+// randomised tests take fewer steps under it.
+const raceEnabled = true
