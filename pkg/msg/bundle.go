@@ -57,7 +57,7 @@ func NewBundle(target, base, main string, files []BundleFile) (Bundle, error) {
 	slices.SortFunc(fs, func(a, b BundleFile) int { return strings.Compare(a.Path, b.Path) })
 	b := Bundle{Target: target, Base: base, Main: main, Files: fs}
 	b.Hash = b.ComputeHash()
-	return b, b.Consistent()
+	return b, b.structure() // the hash was just computed from the content
 }
 
 // ComputeHash hashes the paths and contents (not the target or base: the
@@ -80,6 +80,17 @@ func (b Bundle) ComputeHash() string {
 // is present, safe unique sorted paths, known kinds, and a Hash that matches
 // the content.
 func (b Bundle) Consistent() error {
+	if err := b.structure(); err != nil {
+		return err
+	}
+	if got := b.ComputeHash(); got != b.Hash {
+		return fmt.Errorf("%w: hash %q does not match content (%q)", ErrInvalid, b.Hash, got)
+	}
+	return nil
+}
+
+// structure checks everything Consistent does but the hash.
+func (b Bundle) structure() error {
 	if err := need("target", b.Target, "main", b.Main); err != nil {
 		return err
 	}
@@ -103,9 +114,6 @@ func (b Bundle) Consistent() error {
 	}
 	if !seenMain {
 		return fmt.Errorf("%w: main file %q is not in the bundle", ErrInvalid, b.Main)
-	}
-	if got := b.ComputeHash(); got != b.Hash {
-		return fmt.Errorf("%w: hash %q does not match content (%q)", ErrInvalid, b.Hash, got)
 	}
 	return nil
 }
