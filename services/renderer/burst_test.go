@@ -1,0 +1,67 @@
+package renderer_test
+
+import (
+	"context"
+
+	"fmt"
+	"github.com/weftio/weft/pkg/msg"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/renderer"
+)
+
+// TestBurstCostsFewRenders applies 1,000 changes in a burst: the debouncer
+// turns them into at most one render at each edge of the burst.
+func TestBurstCostsFewRenders(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.put("web", 1)
+	f.synced()
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	f.render(1)
+	time.Sleep(300 * time.Millisecond) // past the debounce window of the start
+	before := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total")
+	for i := range 1000 {
+		f.put("web", 1000+i)
+	}
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if got := file(f.latest(), "maps/svc.map"); got != "\nweb 1999\n" {
+			return fmt.Errorf("svc.map = %q", got)
+		}
+		return nil
+	})
+	renders := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total") - before
+	if renders > 3 {
+		t.Fatalf("1,000 changes cost %v renders, want at most 3 (leading edge, trailing edge, and one a slow machine can split the burst into)", renders)
+	}
+	t.Logf("1,000 changes, %v renders", renders)
+}
+
+// latest returns the bundle of the newest render of edge.
+func (f *fixture) latest() msg.Bundle {
+	f.t.Helper()
+	ctx := context.Background()
+	stream, _ := f.bus.JS.Stream(ctx, msg.StreamRenders)
+	m, err := stream.GetLastMsgForSubject(ctx, msg.RenderSubject("edge"))
+	if err != nil {
+		return msg.Bundle{}
+	}
+	var r msg.Render
+	if msg.Decode(m.Data, &r) != nil || r.BundleHash == "" {
+		return msg.Bundle{}
+	}
+	obs, _ := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
+	data, err := obs.GetBytes(ctx, r.BundleHash)
+	if err != nil {
+		return msg.Bundle{}
+	}
+	b, _ := msg.DecodeBundle(data)
+	return b
+}
