@@ -97,10 +97,14 @@ func TestTrafficThroughHAProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	// New connections each time: a kept-alive client connection may keep
+	// reusing HAProxy's idle connection to a server's old address, which a
+	// runtime address change does not cut.
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(host, path string) string {
 		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", httpPort, path), nil)
 		req.Host = host
-		resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return "error: " + err.Error()
 		}

@@ -276,7 +276,7 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 	}
 	if out.Outcome != msg.OutcomeFailed {
 		log.InfoContext(ctx, "deployed", "outcome", out.Outcome, "written", res.Written, "removed", res.Removed,
-			"runtime_ops", len(res.RuntimeOps), "reloaded", res.Reloaded, "reload_reason", res.ReloadReason)
+			"runtime_ops", res.RuntimeOps, "reloaded", res.Reloaded, "reload_reason", res.ReloadReason)
 	}
 	return d.finish(ctx, out, start, &st, rev)
 }

@@ -100,6 +100,7 @@ func (d *Driver) reload(ctx context.Context) (int, error) {
 				if err := d.waitWorker(ctx, fresh); err != nil {
 					return st.reloads, err
 				}
+				d.waitOldWorkers(ctx, before.workers)
 				return st.reloads, nil
 			}
 		}
@@ -109,6 +110,30 @@ func (d *Driver) reload(ctx context.Context) (int, error) {
 		wait = min(wait*2, pollMax)
 	}
 }
+
+// waitOldWorkers waits a moment for the workers that ran before the reload
+// to leave: while one lingers, it may still take connections on a shared
+// admin socket, and a runtime command that reached it would be lost. A
+// worker kept alive by open client connections is not waited for longer
+// than oldWorkerWait; commands then go out regardless.
+func (d *Driver) waitOldWorkers(ctx context.Context, previous []int) {
+	ctx, cancel := context.WithTimeout(ctx, oldWorkerWait)
+	defer cancel()
+	wait := pollFirst
+	for {
+		st, err := d.procState(ctx)
+		if err == nil && !slices.ContainsFunc(previous, func(w int) bool { return slices.Contains(st.old, w) }) {
+			return
+		}
+		if sleep(ctx, wait) != nil {
+			return
+		}
+		wait = min(wait*2, pollMax)
+	}
+}
+
+// oldWorkerWait bounds waitOldWorkers.
+const oldWorkerWait = 2 * time.Second
 
 // waitWorker waits until the worker pid answers "show info": on the admin
 // socket, so that the next runtime commands reach it, or, when there is no
