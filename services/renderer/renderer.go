@@ -529,7 +529,7 @@ func (r *renderer) render(ctx context.Context, req request) {
 	if err == nil {
 		r.ix.Read(func(rev uint64) {
 			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause}
-			res, err = ts.t.Render(ctx, r.resources(), r.values())
+			res, err = ts.t.RenderFetching(ctx, r.resources(), r.values(), r.fetch)
 		})
 		if err == nil {
 			ts.recordValues(res.ValuesRead, res.AllValues)
@@ -584,6 +584,43 @@ func (r *renderer) render(ctx context.Context, req request) {
 		return
 	}
 	r.writeStatus(ctx, st, rev)
+}
+
+// fetch answers fetch(type, namespace, name) in templates: it asks the
+// watcher of the source that holds the object (weft.api.fetch.<source>) for
+// the body it keeps on demand.
+func (r *renderer) fetch(ctx context.Context, typ, namespace, name string) (map[string]any, error) {
+	st := r.ix.Store(typ)
+	if st == nil {
+		return nil, fmt.Errorf("%q is not a watched type", typ)
+	}
+	for _, src := range r.cfg.Sources {
+		if src.Type != config.SourceKubernetes {
+			continue
+		}
+		if _, ok := st.Get(msg.ResourceKey(src.Name, typ, namespace, name)); !ok {
+			continue
+		}
+		req, err := msg.NewMsg(msg.FetchSubject(src.Name), "", msg.FetchRequest{Type: typ, Namespace: namespace, Name: name})
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := r.env.NC.RequestMsgWithContext(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("ask source %s: %w", src.Name, err)
+		}
+		var rep msg.FetchReply
+		if err := msg.Decode(resp.Data, &rep); err != nil {
+			return nil, err
+		}
+		if rep.Error != "" {
+			return nil, errors.New(rep.Error)
+		}
+		return rep.Object, nil
+	}
+	return nil, fmt.Errorf("no %s %s/%s in any kubernetes source", typ, namespace, name)
 }
 
 // resources are the watched types templates see (values are apart).

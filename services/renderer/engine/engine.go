@@ -154,6 +154,10 @@ type Input struct {
 	// Path returns where an output of the given kind and name will live;
 	// it answers the get_path filter.
 	Path func(kind Kind, name string) (string, error)
+	// Fetch returns the full body of an object its source keeps on demand
+	// (only metadata is in the index); it answers fetch(type, namespace,
+	// name). Nil: such objects cannot be fetched.
+	Fetch func(ctx context.Context, typ, namespace, name string) (map[string]any, error)
 }
 
 // File is one rendered output.
@@ -471,6 +475,24 @@ func stateOf(c *exec.Context) *renderState {
 	return st
 }
 
+// fetch implements fetch(type, namespace, name): the full body of an object
+// kept on demand. Inside a fragment it is not recorded as a dependency: read
+// the object from resources as well, so its changes re-render the fragment.
+func (st *renderState) fetch(args *exec.VarArgs) (any, error) {
+	if len(args.Args) != 3 || len(args.KwArgs) > 0 {
+		return nil, exec.ErrInvalidCall(errors.New("fetch(type, namespace, name) takes exactly 3 arguments"))
+	}
+	typ, ns, name := args.Args[0].String(), args.Args[1].String(), args.Args[2].String()
+	if st.in.Fetch == nil {
+		return nil, fmt.Errorf("fetch %s %s/%s: no source keeps objects on demand here", typ, ns, name)
+	}
+	obj, err := st.in.Fetch(st.ctx, typ, ns, name)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s %s/%s: %w", typ, ns, name, err)
+	}
+	return wrapObject(obj), nil
+}
+
 func (st *renderState) registerError(args *exec.VarArgs) (any, error) {
 	if len(args.Args) != 3 || len(args.KwArgs) > 0 {
 		return nil, exec.ErrInvalidCall(errors.New("register_error(type, id, message) takes exactly 3 arguments"))
@@ -505,6 +527,7 @@ func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
 		"resources":      res,
 		"values":         view,
 		"register_error": st.registerError,
+		"fetch":          st.fetch,
 		"fragments":      fragmentsFunc(st.fragmentsFunction),
 		"fragment":       st.fragmentFunction,
 		stateKey:         st,

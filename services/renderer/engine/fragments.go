@@ -642,6 +642,7 @@ func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, valu
 		"resources":      res.recording(rec),
 		"values":         view,
 		"register_error": st.registerError,
+		"fetch":          st.fetch,
 		"fragments":      noFragments,
 		"fragment":       noFragments,
 		stateKey:         st,

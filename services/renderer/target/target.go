@@ -108,8 +108,16 @@ type Result struct {
 // Render renders the target against resources (type name -> store) and
 // values. A template failure is an *engine.Error.
 func (t *Target) Render(ctx context.Context, resources, values map[string]any) (Result, error) {
+	return t.RenderFetching(ctx, resources, values, nil)
+}
+
+// Fetcher returns the full body of an object kept on demand.
+type Fetcher func(ctx context.Context, typ, namespace, name string) (map[string]any, error)
+
+// RenderFetching is Render with fetch(type, namespace, name) answered by fetch.
+func (t *Target) RenderFetching(ctx context.Context, resources, values map[string]any, fetch Fetcher) (Result, error) {
 	start := time.Now()
-	out, err := t.set.Render(ctx, engine.Input{Resources: resources, Values: values, Path: t.path})
+	out, err := t.set.Render(ctx, engine.Input{Resources: resources, Values: values, Path: t.path, Fetch: fetch})
 	if err != nil {
 		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
 	}
