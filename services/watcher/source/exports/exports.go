@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -55,6 +54,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/services/watcher/source"
+	"github.com/weftio/weft/services/watcher/source/kube"
 	"github.com/weftio/weft/services/watcher/store"
 )
 
@@ -174,18 +174,8 @@ func New(o Options) (*Source, error) {
 	if o.Config == nil {
 		return nil, errors.New("exports: a REST config is required")
 	}
-	cfg := rest.CopyConfig(o.Config)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "weft-watcher"
-	}
 	// Connections of its own, so that Run can close them all when it ends.
-	dial := cfg.Dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	dialer := connrotation.NewDialer(dial)
-	cfg.Dial = dialer.DialContext
-	httpClient, err := rest.HTTPClientFor(cfg)
+	cfg, httpClient, dialer, err := kube.OwnConnections(o.Config)
 	if err != nil {
 		return nil, fmt.Errorf("exports: %w", err)
 	}

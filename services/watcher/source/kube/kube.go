@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -143,17 +144,14 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// New checks the options and builds the clients; it does not contact the
-// API server.
-func New(o Options) (*Source, error) {
-	if o.Config == nil {
-		return nil, errors.New("kube: a REST config is required")
-	}
-	cfg := rest.CopyConfig(o.Config)
+// OwnConnections copies c with a dialer of its own, so that a source can
+// close every connection it opened (dialer.CloseAll) when its Run ends, and
+// returns the HTTP client for it.
+func OwnConnections(c *rest.Config) (*rest.Config, *http.Client, *connrotation.Dialer, error) {
+	cfg := rest.CopyConfig(c)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "weft-watcher"
 	}
-	// Connections of its own, so that Run can close them all when it ends.
 	dial := cfg.Dial
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
@@ -161,6 +159,19 @@ func New(o Options) (*Source, error) {
 	dialer := connrotation.NewDialer(dial)
 	cfg.Dial = dialer.DialContext
 	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, httpClient, dialer, nil
+}
+
+// New checks the options and builds the clients; it does not contact the
+// API server.
+func New(o Options) (*Source, error) {
+	if o.Config == nil {
+		return nil, errors.New("kube: a REST config is required")
+	}
+	cfg, httpClient, dialer, err := OwnConnections(o.Config)
 	if err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
