@@ -220,11 +220,11 @@ func contains(text, want string) error {
 
 var errNotYet = errors.New("not yet")
 
-func loadQuickstart(t *testing.T) (*config.Config, error) {
+func loadQuickstart(t *testing.T) *config.Config {
 	t.Helper()
 	c, err := config.Load(quickstart + "/weft.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, nil
+	return c
 }

@@ -24,7 +24,7 @@ func TestLiveConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg0, _ := loadQuickstart(t)
+	cfg0 := loadQuickstart(t)
 	testkit.Run(t, func(ctx context.Context) error { return validator.Run(ctx, env.Env, cfg0) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

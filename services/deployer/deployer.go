@@ -339,6 +339,9 @@ func (d *deployer) writeStatus(ctx context.Context, st msg.DeployStatus, rev uin
 
 // onStatus answers weft.api.status with every target's status.
 func (d *deployer) onStatus(ctx context.Context, m *nats.Msg) error {
+	if m.Reply == "" {
+		return nil // nobody to answer
+	}
 	rep, err := msg.ReadStatus(ctx, d.status)
 	if err != nil {
 		return err
@@ -346,9 +349,6 @@ func (d *deployer) onStatus(ctx context.Context, m *nats.Msg) error {
 	out, err := msg.NewMsg(m.Reply, "", rep)
 	if err != nil {
 		return err
-	}
-	if m.Reply == "" {
-		return nil
 	}
 	return m.RespondMsg(out)
 }
