@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/weftio/weft/services/deployer/driver/internal/bundlepath"
 )
 
 const (
@@ -23,22 +25,14 @@ const (
 	manifestVersion = 1
 )
 
-// checkPath reports whether p is usable as a bundle path: relative,
-// slash-separated, clean, without "..", and not one of the driver's names.
+// checkPath reports whether p is usable as a bundle path (bundlepath.Reason)
+// and not one of the driver's names.
 func checkPath(p string) error {
-	var reason string
-	switch {
-	case p == "":
-		reason = "empty"
-	case strings.HasPrefix(p, "/"):
-		reason = "absolute"
-	case strings.ContainsAny(p, "\\\x00\n\r"):
-		reason = "contains a backslash, NUL or line break"
-	case p == "." || !fs.ValidPath(p):
-		reason = "not a clean relative path (no \"..\", \".\" or empty elements, no trailing slash)"
-	case p == manifestName:
-		reason = "reserved for the driver"
-	default:
+	reason := bundlepath.Reason(p)
+	if reason == "" {
+		if p == manifestName {
+			reason = "reserved for the driver"
+		}
 		for e := range strings.SplitSeq(p, "/") {
 			if strings.HasPrefix(e, tmpPrefix) {
 				reason = "reserved for the driver"
@@ -54,36 +48,21 @@ func checkPath(p string) error {
 // checkBundle validates every path, and that no path is given twice or is
 // both a file and a directory.
 func checkBundle(files []File) error {
-	seen := make(map[string]bool, len(files))
-	for _, f := range files {
+	paths := make([]string, len(files))
+	for i, f := range files {
 		if err := checkPath(f.Path); err != nil {
 			return err
 		}
-		if seen[f.Path] {
-			return fmt.Errorf("%w: %q: given twice", ErrBadPath, f.Path)
-		}
-		seen[f.Path] = true
+		paths[i] = f.Path
 	}
-	for _, f := range files {
-		for _, a := range ancestors(f.Path) {
-			if seen[a] {
-				return fmt.Errorf("%w: %q: %q is a file in the bundle, so it cannot be a directory", ErrBadPath, f.Path, a)
-			}
-		}
+	if p, why := bundlepath.Conflict(paths); p != "" {
+		return fmt.Errorf("%w: %q: %s", ErrBadPath, p, why)
 	}
 	return nil
 }
 
 // ancestors returns the directories above p, outermost first.
-func ancestors(p string) []string {
-	var out []string
-	for i := 0; i < len(p); i++ {
-		if p[i] == '/' {
-			out = append(out, p[:i])
-		}
-	}
-	return out
-}
+func ancestors(p string) []string { return bundlepath.Ancestors(p) }
 
 func hashOf(b []byte) string {
 	h := sha256.Sum256(b)
