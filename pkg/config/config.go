@@ -193,6 +193,9 @@ type Render struct {
 	// rest render once, Debounce after the last (trailing edge).
 	Debounce Duration `json:"debounce,omitempty"`
 	Leading  *bool    `json:"leading,omitempty"`
+	// MaxWait bounds how long changes that never pause for Debounce can
+	// postpone the trailing render (0: no bound; else at least Debounce).
+	MaxWait Duration `json:"max_wait,omitempty"`
 	// MaxIdle forces a render after this long without one (0: never).
 	MaxIdle Duration `json:"max_idle,omitempty"`
 }
@@ -520,8 +523,11 @@ func (c *Config) check() error {
 		if _, err := d.FileMode(); err != nil {
 			bad(f+".deploy.mode", "%v", err)
 		}
-		if d.MinReloadInterval < 0 || t.Render.Debounce < 0 || t.Render.MaxIdle < 0 || t.Validate.Timeout < 0 {
+		if d.MinReloadInterval < 0 || t.Render.Debounce < 0 || t.Render.MaxIdle < 0 || t.Render.MaxWait < 0 || t.Validate.Timeout < 0 {
 			bad(f, "durations must not be negative")
+		}
+		if t.Render.MaxWait > 0 && t.Render.MaxWait < t.Render.Debounce {
+			bad(f+".render.max_wait", "%s is shorter than render.debounce %s", t.Render.MaxWait.D(), t.Render.Debounce.D())
 		}
 	}
 	return errors.Join(errs...)

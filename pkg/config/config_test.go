@@ -81,6 +81,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad duration", "sources: [{name: m, type: manifests, path: x, rescan: soon}]", "soon"},
 		{"not yaml", "sources: [", "yaml"},
 		{"duplicate source", "sources: [{name: m, type: manifests, path: a}, {name: m, type: manifests, path: b}]", `"m" is used twice`},
+		{"max wait under debounce", "targets: {t: {render: {debounce: 1s, max_wait: 100ms}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.render.max_wait"},
 		{"relative base", "targets: {t: {base: rel, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "must be an absolute path"},
 	}
 	for _, tc := range cases {

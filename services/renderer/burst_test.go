@@ -2,13 +2,12 @@ package renderer_test
 
 import (
 	"context"
-
 	"fmt"
-	"github.com/weftio/weft/pkg/msg"
 	"testing"
 	"time"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/renderer"
 )
@@ -16,6 +15,17 @@ import (
 // TestBurstCostsFewRenders applies 1,000 changes in a burst: the debouncer
 // turns them into at most one render at each edge of the burst.
 func TestBurstCostsFewRenders(t *testing.T) {
+	testBurst(t, false, 3)
+}
+
+// TestQueuedBurstCostsOneRender announces 1,000 changes faster than the
+// renderer reads them: changes read while more are queued never take the
+// leading edge, so the backlog costs one render.
+func TestQueuedBurstCostsOneRender(t *testing.T) {
+	testBurst(t, true, 1)
+}
+
+func testBurst(t *testing.T, queued bool, most float64) {
 	cfg, err := config.Parse([]byte(cfgYAML), "/")
 	if err != nil {
 		t.Fatal(err)
@@ -28,8 +38,12 @@ func TestBurstCostsFewRenders(t *testing.T) {
 	f.render(1)
 	time.Sleep(300 * time.Millisecond) // past the debounce window of the start
 	before := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total")
-	for i := range 1000 {
-		f.put("web", 1000+i)
+	if queued {
+		f.putQueued("web", 1000, 1999)
+	} else {
+		for i := range 1000 {
+			f.put("web", 1000+i)
+		}
 	}
 	testkit.Eventually(t, 20*time.Second, func() error {
 		if got := file(f.latest(), "maps/svc.map"); got != "\nweb 1999\n" {
@@ -38,8 +52,8 @@ func TestBurstCostsFewRenders(t *testing.T) {
 		return nil
 	})
 	renders := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total") - before
-	if renders > 3 {
-		t.Fatalf("1,000 changes cost %v renders, want at most 3 (leading edge, trailing edge, and one a slow machine can split the burst into)", renders)
+	if renders > most {
+		t.Fatalf("1,000 changes cost %v renders, want at most %v", renders, most)
 	}
 	t.Logf("1,000 changes, %v renders", renders)
 }
@@ -64,4 +78,27 @@ func (f *fixture) latest() msg.Bundle {
 	}
 	b, _ := msg.DecodeBundle(data)
 	return b
+}
+
+// putQueued writes the ports from..to of name to the bucket, then announces
+// every write at once, without waiting for acknowledgements in between.
+func (f *fixture) putQueued(name string, from, to int) {
+	f.t.Helper()
+	ctx := context.Background()
+	var changes []msg.Change
+	for port := from; port <= to; port++ {
+		changes = append(changes, f.write(name, port))
+	}
+	for _, c := range changes {
+		out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", c)
+		if _, err := f.bus.JS.PublishMsgAsync(out); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	select {
+	case <-f.bus.JS.PublishAsyncComplete():
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		f.t.Fatal("announcements not acknowledged")
+	}
 }

@@ -123,12 +123,17 @@ func (ts *targetState) recordValues(read []string, all bool) {
 	ts.allValues = all
 }
 
-// poke records the change that made the target dirty and pokes its debouncer.
-func (ts *targetState) poke(parent trace.SpanContext, cause string) {
+// poke records the change that made the target dirty and pokes its
+// debouncer; more says further changes are already queued.
+func (ts *targetState) poke(parent trace.SpanContext, cause string, more bool) {
 	ts.mu.Lock()
 	ts.parent, ts.cause = parent, cause
 	ts.mu.Unlock()
-	ts.deb.Poke()
+	if more {
+		ts.deb.PokeMore()
+	} else {
+		ts.deb.Poke()
+	}
 }
 
 // request is the render a debouncer fire asks for.
@@ -210,7 +215,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 			case r.reqs <- ts.request(name):
 			default: // a render is already queued; it will see this change
 			}
-		})
+		}, debounce.WithMaxWait(tc.Render.MaxWait.D()))
 		if err != nil {
 			return nil, err
 		}
@@ -391,12 +396,16 @@ func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
 		if err := msg.Decode(m.Data(), &c); err != nil {
 			return err
 		}
-		return r.onChange(ctx, c)
+		// With more changes already waiting, this one is part of a
+		// burst: it must not take the leading edge.
+		meta, err := m.Metadata()
+		more := err == nil && meta.NumPending > 0
+		return r.onChange(ctx, c, more)
 	}
 	return msg.Permanent(fmt.Errorf("unexpected subject %s", m.Subject()))
 }
 
-func (r *renderer) onChange(ctx context.Context, c msg.Change) error {
+func (r *renderer) onChange(ctx context.Context, c msg.Change, more bool) error {
 	defer func() {
 		if c.Revision > r.seen {
 			r.seen = c.Revision
@@ -429,7 +438,7 @@ func (r *renderer) onChange(ctx context.Context, c msg.Change) error {
 		if c.Type == config.ValuesType && !ts.dependsOnValue(c.Name) {
 			continue // a value this target does not read
 		}
-		ts.poke(sc, msg.ChangeSubject(c.Source, c.Type))
+		ts.poke(sc, msg.ChangeSubject(c.Source, c.Type), more)
 	}
 	return nil
 }

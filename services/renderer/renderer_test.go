@@ -47,6 +47,17 @@ type fixture struct {
 
 func (f *fixture) put(name string, port int) {
 	f.t.Helper()
+	c := f.write(name, port)
+	out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", c)
+	if _, err := f.bus.JS.PublishMsg(context.Background(), out); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// write stores the service name with port in the bucket and returns the
+// change that announces it.
+func (f *fixture) write(name string, port int) msg.Change {
+	f.t.Helper()
 	ctx := context.Background()
 	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketResources)
 	key := msg.ResourceKey("m", "services", "default", name)
@@ -59,11 +70,7 @@ func (f *fixture) put(name string, port int) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	c := msg.Change{Source: "m", Type: "services", Key: key, Op: msg.OpPut, Name: name, Revision: rev}
-	out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", c)
-	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
-		f.t.Fatal(err)
-	}
+	return msg.Change{Source: "m", Type: "services", Key: key, Op: msg.OpPut, Name: name, Revision: rev}
 }
 
 func (f *fixture) synced() {

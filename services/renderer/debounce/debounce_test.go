@@ -1,10 +1,12 @@
 package debounce_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/renderer/debounce"
 )
 
@@ -21,6 +23,7 @@ func TestBurstCoalesces(t *testing.T) {
 		{"burst, leading and trailing", true, 1000, 2},
 		{"lone event, trailing only", false, 1, 1},
 		{"burst, trailing only", false, 1000, 1},
+		{"queued burst, leading", true, -1000, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,8 +34,14 @@ func TestBurstCoalesces(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Stop()
-			for range tc.pokes {
-				d.Poke()
+			// Negative counts are a queued burst: PokeMore for all
+			// but the last event.
+			for i := range abs(tc.pokes) {
+				if tc.pokes < 0 && i < abs(tc.pokes)-1 {
+					d.PokeMore()
+				} else {
+					d.Poke()
+				}
 			}
 			for range tc.want {
 				select {
@@ -58,16 +67,52 @@ func TestRejectsBadOptions(t *testing.T) {
 	if _, err := debounce.New(time.Second, true, nil); err == nil {
 		t.Error("nil fire accepted")
 	}
-}
-
-func TestStopCancelsPendingFire(t *testing.T) {
-	var fires atomic.Int64
-	d, _ := debounce.New(50*time.Millisecond, false, func() { fires.Add(1) })
-	d.Poke()
-	d.Stop()
-	d.Poke()
-	time.Sleep(150 * time.Millisecond)
-	if n := fires.Load(); n != 0 {
-		t.Fatalf("fired %d times after Stop", n)
+	if _, err := debounce.New(time.Second, true, func() {}, debounce.WithMaxWait(time.Millisecond)); err == nil {
+		t.Error("max wait shorter than the wait accepted")
+	}
+	if _, err := debounce.New(time.Second, true, func() {}, debounce.WithMaxWait(-time.Second)); err == nil {
+		t.Error("negative max wait accepted")
 	}
 }
+
+// TestMaxWaitBoundsAStream pokes without ever pausing for the wait: without
+// a maximum wait nothing fires until the stream ends; with one, fires come
+// during the stream.
+func TestMaxWaitBoundsAStream(t *testing.T) {
+	cases := []struct {
+		name    string
+		maxWait time.Duration
+		atLeast int64
+		atMost  int64
+	}{
+		{"no max wait", 0, 0, 0},
+		{"max wait", 400 * time.Millisecond, 2, 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var fires atomic.Int64
+			d, err := debounce.New(300*time.Millisecond, false, func() { fires.Add(1) }, debounce.WithMaxWait(tc.maxWait))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Stop()
+			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+				d.Poke()
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := fires.Load(); n < tc.atLeast || n > tc.atMost {
+				t.Fatalf("%d fires during the stream, want %d..%d", n, tc.atLeast, tc.atMost)
+			}
+			// The stream's tail still gets its trailing fire.
+			during := fires.Load()
+			testkit.Eventually(t, 5*time.Second, func() error {
+				if n := fires.Load(); n != during+1 {
+					return fmt.Errorf("%d fires after the stream, want %d", n, during+1)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func abs(n int) int { return max(n, -n) }
