@@ -9,8 +9,10 @@
 //     compiled snippet and never re-parses. A syntax error, an include of a
 //     snippet that does not exist (when the name is a literal), an unknown
 //     filter, fragments("x") or fragment("x", id) of a fragment that does
-//     not exist (when the name is a literal), and fragments() or fragment()
-//     inside a fragment are compile errors.
+//     not exist (when the name is a literal), fragments("x", "p") of a
+//     part fragment x does not declare (when both are literals and x's
+//     includes are literal), fragments() or fragment() inside a fragment
+//     and a part tag in an output are compile errors.
 //   - Render runs the outputs in the order of Spec.Outputs and returns one
 //     File per output in that order, plus the errors templates registered
 //     with register_error (in registration order, exact duplicates dropped).
@@ -32,7 +34,11 @@
 // fragments("name"), every entry joined in object-id order, and
 // fragment("name", id), one entry ("" when there is no such object). In a
 // fragment `obj` is the object and `id` its id, beside everything an output
-// sees. What is cached, per entry: the output text, the errors it
+// sees. A fragment can also write named parts, `{% part "p" %}...{% endpart %}`
+// (see parts.go), read with fragments("name", "p") and fragment("name",
+// id, "p"), so one entry per object can work something out once and feed
+// several outputs. What is cached, per entry: the output text and parts,
+// the errors it
 // registered, and what it read through `resources` and `values`: objects by
 // id (store.get(id), store['id']), get_indexed lookups (the type and key
 // tuple), whole types (items(), keys(), values(), len(), the length filter,
@@ -339,16 +345,20 @@ func compile(spec Spec, fast bool) (*Set, error) {
 			errs = append(errs, compileError(KindFragment, name, "", err))
 			continue
 		}
-		s.fragments = append(s.fragments, &fragment{name: name, forEach: f.ForEach, tpl: tpl})
+		parts, complete := declaredParts(f.Text, spec.Snippets, s.outputCfg)
+		s.fragments = append(s.fragments, &fragment{name: name, forEach: f.ForEach, tpl: tpl, parts: parts, anyPart: !complete})
 	}
-	known := make(map[string]bool, len(fragNames))
-	for _, name := range fragNames {
-		known[name] = true
+	known := make(map[string]*fragment, len(s.fragments))
+	for _, f := range s.fragments {
+		known[f.name] = f
 	}
 	for i, o := range spec.Outputs {
 		tpl, err := s.parse(outputID(i), o.Text, s.outputCfg, sources)
 		if err == nil {
 			err = checkFragmentCalls(o.Text, s.outputCfg, known)
+		}
+		if err == nil {
+			err = checkNoPart(o.Text, s.outputCfg)
 		}
 		if err != nil {
 			errs = append(errs, compileError(o.Kind, o.Name, "", err))
@@ -394,14 +404,10 @@ func (s *Set) checkFilters(text string, cfg *config.Config) error {
 }
 
 // checkFragmentCalls reports a call of fragments() or fragment() with a
-// literal name that is not a fragment (known), or any such call in a
-// fragment (known is nil).
-func checkFragmentCalls(text string, cfg *config.Config, known map[string]bool) error {
-	stream := tokens.LexAll(text, cfg)
-	var toks []*tokens.Token
-	for !stream.End() {
-		toks = append(toks, stream.Next())
-	}
+// literal name that is not a fragment (known), or with a literal part the
+// fragment does not declare, or any such call in a fragment (known is nil).
+func checkFragmentCalls(text string, cfg *config.Config, known map[string]*fragment) error {
+	toks := lexAll(text, cfg)
 	for i, tok := range toks {
 		if tok.Type != tokens.Name || (tok.Val != "fragments" && tok.Val != "fragment") {
 			continue
@@ -412,8 +418,61 @@ func checkFragmentCalls(text string, cfg *config.Config, known map[string]bool) 
 		if known == nil {
 			return &parser.SyntaxError{Message: tok.Val + "() cannot be used inside a fragment", Raw: tok.Val, Line: tok.Line, Column: tok.Col}
 		}
-		if i+2 < len(toks) && toks[i+2].Type == tokens.String && !known[toks[i+2].Val] {
-			return &parser.SyntaxError{Message: fmt.Sprintf("no fragment named %q", toks[i+2].Val), Raw: toks[i+2].Val, Line: toks[i+2].Line, Column: toks[i+2].Col}
+		if i+2 >= len(toks) || toks[i+2].Type != tokens.String {
+			continue
+		}
+		name := toks[i+2]
+		f := known[name.Val]
+		if f == nil {
+			return &parser.SyntaxError{Message: fmt.Sprintf("no fragment named %q", name.Val), Raw: name.Val, Line: name.Line, Column: name.Col}
+		}
+		if part := literalPart(toks[i+3:], tok.Val == "fragment"); part != nil && part.Val != "" && !f.anyPart && !f.parts[part.Val] {
+			return &parser.SyntaxError{Message: fmt.Sprintf("fragment %q has no part %q", name.Val, part.Val), Raw: part.Val, Line: part.Line, Column: part.Col}
+		}
+	}
+	return nil
+}
+
+// literalPart returns the part argument of fragments("name", "part") or,
+// with skipID, fragment("name", id, "part") when it is a literal string
+// closing the call; toks follow the name.
+func literalPart(toks []*tokens.Token, skipID bool) *tokens.Token {
+	if len(toks) == 0 || toks[0].Type != tokens.Comma {
+		return nil
+	}
+	toks = toks[1:]
+	if skipID {
+		// The id is any expression: find the comma at depth 0.
+		depth := 0
+		for len(toks) > 0 && (depth > 0 || toks[0].Type != tokens.Comma) {
+			switch toks[0].Type {
+			case tokens.LeftParenthesis, tokens.LeftBracket, tokens.LeftBrace:
+				depth++
+			case tokens.RightParenthesis, tokens.RightBracket, tokens.RightBrace:
+				if depth == 0 {
+					return nil
+				}
+				depth--
+			}
+			toks = toks[1:]
+		}
+		if len(toks) == 0 {
+			return nil
+		}
+		toks = toks[1:]
+	}
+	if len(toks) < 2 || toks[0].Type != tokens.String || toks[1].Type != tokens.RightParenthesis {
+		return nil
+	}
+	return toks[0]
+}
+
+// checkNoPart reports a part tag in an output's own text.
+func checkNoPart(text string, cfg *config.Config) error {
+	toks := lexAll(text, cfg)
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i].Type == tokens.BlockBegin && toks[i+1].Type == tokens.Name && toks[i+1].Val == "part" {
+			return &parser.SyntaxError{Message: errPartOutsideFragment.Error(), Raw: "part", Line: toks[i+1].Line, Column: toks[i+1].Col}
 		}
 	}
 	return nil
@@ -467,6 +526,8 @@ type renderState struct {
 	errors  []RegisteredError
 	seenErr map[RegisteredError]bool
 	frags   *fragmentCache // the outputs' view of the fragments
+	// parts are the named parts of a fragment entry (nil in an output).
+	parts map[string]*strings.Builder
 }
 
 func stateOf(c *exec.Context) *renderState {

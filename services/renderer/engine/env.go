@@ -61,6 +61,7 @@ func newEnvironment(s *Set, snippets map[string]string, fast bool) *exec.Environ
 	mustDo(controls.Replace("include", includeParser(s, names)))
 	builtinSet, _ := builtins.ControlStructures.Get("set")
 	mustDo(controls.Replace("set", setParser(builtinSet)))
+	mustDo(controls.Register("part", partParser))
 	if fast {
 		builtinFor, _ := builtins.ControlStructures.Get("for")
 		mustDo(controls.Replace("for", forParser(builtinFor)))
@@ -99,7 +100,7 @@ func mustDo(err error) {
 // controlStructureNames are gonja's control structures.
 var controlStructureNames = []string{
 	"autoescape", "block", "call", "do", "extends", "filter", "for", "from", "if",
-	"import", "include", "macro", "raw", "set", "trans", "with", "break", "continue",
+	"import", "include", "macro", "raw", "set", "trans", "with", "break", "continue", "part",
 }
 
 // withLine gives a control structure's parse errors a position when gonja

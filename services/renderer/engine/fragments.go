@@ -62,6 +62,11 @@ type fragment struct {
 	name    string
 	forEach string
 	tpl     *exec.Template
+	// parts are the part names the fragment declares (through the
+	// snippets it includes too); anyPart is set when an include by
+	// expression makes them unknowable.
+	parts   map[string]bool
+	anyPart bool
 }
 
 // fragmentCache holds every fragment's rendered entries and the reverse
@@ -91,8 +96,11 @@ type fragState struct {
 	store   *index.Store // the store the entries were rendered from
 	entries map[string]*entry
 	order   []*entry // the entries of the last render, by id
-	joined  string   // the entries' output concatenated in id order
-	stale   bool     // joined must be rebuilt
+	// version counts the changes of the entries' outputs and of order;
+	// joined holds, per part ("" is the main output), the entries' text
+	// concatenated in id order and the version it was joined at.
+	version uint64
+	joined  map[string]joinedPart
 	// withErrors counts the entries that registered errors.
 	withErrors int
 	// pending are the entries marked dirty since the last render.
@@ -111,6 +119,7 @@ type entry struct {
 	id     string
 	rev    uint64 // the object's revision when rendered
 	out    string
+	parts  map[string]string // the named parts (nil without any)
 	errors []RegisteredError
 	deps   deps
 	dirty  bool
@@ -124,6 +133,7 @@ type job struct {
 	rev uint64
 
 	out    string
+	parts  map[string]string
 	errors []RegisteredError
 	deps   deps
 	err    error
@@ -138,7 +148,7 @@ func newFragmentCache(frags []*fragment) *fragmentCache {
 		allValues: entrySet{},
 	}
 	for _, f := range frags {
-		c.states = append(c.states, &fragState{f: f, entries: map[string]*entry{}, touched: map[string]struct{}{}})
+		c.states = append(c.states, &fragState{f: f, entries: map[string]*entry{}, touched: map[string]struct{}{}, version: 1, joined: map[string]joinedPart{}})
 	}
 	return c
 }
@@ -204,7 +214,7 @@ func (c *fragmentCache) drop(e *entry) {
 	if len(e.errors) > 0 {
 		e.state.withErrors--
 	}
-	e.state.stale = true
+	e.state.version++
 }
 
 // mark makes e dirty: the next render renders it again.
@@ -283,7 +293,8 @@ func (c *fragmentCache) reset(fs *fragState) {
 		c.unregister(e)
 	}
 	fs.entries = map[string]*entry{}
-	fs.order, fs.joined, fs.stale, fs.withErrors, fs.pending = nil, "", true, 0, nil
+	fs.order, fs.withErrors, fs.pending = nil, 0, nil
+	fs.version++
 }
 
 // scan compares fs with every object of its store (nil: none): new
@@ -307,7 +318,7 @@ func (c *fragmentCache) scan(fs *fragState, sv *storeValue) {
 			mark(e)
 		}
 		if i >= len(fs.order) || fs.order[i] != e {
-			fs.stale = true
+			fs.version++
 		}
 		e.seen = c.gen
 		order = append(order, e)
@@ -320,7 +331,7 @@ func (c *fragmentCache) scan(fs *fragState, sv *storeValue) {
 		}
 	}
 	if len(order) != len(fs.order) {
-		fs.stale = true
+		fs.version++
 	}
 	fs.order = order
 }
@@ -338,7 +349,7 @@ func (c *fragmentCache) applyTouched(fs *fragState) {
 			fs.entries[id] = e
 			mark(e)
 			fs.order = slices.Insert(fs.order, i, e)
-			fs.stale = true
+			fs.version++
 		case ok:
 			if e.rev != it.Rev {
 				mark(e)
@@ -450,8 +461,8 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 			continue
 		}
 		c.unregister(e)
-		if e.out != j.out {
-			e.state.stale = true
+		if e.out != j.out || !maps.Equal(e.parts, j.parts) {
+			e.state.version++
 		}
 		if len(e.errors) > 0 {
 			e.state.withErrors--
@@ -459,7 +470,7 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 		if len(j.errors) > 0 {
 			e.state.withErrors++
 		}
-		e.out, e.errors, e.deps, e.rev, e.dirty = j.out, j.errors, j.deps, j.rev, false
+		e.out, e.parts, e.errors, e.deps, e.rev, e.dirty = j.out, j.parts, j.errors, j.deps, j.rev, false
 		c.register(e)
 		out.FragmentsRendered = append(out.FragmentsRendered, EntryRef{Fragment: e.state.f.name, ID: e.id})
 	}
@@ -479,36 +490,59 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 	return nil
 }
 
-// joinedOutput returns every entry's output joined in id order, joining
-// again only after a change.
-func (fs *fragState) joinedOutput() string {
-	if fs.stale {
-		n := 0
-		for _, e := range fs.order {
-			n += len(e.out)
-		}
-		var b strings.Builder
-		b.Grow(n)
-		for _, e := range fs.order {
-			b.WriteString(e.out)
-		}
-		fs.joined, fs.stale = b.String(), false
+// joinedPart is one part of a fragment joined over its entries.
+type joinedPart struct {
+	text    string
+	version uint64
+}
+
+// part returns the entry's text of the part ("": the main output).
+func (e *entry) part(name string) string {
+	if name == "" {
+		return e.out
 	}
-	return fs.joined
+	return e.parts[name]
+}
+
+// cachedJoin returns the part joined over every entry when the join is
+// up to date.
+func (fs *fragState) cachedJoin(part string) (string, bool) {
+	j, ok := fs.joined[part]
+	return j.text, ok && j.version == fs.version
+}
+
+// joinedOutput returns the part ("": the main output) of every entry
+// joined in id order, joining again only after a change.
+func (fs *fragState) joinedOutput(part string) string {
+	if text, ok := fs.cachedJoin(part); ok {
+		return text
+	}
+	n := 0
+	for _, e := range fs.order {
+		n += len(e.part(part))
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, e := range fs.order {
+		b.WriteString(e.part(part))
+	}
+	fs.joined[part] = joinedPart{text: b.String(), version: fs.version}
+	return fs.joined[part].text
 }
 
 // fragmentsFunc is the type of the fragments() global, so that
 // fragmentsOutput can tell it from a name a template rebound.
 type fragmentsFunc func(*exec.VarArgs) (any, error)
 
-// fragmentsOutput replaces `{{ fragments("name") }}` written as it is (no
-// filter, no condition) in an output: it writes the entries to the output
-// one after the other instead of joining them into one string first. Where
+// fragmentsOutput replaces `{{ fragments("name") }}` and
+// `{{ fragments("name", "part") }}` written as they are (no filter, no
+// condition) in an output: it writes the entries to the output one after
+// the other instead of joining them into one string first. Where
 // `fragments` is not the global (a template rebound the name) or
 // autoescaping is on, it renders the original node.
 type fragmentsOutput struct {
-	name string
-	orig *nodes.Output
+	name, part string
+	orig       *nodes.Output
 }
 
 func (n *fragmentsOutput) Position() *tokens.Token { return n.orig.Start }
@@ -525,12 +559,12 @@ func (n *fragmentsOutput) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlo
 	if err != nil {
 		return fmt.Errorf("Unable to render expression at line %d: %w", n.orig.Start.Line, err)
 	}
-	if !fs.stale {
-		_, err := io.WriteString(r.Output, fs.joined)
+	if text, ok := fs.cachedJoin(n.part); ok {
+		_, err := io.WriteString(r.Output, text)
 		return err
 	}
 	for _, e := range fs.order {
-		if _, err := io.WriteString(r.Output, e.out); err != nil {
+		if _, err := io.WriteString(r.Output, e.part(n.part)); err != nil {
 			return err
 		}
 	}
@@ -544,8 +578,8 @@ func rewriteFragmentOutputs(list []nodes.Node) {
 	for i, n := range list {
 		switch x := n.(type) {
 		case *nodes.Output:
-			if name, ok := fragmentsCall(x); ok {
-				list[i] = &nodes.ControlStructureBlock{Location: x.Start, Name: "fragments", ControlStructure: &fragmentsOutput{name: name, orig: x}}
+			if name, part, ok := fragmentsCall(x); ok {
+				list[i] = &nodes.ControlStructureBlock{Location: x.Start, Name: "fragments", ControlStructure: &fragmentsOutput{name: name, part: part, orig: x}}
 			}
 		case *nodes.ControlStructureBlock:
 			switch cs := x.ControlStructure.(type) {
@@ -569,25 +603,35 @@ func rewriteWrapper(w *nodes.Wrapper) {
 	}
 }
 
-// fragmentsCall reports whether o is `{{ fragments("name") }}` and returns
-// the name.
-func fragmentsCall(o *nodes.Output) (string, bool) {
+// fragmentsCall reports whether o is `{{ fragments("name") }}` or
+// `{{ fragments("name", "part") }}` and returns the name and part.
+func fragmentsCall(o *nodes.Output) (name, part string, ok bool) {
 	if o.Condition != nil || o.Alternative != nil {
-		return "", false
+		return "", "", false
 	}
 	call, ok := o.Expression.(*nodes.Call)
-	if !ok || call.Parent != nil || len(call.Args) != 1 || len(call.Kwargs) > 0 {
-		return "", false
+	if !ok || call.Parent != nil || len(call.Args) < 1 || len(call.Args) > 2 || len(call.Kwargs) > 0 {
+		return "", "", false
 	}
 	fn, ok := call.Func.(*nodes.Name)
 	if !ok || fn.Name.Val != "fragments" {
-		return "", false
+		return "", "", false
 	}
-	lit, ok := call.Args[0].(*nodes.String)
-	if !ok {
-		return "", false
+	var lits []string
+	for _, a := range call.Args {
+		lit, ok := a.(*nodes.String)
+		if !ok {
+			return "", "", false
+		}
+		lits = append(lits, lit.Val)
 	}
-	return lit.Val, true
+	if len(lits) == 2 {
+		if lits[1] == "" {
+			return "", "", false
+		}
+		part = lits[1]
+	}
+	return lits[0], part, true
 }
 
 // runJobs renders every job, on up to GOMAXPROCS goroutines.
@@ -635,7 +679,7 @@ func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, valu
 	}()
 	rec := &reads{}
 	view := newValuesView(values)
-	st := &renderState{ctx: ctx, in: in}
+	st := &renderState{ctx: ctx, in: in, parts: map[string]*strings.Builder{}}
 	st.data = exec.NewContext(map[string]any{
 		"obj":            objectMap(j.obj),
 		"id":             j.e.id,
@@ -659,7 +703,7 @@ func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, valu
 		j.err = e
 		return
 	}
-	j.out, j.errors, j.deps = b.String(), st.errors, rec.deps(view)
+	j.out, j.parts, j.errors, j.deps = b.String(), partsOf(st.parts), st.errors, rec.deps(view)
 }
 
 // valuesRead adds the values the cached entries read to names (and all).
@@ -700,31 +744,40 @@ func (c *fragmentCache) state(name string) *fragState {
 	return c.states[i]
 }
 
-// fragmentsFunction is fragments(name): every entry of the fragment joined
-// in id order.
+// fragmentsFunction is fragments(name[, part]): the main output (or the
+// part) of every entry of the fragment joined in id order.
 func (st *renderState) fragmentsFunction(args *exec.VarArgs) (any, error) {
-	if len(args.Args) != 1 || len(args.KwArgs) > 0 {
-		return nil, exec.ErrInvalidCall(errors.New("fragments(name) takes exactly one argument"))
+	if len(args.Args) < 1 || len(args.Args) > 2 || len(args.KwArgs) > 0 {
+		return nil, exec.ErrInvalidCall(errors.New("fragments(name[, part]) takes one or two arguments"))
 	}
 	fs, err := st.fragment(args.Args[0].String())
 	if err != nil {
 		return nil, err
 	}
-	return fs.joinedOutput(), nil
+	part := ""
+	if len(args.Args) == 2 {
+		part = args.Args[1].String()
+	}
+	return fs.joinedOutput(part), nil
 }
 
-// fragmentFunction is fragment(name, id): the fragment rendered for one
-// object, "" when there is no such object.
+// fragmentFunction is fragment(name, id[, part]): the fragment's main
+// output (or the part) rendered for one object, "" when there is no such
+// object.
 func (st *renderState) fragmentFunction(args *exec.VarArgs) (any, error) {
-	if len(args.Args) != 2 || len(args.KwArgs) > 0 {
-		return nil, exec.ErrInvalidCall(errors.New("fragment(name, id) takes exactly two arguments"))
+	if len(args.Args) < 2 || len(args.Args) > 3 || len(args.KwArgs) > 0 {
+		return nil, exec.ErrInvalidCall(errors.New("fragment(name, id[, part]) takes two or three arguments"))
 	}
 	fs, err := st.fragment(args.Args[0].String())
 	if err != nil {
 		return nil, err
 	}
+	part := ""
+	if len(args.Args) == 3 {
+		part = args.Args[2].String()
+	}
 	if e := fs.entries[args.Args[1].String()]; e != nil {
-		return e.out, nil
+		return e.part(part), nil
 	}
 	return "", nil
 }

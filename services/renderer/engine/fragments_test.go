@@ -30,12 +30,15 @@ var fragSpecs = []index.Spec{
 var fragSpec = Spec{
 	Snippets: map[string]string{
 		"servers": `{%- for ep in resources.endpoints.get_indexed(obj.metadata.namespace, obj.spec.service) %}
-{%- for a in ep.addresses | default([], true) %} {{ server(a) }}{% endfor %}
+{%- for a in ep.addresses | default([], true) %} {{ server(a) }}{% part "addrs" %}{{ a }} {{ id }}
+{% endpart %}{% endfor %}
 {%- endfor %}`,
 	},
 	Fragments: map[string]Fragment{
 		"backends": {ForEach: "ingresses", Text: `{%- macro server(a) %}server {{ a }}:{{ obj.spec.port }}{% endmacro -%}
 backend {{ id }} port={{ obj.spec.port }}
+{%- part "names" %}{{ id }} {{ obj.spec.service }}
+{% endpart %}
 {%- for s in resources.services.get_indexed(obj.metadata.namespace, obj.spec.service) %} svc={{ s.metadata.name }}:{{ s.spec.port }}{% endfor %}
 {%- include "servers" %} ns-slices={{ resources.endpoints.get_indexed(obj.metadata.namespace) | length }}
 {%- if obj.spec.tls %} tls={{ resources.secrets.get(obj.metadata.namespace ~ '/' ~ obj.spec.tls, {}).get('data', 'missing') }}{% endif %}
@@ -57,6 +60,9 @@ one={{ fragment("backends", "a/s1") }}
 {%- for _, s in resources.services.items() %}{% if s.spec.port == 0 %}{% do register_error('services', s.metadata.name, 'port 0') %}{% endif %}{% endfor %}
 `},
 		{Kind: KindMap, Name: "hosts.map", Text: `{{ fragments("hosts") }}{% if values.mode %}{{ fragments("hosts") | length }} {% include "all-backends" %}{% endif %}`},
+		{Kind: KindMap, Name: "parts.map", Text: `{{ fragments("backends", "names") }}--
+{{ fragments("backends", "addrs") }}--{{ fragments("backends", "addrs").splitlines() | length }}
+a/s1={{ fragment("backends", "a/s1", "names") }}`},
 	},
 }
 
@@ -627,4 +633,84 @@ func TestFragmentsConcurrentChanges(t *testing.T) {
 			w.render(fragSpec)
 		}
 	}
+}
+
+// TestFragmentParts checks named parts: one entry feeds several outputs,
+// each joining its part over the entries in id order; a part declared in
+// an included snippet counts; parts follow changes and deletions; the body
+// runs in a child scope; and misuse is reported.
+func TestFragmentParts(t *testing.T) {
+	spec := Spec{
+		Snippets: map[string]string{"port": `{% part "ports" %}{{ obj.spec.port }}
+{% endpart %}`},
+		Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: `{%- set ns = namespace(n=0) %}
+{%- for p in [1, 2] %}{% part "hosts" %}{{ id }}#{{ p }}
+{% set ns.n = ns.n + p %}{% set hidden = 1 %}{% endpart %}{% endfor %}
+{%- include "port" %}main {{ id }} {{ ns.n }} {{ hidden is defined }}
+`}},
+		Outputs: []Template{
+			{Kind: KindMap, Name: "hosts", Text: `{{ fragments("f", "hosts") }}`},
+			{Kind: KindMap, Name: "ports", Text: `{{ fragments("f", "ports") | replace("\n", ",") }}|{{ fragment("f", "a/y", "ports") }}|{{ fragment("f", "a/y", "no" ~ "pe") }}`},
+			{Kind: KindConfig, Name: "main", Text: `{{ fragments("f") }}`},
+		},
+	}
+	w := newWorld(t, spec)
+	w.put("ingresses", "a/y", ingress("a", "y", "s", 2, "", ""))
+	w.put("ingresses", "a/x", ingress("a", "x", "s", 1, "", ""))
+	check := func(want ...string) {
+		t.Helper()
+		out := w.render(spec)
+		for i, f := range out.Files {
+			if got := string(f.Content); got != want[i] {
+				t.Errorf("%s = %q, want %q", f.Name, got, want[i])
+			}
+		}
+	}
+	check("a/x#1\na/x#2\na/y#1\na/y#2\n", "1,2,|2\n|", "main a/x 3 False\nmain a/y 3 False\n")
+	w.put("ingresses", "a/x", ingress("a", "x", "s", 5, "", ""))
+	check("a/x#1\na/x#2\na/y#1\na/y#2\n", "5,2,|2\n|", "main a/x 3 False\nmain a/y 3 False\n")
+	w.del("ingresses", "a/y")
+	check("a/x#1\na/x#2\n", "5,||", "main a/x 3 False\n")
+
+	errCases := []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"unknown part", Spec{Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: `{% part "a" %}{% endpart %}`}},
+			Outputs: []Template{{Kind: KindConfig, Name: "c", Text: `{{ fragments("f", "b") }}`}}}, `template "c" line 1: fragment "f" has no part "b"`},
+		{"unknown part of fragment()", Spec{Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: `x`}},
+			Outputs: []Template{{Kind: KindConfig, Name: "c", Text: `{{ fragment("f", ids[0] ~ "x", "b") }}`}}}, `fragment "f" has no part "b"`},
+		{"part in an output", Spec{Outputs: []Template{{Kind: KindConfig, Name: "c", Text: "\n{% part \"a\" %}{% endpart %}"}}}, `template "c" line 2: part can only be used in a fragment`},
+		{"part without a name", Spec{Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: `{% part %}{% endpart %}`}}}, `part takes one literal name`},
+		{"part by expression", Spec{Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: `{% part "a" ~ "b" %}{% endpart %}`}}}, `part takes one literal name`},
+	}
+	for _, tc := range errCases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Compile(tc.spec)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrTemplate) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("a part through a snippet an output includes fails the render", func(t *testing.T) {
+		set, err := Compile(Spec{Snippets: map[string]string{"s": `{% part "a" %}x{% endpart %}`}, Outputs: []Template{{Kind: KindConfig, Name: "c", Text: `{% include "s" %}`}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = set.Render(context.Background(), Input{})
+		if err == nil || !strings.Contains(err.Error(), "part can only be used in a fragment") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("an include by expression allows any part", func(t *testing.T) {
+		_, err := Compile(Spec{Snippets: map[string]string{"s": `{% part "a" %}x{% endpart %}`},
+			Fragments: map[string]Fragment{"f": {ForEach: "ingresses", Text: `{% include "s" ~ "" %}`}},
+			Outputs:   []Template{{Kind: KindConfig, Name: "c", Text: `{{ fragments("f", "a") }}{{ fragments("f", "b") }}`}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }
