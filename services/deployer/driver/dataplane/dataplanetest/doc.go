@@ -1,0 +1,26 @@
+// Package dataplanetest is an in-memory HAProxy Dataplane API v3 for tests,
+// on an httptest.Server, that checks every request it receives and every
+// answer it sends against the API's OpenAPI specification: the one shipped
+// in client-native v6's module (SpecModule, SpecFile), read from the module
+// cache through "go list -m", converted from Swagger 2.0 to OpenAPI 3 and
+// enforced with kin-openapi's openapi3filter (parameters, bodies, basic
+// authentication, statuses, content types and answer schemas). What does not
+// match is recorded (Violations), and the test that started the Server fails
+// when it ends unless the violations were cleared.
+//
+// The Server keeps the raw configuration with a version counter (a post with
+// another version is refused with 409), the map, certificate and general
+// storages (also written under Dir, so that a configuration can name them),
+// the runtime state (servers, loaded maps and their entries, loaded
+// certificates) and the reloads. Posting the configuration without
+// skip_reload, or replacing a storage file without it, reloads: the reload
+// fails when FailNextReload asked for it or when Options.HAProxy is set and
+// "haproxy -c" rejects the configuration; otherwise the runtime state is
+// loaded afresh from the configuration. A reload's first look shows it
+// "in_progress". BumpVersionAfterReads moves the version behind a reader's
+// back, to provoke conflicts. Counts tells how many reloads and runtime
+// calls were made.
+//
+// Only the operations a deploy driver needs are served; any other operation
+// of the specification answers 404 (and one outside it is a violation).
+package dataplanetest
