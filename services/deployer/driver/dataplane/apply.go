@@ -72,7 +72,7 @@ func (d *Driver) applyRuntime(ctx context.Context, st *state, p *plan, ops []run
 	for _, op := range ops {
 		_, err := d.api.do(ctx, op.req)
 		var ae *apiError
-		if errors.As(err, &ae) && ae.status != http.StatusConflict {
+		if errors.As(err, &ae) {
 			res.RuntimeError = op.show + ": " + ae.Error()
 			return false, nil
 		}
@@ -127,7 +127,7 @@ func (d *Driver) postConfig(ctx context.Context, version int64, cfg []byte, skip
 	}
 	return d.api.do(ctx, request{
 		method: http.MethodPost, path: rawPath, query: q, body: cfg, contentType: "text/plain",
-		want: []int{http.StatusCreated, http.StatusAccepted},
+		want: []int{http.StatusCreated, http.StatusAccepted}, versioned: true,
 	})
 }
 

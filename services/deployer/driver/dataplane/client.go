@@ -30,6 +30,9 @@ type request struct {
 	contentType  string
 	// want are the statuses that count as success.
 	want []int
+	// versioned: the request carries the configuration version, so a 409
+	// means the version is stale.
+	versioned bool
 }
 
 // response is the API's answer to a request.
@@ -44,16 +47,17 @@ type apiError struct {
 	method, path string
 	status       int
 	message      string
+	versioned    bool
 }
 
 func (e *apiError) Error() string {
 	return fmt.Sprintf("%s %s: %d %s", e.method, e.path, e.status, e.message)
 }
 
-// Is makes an apiError match ErrAPI, and ErrVersionConflict when it is a
-// 409 (the API's answer to a stale version).
+// Is makes an apiError match ErrAPI, and ErrVersionConflict when it is the
+// 409 of a versioned request (the API's answer to a stale version).
 func (e *apiError) Is(target error) bool {
-	return target == ErrAPI || (target == ErrVersionConflict && e.status == http.StatusConflict)
+	return target == ErrAPI || (target == ErrVersionConflict && e.versioned && e.status == http.StatusConflict)
 }
 
 // maxBody bounds what the driver reads of an answer.
@@ -97,7 +101,7 @@ func (c *client) do(ctx context.Context, r request) (response, error) {
 			return out, nil
 		}
 	}
-	return out, &apiError{method: r.method, path: r.path, status: resp.StatusCode, message: errorMessage(b)}
+	return out, &apiError{method: r.method, path: r.path, status: resp.StatusCode, message: errorMessage(b), versioned: r.versioned}
 }
 
 // errorMessage reads the API's error model, or the text of the answer.
