@@ -78,6 +78,7 @@ func newEnvironment(s *Set, snippets map[string]string, fast bool) *exec.Environ
 
 	methods := builtins.Methods
 	methods.List = listMethods
+	methods.Str = strMethods()
 
 	globals := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	globals.Set("range", rangeFunction)
