@@ -66,9 +66,32 @@ func compile(tb testing.TB, fragments bool) *engine.Set {
 	return set
 }
 
+// The workloads Python's Jinja2 renders: the workload template without
+// fragments, and the ingress library.
+const (
+	workloadTemplate = "template"
+	workloadLibrary  = "library"
+)
+
+// jinja2Inputs write the Jinja2 input of each workload at n Ingresses.
+var jinja2Inputs = map[string]func(b *testing.B, dir string, n int) (data, templates string){
+	workloadTemplate: func(b *testing.B, dir string, n int) (string, string) {
+		return writeJinja2Input(b, dir, load(b, n), Spec(false), nil)
+	},
+	workloadLibrary: func(b *testing.B, dir string, n int) (string, string) {
+		spec, paths := librarySpec(b)
+		return writeJinja2Input(b, dir, loadLibrary(b, n), spec, paths)
+	},
+}
+
+type jinja2Key struct {
+	workload string
+	n        int
+}
+
 var (
 	jinja2Mu  sync.Mutex
-	jinja2Res = map[int]*jinja2Result{} // the latest measurement per size
+	jinja2Res = map[jinja2Key]*jinja2Result{} // the latest measurement per workload and size
 )
 
 // jinja2Iterations is how many renders Python times per size.
@@ -77,21 +100,22 @@ var jinja2Iterations = map[int]int{100: 20, 1000: 5, 10000: 3}
 // jinja2 returns the latest measurement of Python's Jinja2 rendering the
 // workload of n Ingresses, measuring it when there is none or fresh is
 // set; nil when Jinja2 is not available.
-func jinja2(b *testing.B, n int, fresh bool) *jinja2Result {
+func jinja2(b *testing.B, workload string, n int, fresh bool) *jinja2Result {
 	b.Helper()
 	jinja2Mu.Lock()
 	defer jinja2Mu.Unlock()
-	if res, ok := jinja2Res[n]; ok && !fresh {
+	key := jinja2Key{workload, n}
+	if res, ok := jinja2Res[key]; ok && !fresh {
 		return res
 	}
 	var res *jinja2Result
 	if jinja2Available() {
 		dir := b.TempDir()
-		data, templates := writeJinja2Input(b, dir, load(b, n), Spec(false))
+		data, templates := jinja2Inputs[workload](b, dir, n)
 		r := runJinja2(b, data, templates, jinja2Iterations[n], "")
 		res = &r
 	}
-	jinja2Res[n] = res
+	jinja2Res[key] = res
 	return res
 }
 
@@ -130,10 +154,10 @@ func measure(b *testing.B, setup, op func()) time.Duration {
 }
 
 // reportRatio reports the benchmark's mean and fastest time per op divided
-// by Jinja2's median and fastest render at the same size.
-func reportRatio(b *testing.B, n int, fastest time.Duration) {
+// by Jinja2's median and fastest render of the workload at the same size.
+func reportRatio(b *testing.B, workload string, n int, fastest time.Duration) {
 	b.Helper()
-	res := jinja2(b, n, false)
+	res := jinja2(b, workload, n, false)
 	if res == nil || b.N == 0 {
 		return
 	}
@@ -146,6 +170,10 @@ func reportRatio(b *testing.B, n int, fastest time.Duration) {
 // as BenchmarkFullRender; ns/op is the median of its timed renders (the
 // interpreter's start and the data's loading are not counted).
 func BenchmarkJinja2(b *testing.B) {
+	benchmarkJinja2(b, workloadTemplate)
+}
+
+func benchmarkJinja2(b *testing.B, workload string) {
 	if !jinja2Available() {
 		b.Skipf("%s with jinja2 is not available", python)
 	}
@@ -153,7 +181,7 @@ func BenchmarkJinja2(b *testing.B) {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			var res *jinja2Result
 			for b.Loop() {
-				res = jinja2(b, n, true)
+				res = jinja2(b, workload, n, true)
 			}
 			b.ReportMetric(res.MsMedian*1e6, "ns/op")
 			b.ReportMetric(res.MsMin*1e6, "min-ns/op")
@@ -181,7 +209,7 @@ func BenchmarkFullRender(b *testing.B) {
 				bytes = len(out.Files[0].Content) + len(out.Files[1].Content)
 			})
 			b.ReportMetric(float64(bytes), "bytes/render")
-			reportRatio(b, n, fastest)
+			reportRatio(b, workloadTemplate, n, fastest)
 		})
 	}
 }
@@ -202,7 +230,7 @@ func BenchmarkFragmentsCold(b *testing.B) {
 					b.Fatal(err)
 				}
 			})
-			reportRatio(b, n, fastest)
+			reportRatio(b, workloadTemplate, n, fastest)
 			b.StopTimer()
 			set = compile(b, true)
 			before := heap()
@@ -268,7 +296,7 @@ func BenchmarkFragmentsOneChange(b *testing.B) {
 				rendered += len(out.FragmentsRendered)
 			})
 			b.ReportMetric(float64(rendered)/float64(b.N), "entries/op")
-			reportRatio(b, n, fastest)
+			reportRatio(b, workloadTemplate, n, fastest)
 		})
 	}
 }
@@ -336,12 +364,16 @@ func heap() uint64 {
 // index-MB by the index on top of them (entries, sorted ids, key tuples,
 // prefix maps).
 func BenchmarkIndexLoad(b *testing.B) {
+	benchmarkIndexLoad(b, Types, Objects)
+}
+
+func benchmarkIndexLoad(b *testing.B, types []index.Spec, objects func(n int) []Object) {
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			before := heap()
-			objs := Objects(n)
+			objs := objects(n)
 			withObjects := heap()
-			ix, err := index.New(Types)
+			ix, err := index.New(types)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -352,7 +384,7 @@ func BenchmarkIndexLoad(b *testing.B) {
 			runtime.KeepAlive(ix)
 			b.ReportAllocs()
 			measure(b, nil, func() {
-				ix, err := index.New(Types)
+				ix, err := index.New(types)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -32,8 +32,9 @@ func jinja2Available() bool {
 }
 
 // writeJinja2Input writes the index's objects (with their index key
-// tuples), the values and spec's snippets and outputs as JSON files in dir.
-func writeJinja2Input(tb testing.TB, dir string, ix *index.Index, spec engine.Spec) (data, templates string) {
+// tuples), the values, spec's snippets, fragments and outputs, and the
+// outputs' paths (for get_path; see LibrarySpec) as JSON files in dir.
+func writeJinja2Input(tb testing.TB, dir string, ix *index.Index, spec engine.Spec, paths map[string]string) (data, templates string) {
 	tb.Helper()
 	type object struct {
 		ID   string         `json:"id"`
@@ -63,6 +64,14 @@ func writeJinja2Input(tb testing.TB, dir string, ix *index.Index, spec engine.Sp
 	for i, o := range spec.Outputs {
 		outs[i] = output{Kind: string(o.Kind), Name: o.Name, Text: o.Text}
 	}
+	type fragment struct {
+		ForEach string `json:"for_each"`
+		Text    string `json:"text"`
+	}
+	frags := map[string]fragment{}
+	for name, f := range spec.Fragments {
+		frags[name] = fragment{ForEach: f.ForEach, Text: f.Text}
+	}
 	data = filepath.Join(dir, "data.json")
 	templates = filepath.Join(dir, "templates.json")
 	write := func(path string, v any) {
@@ -75,7 +84,7 @@ func writeJinja2Input(tb testing.TB, dir string, ix *index.Index, spec engine.Sp
 		}
 	}
 	write(data, map[string]any{"types": types, "values": Values})
-	write(templates, map[string]any{"snippets": spec.Snippets, "outputs": outs})
+	write(templates, map[string]any{"snippets": spec.Snippets, "fragments": frags, "outputs": outs, "paths": paths})
 	return data, templates
 }
 

@@ -107,7 +107,7 @@ func TestJinja2RendersTheSame(t *testing.T) {
 	spec := Spec(false)
 	out := renderAll(t, compile(t, false), ix)
 	dir := t.TempDir()
-	data, templates := writeJinja2Input(t, dir, ix, spec)
+	data, templates := writeJinja2Input(t, dir, ix, spec, nil)
 	res := runJinja2(t, data, templates, 1, dir)
 	total := 0
 	for _, f := range out.Files {
