@@ -1,0 +1,24 @@
+//go:build !linux
+
+package demo
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// sysProcAttr keeps the defaults: without Linux's process groups and
+// parent-death signal, HAProxy's master stops its own workers.
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+// stopGroup asks the master to stop.
+func stopGroup(p *os.Process) error {
+	if err := p.Signal(os.Interrupt); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
+
+// killGroup kills the master.
+func killGroup(p *os.Process) { _ = p.Kill() }
