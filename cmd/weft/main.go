@@ -24,7 +24,8 @@ import (
 const usage = `usage: weft <command> [flags]
 
 commands:
-  up       run every service in one process (embedded NATS unless --nats-url)
+  up       run every service in one process (embedded NATS unless --nats-url;
+           --demo: also a real HAProxy with echo backends to send HTTP through)
   render   render a target offline from a folder of manifests
   validate run the validator kinds offline on a rendered bundle
   status   show each target's render, validation and deploy state
@@ -57,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	switch args[0] {
 	case "up":
-		return host.Main(host.Binary{Name: "weft up", EmbeddedDefault: true, Services: Services}, args[1:])
+		return upCmd(ctx, args[1:])
 	case "render":
 		return renderCmd(ctx, args[1:], stdout, stderr)
 	case "status":

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -9,7 +10,15 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
+// TestMain runs the tests, or runs the test binary as weft itself when
+// asWeft is set (see startWeft).
+func TestMain(m *testing.M) {
+	if os.Getenv(asWeft) != "" {
+		main()
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m, testkit.LeakOptions()...)
+}
 
 // TestOneTraceFromChangeToDeploy edits a manifest and follows the trace: the
 // watcher's relay, the renderer's change handler and render, the

@@ -3,18 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/weftio/weft/cmd/weft/internal/demo"
+	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/deployer/driver/runtime"
 )
@@ -32,13 +29,40 @@ func freePort(t *testing.T) int {
 // echo serves its name on addr until the test ends.
 func echo(t *testing.T, addr, name string) {
 	t.Helper()
-	l, err := net.Listen("tcp", addr)
+	srv, err := demo.Echo(addr, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) })}
-	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
+}
+
+// runtimeQuickstart turns the quickstart copied into dir into the
+// configuration `weft up --demo` runs (the runtime driver, an admin socket)
+// and starts HAProxy for it as the demo does, until the test ends.
+func runtimeQuickstart(t *testing.T, dir string) {
+	t.Helper()
+	cfg, err := config.Load(filepath.Join(dir, "weft.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := demo.Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, admin := filepath.Join(dir, "master.sock"), filepath.Join(dir, "admin.sock")
+	if err := plan.WriteConfig(filepath.Join(dir, "weft.yaml"), master, admin); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hp, err := demo.StartHAProxy(ctx, demo.HAProxyOptions{
+		Bin: testkit.HAProxy(t), Dir: plan.Dest, Listen: plan.Listen, Log: slog.New(slog.DiscardHandler),
+		MasterSocket: master, AdminSocket: admin,
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = hp.Wait() })
 }
 
 // TestTrafficThroughHAProxy deploys the quickstart to a real HAProxy with
@@ -46,72 +70,25 @@ func echo(t *testing.T, addr, name string) {
 // is served with no reload, a new host reloads once, and a bundle HAProxy
 // would refuse is never deployed while the old configuration keeps serving.
 func TestTrafficThroughHAProxy(t *testing.T) {
-	bin := testkit.HAProxy(t)
-	httpPort, backendPort, bootPort := freePort(t), freePort(t), freePort(t)
+	testkit.HAProxy(t)
+	httpPort, backendPort := freePort(t), freePort(t)
 	for _, e := range []struct{ addr, name string }{{"127.0.0.1", "web-1"}, {"127.0.0.2", "web-2"}, {"127.0.0.9", "web-9"}, {"127.0.0.3", "api-1"}, {"127.0.0.5", "blog-1"}} {
 		echo(t, net.JoinHostPort(e.addr, strconv.Itoa(backendPort)), e.name)
 	}
 	var dir string
 	s := startStackWith(t, quickstart, func(d string) {
 		dir = d
-		// HAProxy runs before weft deploys anything: a bootstrap config.
-		out := filepath.Join(d, "out")
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		boot := fmt.Sprintf("global\n  stats socket %s/admin.sock mode 660 level admin expose-fd listeners\ndefaults\n  mode http\n  timeout connect 1s\n  timeout client 5s\n  timeout server 5s\nfrontend boot\n  bind 127.0.0.1:%d\n", d, bootPort)
-		if err := os.WriteFile(filepath.Join(out, "haproxy.cfg"), []byte(boot), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-W", "-db", "-f", filepath.Join(out, "haproxy.cfg"), "-S", filepath.Join(d, "master.sock"))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-		testkit.Eventually(t, 10*time.Second, func() error {
-			_, err := os.Stat(filepath.Join(d, "master.sock"))
-			return err
-		})
-	}, func(y string) string {
-		y = strings.Replace(y, "      driver: files\n      dest: out\n", "      driver: runtime\n      dest: out\n      master_socket: master.sock\n      admin_socket: admin.sock\n", 1)
-		y = strings.Replace(y, `      reload_cmd: echo "$(date -u +%FT%TZ) reload" >> reloads.log`+"\n", "", 1)
-		y = strings.Replace(y, "bind 127.0.0.1:18080", "bind 127.0.0.1:"+strconv.Itoa(httpPort), 1)
-		return y
-	}, func(d string) {
-		adminPath := filepath.Join(d, "admin.sock")
-		p := filepath.Join(d, "weft.yaml")
-		y, _ := os.ReadFile(p)
-		// The runtime driver talks to HAProxy's admin socket.
-		_ = os.WriteFile(p, []byte(strings.Replace(string(y), "          maxconn 2000\n",
-			"          maxconn 2000\n          stats socket "+adminPath+" mode 660 level admin expose-fd listeners\n", 1)), 0o644)
-		for _, f := range []string{"endpoints.yaml", "blog.yaml"} {
-			m := filepath.Join(d, "manifests", f)
-			b, _ := os.ReadFile(m)
-			c := strings.NewReplacer("port: 8080", "port: "+strconv.Itoa(backendPort), "port: 9000", "port: "+strconv.Itoa(backendPort), "port: 2368", "port: "+strconv.Itoa(backendPort)).Replace(string(b))
-			_ = os.WriteFile(m, []byte(c), 0o644)
-		}
-	})
+		onPorts(t, d, httpPort, backendPort)
+	}, nil, func(d string) { runtimeQuickstart(t, d) })
 	drv, err := runtime.New(runtime.Options{Dir: filepath.Join(dir, "out"), MasterSocket: filepath.Join(dir, "master.sock"), AdminSocket: filepath.Join(dir, "admin.sock")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// New connections each time: a kept-alive client connection may keep
-	// reusing HAProxy's idle connection to a server's old address, which a
-	// runtime address change does not cut.
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	get := func(host, path string) string {
-		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", httpPort, path), nil)
-		req.Host = host
-		resp, err := client.Do(req)
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Sprintf("%d %s", resp.StatusCode, b)
-	}
+	// New connections each time (httpGet): a kept-alive client connection
+	// may keep reusing HAProxy's idle connection to a server's old address,
+	// which a runtime address change does not cut.
+	get := func(host, path string) string { return httpGet(httpPort, host, path) }
 	// seen collects which backends answer host+path over n requests.
 	seen := func(host, path string) map[string]bool {
 		out := map[string]bool{}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/weftio/weft/cmd/weft/internal/demo"
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/host"
+	"github.com/weftio/weft/pkg/svc/telemetry"
+)
+
+// binary is what `weft up` runs.
+var binary = host.Binary{Name: "weft up", EmbeddedDefault: true, Services: Services}
+
+// upCmd runs every service until ctx is done; with --demo, against a real
+// HAProxy when one is installed (package demo).
+func upCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet(binary.Name, flag.ContinueOnError)
+	var s host.Settings
+	s.Flags(fs, binary.EmbeddedDefault)
+	demoDefault, _ := strconv.ParseBool(os.Getenv("WEFT_DEMO"))
+	withDemo := fs.Bool("demo", demoDefault, "also start HAProxy on 127.0.0.1 and echo backends for the EndpointSlices, and deliver the one target to HAProxy with the runtime driver (as configured when haproxy is missing) [WEFT_DEMO]")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !*withDemo {
+		return host.Run(ctx, s, binary)
+	}
+	return upDemo(ctx, s)
+}
+
+func upDemo(ctx context.Context, s host.Settings) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s.LogLevel)); err != nil {
+		return fmt.Errorf("log level: %w", err)
+	}
+	log := telemetry.NewLogger(os.Stderr, level)
+	cfg, err := config.Load(s.Config)
+	if err != nil {
+		return err
+	}
+	bin, ok := demo.FindHAProxy(demo.HAProxyCandidates...)
+	if !ok {
+		log.Warn("haproxy not found (looked on PATH and at /usr/sbin/haproxy): running without HAProxy; the rendered files are delivered as configured",
+			"files", strings.Join(dests(cfg), ", "))
+		return host.Run(ctx, s, binary)
+	}
+	plan, err := demo.Prepare(cfg)
+	if err != nil {
+		log.Warn("the demo cannot run this configuration: running it without HAProxy", "err", err, "files", strings.Join(dests(cfg), ", "))
+		return host.Run(ctx, s, binary)
+	}
+	return demo.Run(ctx, demo.Options{Plan: plan, HAProxy: bin, Log: log}, func(ctx context.Context, path, dataDir string) error {
+		s.Config = path
+		if s.DataDir == "" {
+			s.DataDir = dataDir
+		}
+		return host.Run(ctx, s, binary)
+	})
+}
+
+// dests lists where the targets are delivered.
+func dests(cfg *config.Config) []string {
+	var out []string
+	for _, name := range cfg.TargetNames() {
+		out = append(out, cfg.Targets[name].Deploy.Dest)
+	}
+	return out
+}

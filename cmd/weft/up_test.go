@@ -1,0 +1,243 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// asWeft, set in the environment, makes the test binary run as weft.
+const asWeft = "WEFT_TEST_BINARY_IS_WEFT"
+
+// weftProcess is weft running as a process of its own.
+type weftProcess struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+// startWeft runs weft with args as a process (the test binary, see
+// TestMain) until the test ends.
+func startWeft(t *testing.T, args ...string) *weftProcess {
+	t.Helper()
+	p := &weftProcess{cmd: exec.Command(os.Args[0], args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), asWeft+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("weft's output:\n%s", p.out)
+		}
+	})
+	return p
+}
+
+// interrupt sends what Ctrl-C sends and waits for weft to exit.
+func (p *weftProcess) interrupt(t *testing.T) error {
+	t.Helper()
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("weft did not exit within 30s of an interrupt")
+		return nil
+	}
+}
+
+// logged returns the first log record whose msg starts with prefix.
+func (p *weftProcess) logged(prefix string) (map[string]any, bool) {
+	for line := range strings.Lines(p.out.String()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(fmt.Sprint(rec["msg"]), prefix) {
+			return rec, true
+		}
+	}
+	return nil, false
+}
+
+// onPorts rewrites the quickstart copied into dir so that HAProxy binds
+// httpPort and every EndpointSlice names backendPort.
+func onPorts(t *testing.T, dir string, httpPort, backendPort int) {
+	t.Helper()
+	edit := func(path string, r *strings.Replacer) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(r.Replace(string(b))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(filepath.Join(dir, "weft.yaml"), strings.NewReplacer("bind 127.0.0.1:18080", "bind 127.0.0.1:"+strconv.Itoa(httpPort)))
+	port := "port: " + strconv.Itoa(backendPort)
+	for _, f := range []string{"endpoints.yaml", "blog.yaml"} {
+		edit(filepath.Join(dir, "manifests", f), strings.NewReplacer("port: 8080", port, "port: 9000", port, "port: 2368", port))
+	}
+}
+
+// httpGet returns "<status> <body>" of GET http://127.0.0.1:port<path>
+// with Host host, on a new connection.
+func httpGet(port int, host, path string) string {
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
+	req.Host = host
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+}
+
+// bothWebs checks that shop.example.com/ is answered by web-1 and web-2
+// in turn, and by nothing else.
+func bothWebs(httpPort int) error {
+	web := map[string]bool{}
+	for range 6 {
+		web[httpGet(httpPort, "shop.example.com", "/")] = true
+	}
+	if !web["200 web-1"] || !web["200 web-2"] || len(web) != 2 {
+		return fmt.Errorf("shop.example.com/ answered %v, want web-1 and web-2 in turn", web)
+	}
+	return nil
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+// processesNaming lists the processes whose command line contains s.
+func processesNaming(t *testing.T, s string) []string {
+	t.Helper()
+	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range cmdlines {
+		b, _ := os.ReadFile(p)
+		if line := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(line, s) {
+			out = append(out, filepath.Base(filepath.Dir(p))+": "+line)
+		}
+	}
+	return out
+}
+
+// TestUpDemo runs `weft up --demo` on the quickstart as `make run` does,
+// sends HTTP through the HAProxy it starts, and stops it with an interrupt:
+// HAProxy and its workers are gone with it.
+func TestUpDemo(t *testing.T) {
+	testkit.HAProxy(t)
+	dir := t.TempDir()
+	copyTree(t, quickstart, dir)
+	httpPort, backendPort := freePort(t), freePort(t)
+	onPorts(t, dir, httpPort, backendPort)
+	p := startWeft(t, "up", "--demo", "--config", filepath.Join(dir, "weft.yaml"), "--nats-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0")
+
+	routes := []struct{ host, path, want string }{
+		{"shop.example.com", "/api/users", "200 api-1"},
+		{"checkout.example.com", "/pay", "200 api-1"},
+		{"checkout.example.com", "/pay/more", "404 no route"}, // Exact
+		{"www.blog.example.com", "/post", "200 blog-1"},       // *.blog.example.com
+		{"other.example.com", "/", "404 no route"},            // an Ingress of another class
+	}
+	waitFor(t, "the quickstart served", func() error {
+		for _, r := range routes {
+			if got := httpGet(httpPort, r.host, r.path); got != r.want {
+				return fmt.Errorf("%s%s answered %q, want %q", r.host, r.path, got, r.want)
+			}
+		}
+		return nil
+	})
+	if err := bothWebs(httpPort); err != nil {
+		t.Fatal(err)
+	}
+	// An edited address: weft moves the server, the demo moves its backend.
+	m := filepath.Join(dir, "manifests", "endpoints.yaml")
+	b, _ := os.ReadFile(m)
+	if err := os.WriteFile(m, []byte(strings.Replace(string(b), `"127.0.0.2"`, `"127.0.0.9"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "web-2 served from its new address", func() error {
+		if err := contains(readFile(filepath.Join(dir, "out", "haproxy.cfg")), "127.0.0.9:"); err != nil {
+			return err
+		}
+		return bothWebs(httpPort)
+	})
+	p.stopsWithHAProxy(t, dir)
+}
+
+// stopsWithHAProxy interrupts weft and checks that HAProxy (master and
+// workers) and the demo's folder went with it.
+func (p *weftProcess) stopsWithHAProxy(t *testing.T, dir string) {
+	t.Helper()
+	ready, ok := p.logged("HAProxy serves the target")
+	pid, _ := ready["pid"].(float64)
+	if !ok || pid == 0 {
+		t.Fatalf("no log record says HAProxy serves the target, with its pid: %v", ready)
+	}
+	if !slices.ContainsFunc(processesNaming(t, dir), func(p string) bool { return strings.Contains(p, "haproxy -W") }) {
+		t.Fatal("no haproxy process names the copy's folder")
+	}
+	if err := p.interrupt(t); err != nil {
+		t.Fatalf("weft exited with %v after an interrupt", err)
+	}
+	if left := processesNaming(t, dir); len(left) > 0 {
+		t.Fatalf("processes left after weft stopped: %q", left)
+	}
+	if err := syscall.Kill(int(pid), 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("haproxy's master is still there: %v", err)
+	}
+	runDir := filepath.Dir(fmt.Sprint(ready["master_socket"]))
+	if _, err := os.Stat(runDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the demo's folder %s is still there: %v", runDir, err)
+	}
+}
+
+// TestUpDemoFallsBackToTheConfiguration: a configuration the demo cannot
+// run (here, its bind address is computed) runs as configured, with the
+// files driver, and the log says why.
+func TestUpDemoFallsBackToTheConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, quickstart, dir)
+	p := filepath.Join(dir, "weft.yaml")
+	y := strings.Replace(readFile(p), "bind 127.0.0.1:18080", fmt.Sprintf(`bind {{ "127.0.0.1" }}:%d`, freePort(t)), 1)
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := startWeft(t, "up", "--demo", "--config", p, "--nats-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0")
+	waitFor(t, "delivered by the files driver", func() error {
+		return contains(readFile(filepath.Join(dir, "out", "reloads.log")), "reload")
+	})
+	rec, ok := w.logged("the demo cannot run this configuration")
+	if !ok || rec["files"] != filepath.Join(dir, "out") || !strings.Contains(fmt.Sprint(rec["err"]), "binds no literal address") {
+		t.Fatalf("no warning naming the reason and the files: %v", rec)
+	}
+	if err := w.interrupt(t); err != nil {
+		t.Fatalf("weft exited with %v after an interrupt", err)
+	}
+}
