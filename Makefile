@@ -9,9 +9,10 @@ BENCH ?= .
 
 .PHONY: run build test deps lint bench fuzz tidy
 
-## run: weft in one process (embedded NATS on 127.0.0.1:4222) on the quickstart
+## run: weft in one process (embedded NATS on 127.0.0.1:4222) on the quickstart;
+## with haproxy installed, also HAProxy on 127.0.0.1:18080 and echo backends
 run:
-	$(GO) run ./cmd/weft up --config $(CONFIG)
+	$(GO) run ./cmd/weft up --demo --config $(CONFIG)
 
 ## build: every binary into bin/
 build:
