@@ -214,10 +214,27 @@ const (
 // Kinds are every validator kind.
 var Kinds = []string{KindHAProxy, KindPolicy, KindSyntax, KindTemplate}
 
+// Where the gatherer learns the kinds it expects.
+const (
+	// ExpectConfigured: the kinds listed in Kinds (default template and
+	// haproxy).
+	ExpectConfigured = "configured"
+	// ExpectRegistered: every kind some validator replica announces with a
+	// live heartbeat, plus the kinds listed in Kinds (none by default).
+	ExpectRegistered = "registered"
+)
+
 // Validate names the validator kinds a bundle must pass.
 type Validate struct {
-	Kinds   []string `json:"kinds,omitempty"`
-	Timeout Duration `json:"timeout,omitempty"`
+	Kinds []string `json:"kinds,omitempty"`
+	// Expect is ExpectConfigured (default) or ExpectRegistered.
+	Expect string `json:"expect,omitempty"`
+	// MinKinds accepts a bundle when at least this many expected kinds
+	// answered before the timeout and all of them accepted (0: every
+	// expected kind must answer). Kinds that did not answer are named in
+	// the verdict either way.
+	MinKinds int      `json:"min_kinds,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
 	// Policy holds the rules of the policy kind.
 	Policy Policy `json:"policy,omitempty"`
 }
@@ -367,7 +384,10 @@ func (c *Config) defaults() {
 		if t.Render.Debounce == 0 {
 			t.Render.Debounce = Duration(DefaultDebounce)
 		}
-		if len(t.Validate.Kinds) == 0 {
+		if t.Validate.Expect == "" {
+			t.Validate.Expect = ExpectConfigured
+		}
+		if len(t.Validate.Kinds) == 0 && t.Validate.Expect == ExpectConfigured {
 			t.Validate.Kinds = []string{KindTemplate, KindHAProxy}
 		}
 		slices.Sort(t.Validate.Kinds)
@@ -486,6 +506,12 @@ func (c *Config) check() error {
 			if !slices.Contains(Kinds, k) {
 				bad(f+".validate.kinds", "unknown kind %q (known: %s)", k, strings.Join(Kinds, ", "))
 			}
+		}
+		if v := t.Validate.Expect; v != ExpectConfigured && v != ExpectRegistered {
+			bad(f+".validate.expect", "must be %s or %s, got %q", ExpectConfigured, ExpectRegistered, v)
+		}
+		if n := t.Validate.MinKinds; n < 0 || (t.Validate.Expect == ExpectConfigured && n > len(t.Validate.Kinds)) {
+			bad(f+".validate.min_kinds", "must be between 0 and the number of kinds (%d), got %d", len(t.Validate.Kinds), n)
 		}
 		if err := t.Validate.Policy.Check(); err != nil {
 			bad(f+".validate.policy", "%v", err)

@@ -81,6 +81,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad duration", "sources: [{name: m, type: manifests, path: x, rescan: soon}]", "soon"},
 		{"not yaml", "sources: [", "yaml"},
 		{"duplicate source", "sources: [{name: m, type: manifests, path: a}, {name: m, type: manifests, path: b}]", `"m" is used twice`},
+		{"unknown expect", "targets: {t: {validate: {expect: gossip}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.validate.expect"},
+		{"min kinds above kinds", "targets: {t: {validate: {kinds: [haproxy], min_kinds: 2}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.validate.min_kinds"},
 		{"max wait under debounce", "targets: {t: {render: {debounce: 1s, max_wait: 100ms}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.render.max_wait"},
 		{"relative base", "targets: {t: {base: rel, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "must be an absolute path"},
 	}

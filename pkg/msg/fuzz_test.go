@@ -124,3 +124,8 @@ func FuzzDecodeFetchReply(f *testing.F) {
 func FuzzDecodeConfig(f *testing.F) {
 	fuzzDecoder(f, func() *msg.Config { return new(msg.Config) }, `{"schema":"weft.config.v1","hash":"h","yaml":"a: 1"}`)
 }
+
+func FuzzDecodeHeartbeat(f *testing.F) {
+	fuzzDecoder(f, func() *msg.Heartbeat { return new(msg.Heartbeat) },
+		`{"schema":"weft.heartbeat.v1","kind":"haproxy","replica":"host.example-12","at":"2026-01-02T03:04:05Z"}`)
+}

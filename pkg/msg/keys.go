@@ -45,6 +45,22 @@ func ValidationStatusKey(target string) string       { return "validate." + targ
 func DeployStatusKey(target, instance string) string { return "deploy." + target + "." + instance }
 func DeployStatusPrefix(target string) string        { return "deploy." + target + "." }
 func RenderLeaseKey(target string) string            { return "render." + target }
+
+// KindHeartbeatPrefix starts the leases-bucket keys of validator kinds'
+// heartbeats: kind.<kind>.<replica>.
+const KindHeartbeatPrefix = "kind."
+
+// KindHeartbeatKey is the key of one replica's heartbeat for kind. Dots in
+// the replica name are kept (they are key separators); KindOfHeartbeatKey
+// reads the kind back.
+func KindHeartbeatKey(kind, replica string) string { return KindHeartbeatPrefix + kind + "." + replica }
+
+// KindOfHeartbeatKey returns the kind a heartbeat key names.
+func KindOfHeartbeatKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, KindHeartbeatPrefix)
+	kind, _, found := strings.Cut(rest, ".")
+	return kind, ok && found && kind != ""
+}
 func VerdictKey(bundleHash string, kinds []string) string {
 	return bundleHash + "." + strings.Join(kinds, "-")
 }

@@ -29,6 +29,7 @@ const (
 	SchemaFetch         = "weft.fetch.v1"
 	SchemaFetchReply    = "weft.fetchreply.v1"
 	SchemaConfigStatus  = "weft.configstatus.v1"
+	SchemaHeartbeat     = "weft.heartbeat.v1"
 )
 
 // Op is what happened to a resource.
@@ -468,4 +469,18 @@ func need(pairs ...string) error {
 		}
 	}
 	return nil
+}
+
+// Heartbeat says a replica serves a validator kind. Each kind's replicas
+// renew theirs in the leases bucket (KindHeartbeatKey) every third of the
+// bucket's TTL; the gatherer expects the kinds that have one.
+type Heartbeat struct {
+	Kind    string    `json:"kind"`
+	Replica string    `json:"replica"`
+	At      time.Time `json:"at"`
+}
+
+func (Heartbeat) Schema() string { return SchemaHeartbeat }
+func (h Heartbeat) Validate() error {
+	return need("kind", h.Kind, "replica", h.Replica)
 }

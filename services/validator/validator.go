@@ -1,21 +1,25 @@
 // Package validator decides whether a rendered bundle may be deployed.
 //
-// It runs two roles. Each validator kind (template, haproxy) answers
+// It runs two roles. Each validator kind (template, haproxy, syntax,
+// policy; a replica can serve a subset, Options.Kinds) answers
 // weft.validate.<target> requests in its own queue group, so any number of
-// replicas answer once per kind. The gatherer consumes render messages from
-// the durable consumer "validator" (one replica handles each render), asks
-// the kinds the target expects and waits for all of them or the target's
-// timeout, then publishes the verdict on weft.validated.<target> and keeps
-// it in the status bucket. A bundle is accepted only when every expected
-// kind answered and found no error; a kind that did not answer is named in
-// the verdict. Complete verdicts are cached by bundle hash and kinds, so a
-// bundle seen before is not validated again.
+// replicas answer once per kind, and keeps a heartbeat per kind in the
+// leases bucket. The gatherer consumes render messages from the durable
+// consumer "validator" (one replica handles each render), asks the kinds the
+// target expects (configured, or every kind with a live heartbeat) and waits
+// for all of them or the target's timeout, then publishes the verdict on
+// weft.validated.<target> and keeps it in the status bucket. A bundle is
+// accepted only when every kind that answered found no error and either all
+// expected kinds answered or at least validate.min_kinds did; a kind that
+// did not answer is named in the verdict. Complete verdicts are cached by
+// bundle hash and kinds, so a bundle seen before is not validated again.
 package validator
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,22 +79,45 @@ type validator struct {
 	env      svc.Env
 	cfg      *config.Config
 	m        *metrics
+	reg      *registry
 	bundles  jetstream.ObjectStore
 	status   jetstream.KeyValue
 	verdicts jetstream.KeyValue
 }
 
-// Run answers validation requests and gathers verdicts until ctx is done.
+// Run answers validation requests for every kind and gathers verdicts until
+// ctx is done.
 func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
+	return (&Options{}).Run(ctx, env, cfg)
+}
+
+// Run answers validation requests for the kinds of o and gathers verdicts
+// until ctx is done. It reads o when called, so flags can fill o after
+// o.Run was handed to a host.
+func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err := env.Check(); err != nil {
 		return err
 	}
-	env = env.For(Service)
-	checkers, err := Checkers(cfg)
+	own, err := o.check()
 	if err != nil {
 		return err
 	}
-	v := &validator{env: env, cfg: cfg}
+	env = env.For(Service)
+	all, err := Checkers(cfg)
+	if err != nil {
+		return err
+	}
+	var checkers []kind.Checker
+	for _, c := range all {
+		if slices.Contains(own.Kinds, c.Name()) {
+			checkers = append(checkers, c)
+		}
+	}
+	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL)}
+	leases, err := env.JS.KeyValue(ctx, msg.BucketLeases)
+	if err != nil {
+		return fmt.Errorf("validator: %w", err)
+	}
 	if v.m, err = newMetrics(env.Registry); err != nil {
 		return err
 	}
@@ -124,6 +151,8 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			return bus.Serve(ctx, env.NC, msg.ValidateAll, "weft-validator-"+c.Name(), v.answer(c), o)
 		})
 	}
+	g.Go(func() error { return beat(ctx, leases, env.Replica, own.Kinds, own.HeartbeatTTL, env.Log) })
+	g.Go(func() error { return v.reg.follow(ctx, leases) })
 	renders := opts
 	renders.Stage = "renders"
 	g.Go(func() error { return bus.Consume(ctx, cons, v.onRender, renders) })
@@ -207,7 +236,10 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		return msg.Permanent(fmt.Errorf("render for unknown target %q", r.Target))
 	}
 	log := v.env.Log.With("target", r.Target, "version", r.Version)
-	kinds := tc.Validate.Kinds
+	kinds, err := v.reg.expected(ctx, tc.Validate)
+	if err != nil {
+		return err
+	}
 	verdict := msg.Validated{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash, At: time.Now().UTC()}
 	cacheKey := msg.VerdictKey(r.BundleHash, kinds)
 	if e, err := v.verdicts.Get(ctx, cacheKey); err == nil {
@@ -216,14 +248,18 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 			verdict.OK, verdict.Replies, verdict.Reason, verdict.Cached = cached.OK, cached.Replies, cached.Reason, true
 		}
 	}
-	if !verdict.Cached {
+	switch {
+	case verdict.Cached:
+	case len(kinds) == 0:
+		verdict.Reason = "no validator kind is registered (validate.expect: registered) and none is configured"
+	default:
 		res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(r.Target),
 			msg.ValidateRequest{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash}, kinds, tc.Validate.Timeout.D())
 		if err != nil {
 			return fmt.Errorf("gather: %w", err)
 		}
-		verdict.OK, verdict.Replies, verdict.Missing = res.OK(), res.Replies, res.Missing
-		verdict.Reason = reason(res)
+		verdict.OK, verdict.Replies, verdict.Missing = res.Accepted(tc.Validate.MinKinds), res.Replies, res.Missing
+		verdict.Reason = reason(res, verdict.OK)
 		if len(res.Missing) == 0 && !hasErrors(res.Replies) {
 			if data, err := msg.Encode(verdict); err == nil {
 				_, _ = v.verdicts.Put(ctx, cacheKey, data)
@@ -268,10 +304,14 @@ func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated) erro
 	return nil
 }
 
-func reason(res gather.Result) string {
+func reason(res gather.Result, ok bool) string {
 	var parts []string
 	if len(res.Missing) > 0 {
-		parts = append(parts, "no answer from "+strings.Join(res.Missing, ", "))
+		p := "no answer from " + strings.Join(res.Missing, ", ")
+		if ok {
+			p = fmt.Sprintf("accepted by %d kinds, the configured minimum; %s", len(res.Replies), p)
+		}
+		parts = append(parts, p)
 	}
 	for _, r := range res.Replies {
 		switch {

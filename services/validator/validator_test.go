@@ -62,14 +62,27 @@ type fixture struct {
 }
 
 func start(t *testing.T) *fixture {
-	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	f, _ := startWith(t, cfgYAML, validator.Options{})
+	return f
+}
+
+// startWith runs one validator replica per Options (v1, v2, ...) on the
+// configuration yaml and returns their stop functions.
+func startWith(t *testing.T, yaml string, replicas ...validator.Options) (*fixture, []func()) {
+	cfg, err := config.Parse([]byte(yaml), "/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, bus: testkit.NATS(t)}
-	f.env = testkit.NewEnv(t, f.bus, "v1")
-	testkit.Run(t, func(ctx context.Context) error { return validator.Run(ctx, f.env.Env, cfg) })
-	return f
+	var stops []func()
+	for i, o := range replicas {
+		env := testkit.NewEnv(t, f.bus, fmt.Sprintf("v%d", i+1))
+		if i == 0 {
+			f.env = env
+		}
+		stops = append(stops, testkit.Run(t, func(ctx context.Context) error { return o.Run(ctx, env.Env, cfg) }))
+	}
+	return f, stops
 }
 
 // submit stores b and publishes a render message for it, returning the verdict.

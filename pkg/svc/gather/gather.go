@@ -89,6 +89,17 @@ func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.Valida
 	return res.sorted(), nil
 }
 
+// Accepted reports whether every kind that answered accepted, and either
+// every expected kind answered or, with min > 0, at least min did.
+func (r Result) Accepted(min int) bool {
+	for _, rep := range r.Replies {
+		if !rep.OK {
+			return false
+		}
+	}
+	return len(r.Missing) == 0 || (min > 0 && len(r.Replies) >= min)
+}
+
 func (r Result) sorted() Result {
 	slices.SortFunc(r.Replies, func(a, b msg.ValidateReply) int {
 		switch {

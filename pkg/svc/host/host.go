@@ -94,6 +94,8 @@ type Binary struct {
 	// configuration from a ConfigMap itself (it can still run on one
 	// another process activated, with --config-map).
 	ConfigMap ConfigMapWatcher
+	// Flags registers the binary's own flags, beside the common ones.
+	Flags func(fs *flag.FlagSet)
 }
 
 // Main parses args and runs the binary's services until a signal. It
@@ -102,6 +104,9 @@ func Main(b Binary, args []string) error {
 	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
 	var s Settings
 	s.Flags(fs, b.EmbeddedDefault)
+	if b.Flags != nil {
+		b.Flags(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

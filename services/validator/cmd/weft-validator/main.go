@@ -17,5 +17,6 @@ func main() {
 }
 
 func run() error {
-	return host.Main(host.Binary{Name: "weft-validator", Services: []host.Service{{Name: validator.Service, Run: validator.Run}}}, os.Args[1:])
+	var o validator.Options
+	return host.Main(host.Binary{Name: "weft-validator", Flags: o.Flags, Services: []host.Service{{Name: validator.Service, Run: o.Run}}}, os.Args[1:])
 }
