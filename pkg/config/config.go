@@ -6,6 +6,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -262,6 +263,43 @@ type Deploy struct {
 	MasterSocket string `json:"master_socket,omitempty"`
 	AdminSocket  string `json:"admin_socket,omitempty"`
 	HAProxyDir   string `json:"haproxy_dir,omitempty"`
+	// Instances deploys the target to several instances in parallel; each
+	// takes the fields above and overrides those it sets. Empty: one
+	// instance named Instance.
+	Instances []Instance `json:"instances,omitempty"`
+	// DriftCheck re-applies each instance's bundle this often, which
+	// detects and repairs changes made behind weft's back (0: only on
+	// weft.trigger.deploy.<target>).
+	DriftCheck Duration `json:"drift_check,omitempty"`
+}
+
+// Instance is one program a target is delivered to.
+type Instance struct {
+	Name         string `json:"name"`
+	Dest         string `json:"dest,omitempty"`
+	MasterSocket string `json:"master_socket,omitempty"`
+	AdminSocket  string `json:"admin_socket,omitempty"`
+	HAProxyDir   string `json:"haproxy_dir,omitempty"`
+}
+
+// PerInstance returns one Deploy per instance, named by Instance and
+// holding that instance's fields; without Instances, d itself.
+func (d Deploy) PerInstance() []Deploy {
+	if len(d.Instances) == 0 {
+		return []Deploy{d}
+	}
+	out := make([]Deploy, 0, len(d.Instances))
+	for _, in := range d.Instances {
+		e := d
+		e.Instances = nil
+		e.Instance = in.Name
+		e.Dest = cmp.Or(in.Dest, d.Dest)
+		e.MasterSocket = cmp.Or(in.MasterSocket, d.MasterSocket)
+		e.AdminSocket = cmp.Or(in.AdminSocket, d.AdminSocket)
+		e.HAProxyDir = cmp.Or(in.HAProxyDir, d.HAProxyDir)
+		out = append(out, e)
+	}
+	return out
 }
 
 // FileMode parses Mode (0 when unset).
@@ -375,6 +413,11 @@ func (c *Config) defaults() {
 		t.Deploy.Dest = c.resolve(t.Deploy.Dest)
 		t.Deploy.MasterSocket = c.resolve(t.Deploy.MasterSocket)
 		t.Deploy.AdminSocket = c.resolve(t.Deploy.AdminSocket)
+		t.Deploy.Instances = slices.Clone(t.Deploy.Instances)
+		for i, in := range t.Deploy.Instances {
+			in.Dest, in.MasterSocket, in.AdminSocket = c.resolve(in.Dest), c.resolve(in.MasterSocket), c.resolve(in.AdminSocket)
+			t.Deploy.Instances[i] = in
+		}
 		if t.Deploy.Instance == "" {
 			t.Deploy.Instance = DefaultInstance
 		}
@@ -530,22 +573,10 @@ func (c *Config) check() error {
 			}
 		}
 		d := t.Deploy
-		switch d.Driver {
-		case DriverFiles:
-			if d.Dest == "" {
-				bad(f+".deploy.dest", "required for the files driver")
-			}
-		case DriverRuntime:
-			if d.Dest == "" {
-				bad(f+".deploy.dest", "required for the runtime driver")
-			}
-			if d.MasterSocket == "" {
-				bad(f+".deploy.master_socket", "required for the runtime driver")
-			}
-		default:
-			bad(f+".deploy.driver", "unknown driver %q (known: %s, %s)", d.Driver, DriverFiles, DriverRuntime)
+		checkDeploy(f+".deploy", d, bad)
+		if d.DriftCheck < 0 {
+			bad(f+".deploy.drift_check", "must not be negative")
 		}
-		token(f+".deploy.instance", d.Instance)
 		if _, err := d.FileMode(); err != nil {
 			bad(f+".deploy.mode", "%v", err)
 		}
@@ -557,6 +588,38 @@ func (c *Config) check() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkDeploy reports the problems of a deploy section, instance by
+// instance.
+func checkDeploy(f string, d Deploy, bad func(field, f string, args ...any)) {
+	if !slices.Contains([]string{DriverFiles, DriverRuntime}, d.Driver) {
+		bad(f+".driver", "unknown driver %q (known: %s, %s)", d.Driver, DriverFiles, DriverRuntime)
+		return
+	}
+	names, dests := map[string]bool{}, map[string]string{}
+	for i, in := range d.PerInstance() {
+		fi := f
+		if len(d.Instances) > 0 {
+			fi = fmt.Sprintf("%s.instances[%d]", f, i)
+		}
+		if err := msg.ValidToken(in.Instance); err != nil {
+			bad(fi+".name", "%v", err)
+		}
+		if names[in.Instance] {
+			bad(fi+".name", "%q is used twice", in.Instance)
+		}
+		names[in.Instance] = true
+		if in.Dest == "" {
+			bad(fi+".dest", "required for the %s driver", d.Driver)
+		} else if other, ok := dests[in.Dest]; ok {
+			bad(fi+".dest", "%s is also the dest of instance %s", in.Dest, other)
+		}
+		dests[in.Dest] = in.Instance
+		if d.Driver == DriverRuntime && in.MasterSocket == "" {
+			bad(fi+".master_socket", "required for the runtime driver")
+		}
+	}
 }
 
 // TargetNames returns the target names in order.

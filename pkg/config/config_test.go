@@ -83,6 +83,10 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate source", "sources: [{name: m, type: manifests, path: a}, {name: m, type: manifests, path: b}]", `"m" is used twice`},
 		{"unknown expect", "targets: {t: {validate: {expect: gossip}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.validate.expect"},
 		{"min kinds above kinds", "targets: {t: {validate: {kinds: [haproxy], min_kinds: 2}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.validate.min_kinds"},
+		{"instance without name", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: files, dest: /o, instances: [{dest: /a}]}}}", "targets.t.deploy.instances[0].name"},
+		{"instances share a dest", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: files, dest: /o, instances: [{name: a}, {name: b}]}}}", "targets.t.deploy.instances[1].dest: /o is also the dest of instance a"},
+		{"instance without master socket", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: runtime, instances: [{name: a, dest: /a}]}}}", "targets.t.deploy.instances[0].master_socket"},
+		{"negative drift check", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: files, dest: /o, drift_check: -1s}}}", "drift_check"},
 		{"max wait under debounce", "targets: {t: {render: {debounce: 1s, max_wait: 100ms}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.render.max_wait"},
 		{"relative base", "targets: {t: {base: rel, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "must be an absolute path"},
 	}

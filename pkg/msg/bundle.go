@@ -1,11 +1,13 @@
 package msg
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -134,4 +136,62 @@ func SafePath(p string) error {
 		return fmt.Errorf("%w: unsafe file path %q", ErrInvalid, p)
 	}
 	return nil
+}
+
+// Relocate returns the bundle as a program that sees its files in dir
+// (absolute) rather than in Base: Base in the main configuration is
+// rewritten to dir (RewriteBase), and the hash is computed anew. A bundle
+// already based at dir, or without a base, is returned as it is.
+func (b Bundle) Relocate(dir string) (Bundle, error) {
+	if b.Base == "" || b.Base == dir {
+		return b, nil
+	}
+	if !filepath.IsAbs(dir) {
+		return Bundle{}, fmt.Errorf("%w: relocate to %q: not an absolute path", ErrInvalid, dir)
+	}
+	files := slices.Clone(b.Files)
+	for i, f := range files {
+		if f.Path == b.Main {
+			files[i].Content = RewriteBase(f.Content, strings.TrimSuffix(b.Base, "/"), strings.TrimSuffix(dir, "/"))
+		}
+	}
+	return NewBundle(b.Target, dir, b.Main, files)
+}
+
+// isDelimiter reports whether b can end or start a path token in a config line.
+func isDelimiter(b byte) bool {
+	switch b {
+	case ' ', '\t', '\r', '\n', '\v', '\f', '\'', '"', '`', '(', ')', '[', ']', '{', '}', '<', '>', ',', ';', '=', ':', '|':
+		return true
+	}
+	return false
+}
+
+// RewriteBase replaces each occurrence of base that is a whole path or the
+// start of one (followed by "/", a delimiter or the end, and not preceded by a
+// path character) with repl.
+func RewriteBase(cfg []byte, base, repl string) []byte {
+	bb := []byte(base)
+	var out []byte
+	last, i := 0, 0
+	for {
+		j := bytes.Index(cfg[i:], bb)
+		if j < 0 {
+			break
+		}
+		start := i + j
+		end := start + len(bb)
+		before := start == 0 || isDelimiter(cfg[start-1])
+		after := end == len(cfg) || cfg[end] == '/' || isDelimiter(cfg[end])
+		if before && after {
+			out = append(out, cfg[last:start]...)
+			out = append(out, repl...)
+			last = end
+		}
+		i = start + 1
+	}
+	if out == nil {
+		return cfg
+	}
+	return append(out, cfg[last:]...)
 }

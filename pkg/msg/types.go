@@ -244,7 +244,25 @@ type DeployOrder struct {
 	Instance   string `json:"instance"`
 	Version    uint64 `json:"version"`
 	BundleHash string `json:"bundleHash"`
-	Reason     string `json:"reason,omitempty"` // validated, trigger, drift
+	Reason     string `json:"reason,omitempty"` // OrderValidated, OrderTrigger, OrderDriftCheck, OrderCatchUp
+}
+
+// Why a deploy order was given (DeployOrder.Reason).
+const (
+	OrderValidated = "validated" // a bundle was accepted
+	// OrderTrigger: weft.trigger.deploy.<target> asked to re-apply.
+	OrderTrigger = "trigger"
+	// OrderDriftCheck: the periodic re-apply that repairs drift.
+	OrderDriftCheck = "drift-check"
+	// OrderCatchUp: a deployer found at start that an instance is behind
+	// the last accepted bundle (new instance, lost order).
+	OrderCatchUp = "catch-up"
+)
+
+// Reapply reports whether the order re-applies what the instance should
+// already have; such orders are never skipped as old.
+func (d DeployOrder) Reapply() bool {
+	return d.Reason == OrderTrigger || d.Reason == OrderDriftCheck
 }
 
 func (DeployOrder) Schema() string { return SchemaDeployOrder }

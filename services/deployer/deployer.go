@@ -1,17 +1,25 @@
 // Package deployer delivers validated bundles to running programs.
 //
-// It runs two durable consumers. "deployer-orders" reads verdicts: an
-// accepted bundle becomes one deploy order per instance of its target
+// "deployer-orders", a durable consumer, reads verdicts: an accepted bundle
+// becomes one deploy order per instance of its target
 // (weft.deploy.<target>.<instance>, de-duplicated by target, instance and
 // version); a refused one is logged and nothing is deployed, so the last
-// good configuration keeps serving. "deployer" carries out orders: it skips
-// an order for an older version than the instance already has, reads the
-// bundle from the object store, applies it with the target's driver, and
-// records the outcome on weft.deployed.<target>.<instance> and in the
-// status bucket. A driver refusal (check_cmd failed, reload failed) is an
-// outcome, recorded and not retried; an infrastructure error is retried.
-// weft.trigger.deploy.<target> re-deploys the last accepted bundle, which
-// repairs drift. The deployer also answers weft.api.status.
+// good configuration keeps serving. Each instance has its own durable
+// consumer of orders ("deployer-<target>-<instance>", one order in flight
+// across all replicas), so instances deploy in parallel and each in order.
+// An order for an older version than the instance already has is skipped;
+// otherwise the bundle is read from the object store (relocated to the
+// instance's folder when that is not the target's base), applied with the
+// target's driver, and the outcome recorded on
+// weft.deployed.<target>.<instance> and in the status bucket. A driver
+// refusal (check_cmd failed, reload failed) is an outcome, recorded and not
+// retried; an infrastructure error is retried, and an order whose deployer
+// died is redelivered after 10 s.
+//
+// At start, every instance behind the last accepted bundle is ordered to
+// catch up. weft.trigger.deploy.<target>, and every deploy.drift_check,
+// re-apply what each instance should have, which repairs drift. The
+// deployer also answers weft.api.status.
 package deployer
 
 import (
@@ -34,11 +42,9 @@ import (
 // Service is the name in metrics, logs and the DLQ subject.
 const Service = "deployer"
 
-// Durable consumer names.
-const (
-	OrdersConsumer = "deployer-orders"
-	DeployConsumer = "deployer"
-)
+// OrdersConsumer is the durable consumer of verdicts; each instance's
+// orders have their own (consumerName).
+const OrdersConsumer = "deployer-orders"
 
 type metrics struct {
 	runtimeOps *prometheus.CounterVec
@@ -64,11 +70,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"target", "driver"}),
 	}
 	return m, svc.Register(reg, Service, m.runtimeOps, m.deploys, m.reloads, m.dur)
-}
-
-type instance struct {
-	target, name, driver string
-	apply                Applier
 }
 
 type deployer struct {
@@ -97,12 +98,18 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
 		return fmt.Errorf("deployer: %w", err)
 	}
+	consumers := map[string]string{}
 	for _, name := range cfg.TargetNames() {
-		in, err := newInstance(name, cfg.Targets[name])
-		if err != nil {
+		if d.instances[name], err = newInstances(name, cfg.Targets[name]); err != nil {
 			return err
 		}
-		d.instances[name] = append(d.instances[name], in)
+		for _, in := range d.instances[name] {
+			c := consumerName(name, in.name)
+			if other, ok := consumers[c]; ok {
+				return fmt.Errorf("deployer: instances %s and %s/%s would share the consumer %s; rename one", other, name, in.name, c)
+			}
+			consumers[c] = name + "/" + in.name
+		}
 	}
 	orders, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamValidated, jetstream.ConsumerConfig{
 		Durable: OrdersConsumer, Description: "turns accepted verdicts into deploy orders",
@@ -111,13 +118,7 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("deployer: consumer: %w", err)
 	}
-	deploys, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
-		Durable: DeployConsumer, Description: "carries out deploy orders",
-		FilterSubject: msg.DeployAll, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxDeliver: 20,
-	})
-	if err != nil {
-		return fmt.Errorf("deployer: consumer: %w", err)
-	}
+	d.dropLegacyConsumer(ctx)
 	bm, err := bus.NewMetrics(Service, env.Registry)
 	if err != nil {
 		return err
@@ -126,7 +127,15 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	stage := func(s string) bus.Options { o := opts; o.Stage = s; return o }
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return bus.Consume(ctx, orders, d.onVerdict, stage("verdicts")) })
-	g.Go(func() error { return bus.Consume(ctx, deploys, d.onOrder, stage("orders")) })
+	for _, name := range cfg.TargetNames() {
+		for _, in := range d.instances[name] {
+			g.Go(func() error { return d.consume(ctx, in, stage("orders")) })
+		}
+		if every := cfg.Targets[name].Deploy.DriftCheck.D(); every > 0 {
+			g.Go(func() error { return d.checkDrift(ctx, name, every) })
+		}
+	}
+	g.Go(func() error { return d.catchUp(ctx) })
 	g.Go(func() error {
 		return bus.Serve(ctx, env.NC, msg.TriggerDeployAll, "weft-deployer", d.onTrigger, stage("trigger-deploy"))
 	})
@@ -134,14 +143,6 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return bus.Serve(ctx, env.NC, msg.APIStatus, "weft-api", d.onStatus, stage("api-status"))
 	})
 	return g.Wait()
-}
-
-func newInstance(target string, t config.Target) (*instance, error) {
-	a, err := newApplier(target, t.Deploy)
-	if err != nil {
-		return nil, err
-	}
-	return &instance{target: target, name: t.Deploy.Instance, driver: t.Deploy.Driver, apply: a}, nil
 }
 
 // onVerdict turns an accepted bundle into deploy orders.
@@ -158,7 +159,7 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		d.env.Log.WarnContext(ctx, "bundle refused by validation; the deployed configuration stays", "target", v.Target, "version", v.Version, "reason", v.Reason)
 		return nil
 	}
-	return d.order(ctx, ins, v.Version, v.BundleHash, "validated", true)
+	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, true)
 }
 
 func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, hash, reason string, dedupe bool) error {
@@ -210,7 +211,7 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 				return err
 			}
 		}
-		if err := d.order(ctx, []*instance{in}, version, hash, "trigger", false); err != nil {
+		if err := d.order(ctx, []*instance{in}, version, hash, msg.OrderTrigger, false); err != nil {
 			return err
 		}
 	}
@@ -245,7 +246,7 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 	}
 	start := time.Now()
 	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}
-	if o.Version < st.Version && o.Reason != "trigger" {
+	if o.Version < st.Version && !o.Reapply() {
 		out.Outcome = msg.OutcomeSkipped
 		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version)
 		return d.finish(ctx, out, start, nil, 0)
@@ -258,6 +259,9 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 		return fmt.Errorf("read bundle: %w", err)
 	}
 	b, err := msg.DecodeBundle(data)
+	if err == nil && in.relocate != "" {
+		b, err = b.Relocate(in.relocate)
+	}
 	if err != nil {
 		return err
 	}

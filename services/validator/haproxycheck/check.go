@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/weftio/weft/pkg/msg"
 )
 
 // Sentinel errors; match them with errors.Is.
@@ -360,7 +362,7 @@ func (b *bundle) layout(dir string) error {
 		}
 		content := f.Content
 		if f.Path == b.main && b.base != "" {
-			content = rewriteBase(content, b.base, dir)
+			content = msg.RewriteBase(content, b.base, dir)
 		}
 		if err := os.WriteFile(full, content, 0o600); err != nil {
 			return fmt.Errorf("haproxycheck: laying out bundle: %w", err)
@@ -401,44 +403,6 @@ func checkTempPath(dir string) error {
 		}
 	}
 	return nil
-}
-
-// isDelimiter reports whether b can end or start a path token in a config line.
-func isDelimiter(b byte) bool {
-	switch b {
-	case ' ', '\t', '\r', '\n', '\v', '\f', '\'', '"', '`', '(', ')', '[', ']', '{', '}', '<', '>', ',', ';', '=', ':', '|':
-		return true
-	}
-	return false
-}
-
-// rewriteBase replaces each occurrence of base that is a whole path or the
-// start of one (followed by "/", a delimiter or the end, and not preceded by a
-// path character) with repl.
-func rewriteBase(cfg []byte, base, repl string) []byte {
-	bb := []byte(base)
-	var out []byte
-	last, i := 0, 0
-	for {
-		j := bytes.Index(cfg[i:], bb)
-		if j < 0 {
-			break
-		}
-		start := i + j
-		end := start + len(bb)
-		before := start == 0 || isDelimiter(cfg[start-1])
-		after := end == len(cfg) || cfg[end] == '/' || isDelimiter(cfg[end])
-		if before && after {
-			out = append(out, cfg[last:start]...)
-			out = append(out, repl...)
-			last = end
-		}
-		i = start + 1
-	}
-	if out == nil {
-		return cfg
-	}
-	return append(out, cfg[last:]...)
 }
 
 // cappedBuffer keeps the first max bytes written and counts the rest.

@@ -155,30 +155,6 @@ func TestMapTempLongestAliasFirst(t *testing.T) {
 	}
 }
 
-func TestRewriteBase(t *testing.T) {
-	const base, dir = "/etc/haproxy", "/tmp/d"
-	tests := []struct{ in, want string }{
-		{"map(/etc/haproxy/maps/host.map)", "map(/tmp/d/maps/host.map)"},
-		{"errorfile 400 /etc/haproxy/files/400.http", "errorfile 400 /tmp/d/files/400.http"},
-		{"map(/etc/haproxy/maps/a.map,'') map_beg(/etc/haproxy/maps/b.map)", "map(/tmp/d/maps/a.map,'') map_beg(/tmp/d/maps/b.map)"},
-		{"crt-base /etc/haproxy", "crt-base /tmp/d"},
-		{"crt-base /etc/haproxy\n", "crt-base /tmp/d\n"},
-		{"/etc/haproxy/haproxy.cfg", "/tmp/d/haproxy.cfg"},
-		{`"/etc/haproxy/x y"`, `"/tmp/d/x y"`},
-		{"map(/etc/haproxy2/maps/host.map)", "map(/etc/haproxy2/maps/host.map)"},
-		{"map(/opt/etc/haproxy/maps/host.map)", "map(/opt/etc/haproxy/maps/host.map)"},
-		{"file /etc/haproxy.d/x", "file /etc/haproxy.d/x"},
-		{"ca-base /etc/ssl/certs", "ca-base /etc/ssl/certs"},
-		{"no base here", "no base here"},
-		{"", ""},
-	}
-	for _, tt := range tests {
-		if got := string(rewriteBase([]byte(tt.in), base, dir)); got != tt.want {
-			t.Errorf("rewriteBase(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestLayoutRewritesOnlyMain(t *testing.T) {
 	main := "global\n  crt-base /etc/haproxy/certs\nfrontend f\n  bind :443 ssl crt-list /etc/haproxy/certs/list.txt\n"
 	list := "/etc/haproxy/certs/site.pem\n"

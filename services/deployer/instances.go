@@ -1,0 +1,137 @@
+package deployer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/bus"
+)
+
+// instance is one program a target is delivered to.
+type instance struct {
+	target, name, driver string
+	apply                Applier
+	// relocate is the folder the instance sees its files in, when it is
+	// not the target's base: bundles are relocated there before applying.
+	relocate string
+}
+
+// newInstances builds the instances of a target: the one default instance,
+// or one per entry of deploy.instances (relocated to its own folder).
+func newInstances(target string, t config.Target) ([]*instance, error) {
+	var out []*instance
+	for _, d := range t.Deploy.PerInstance() {
+		a, err := newApplier(target, d)
+		if err != nil {
+			return nil, err
+		}
+		in := &instance{target: target, name: d.Instance, driver: d.Driver, apply: a}
+		if len(t.Deploy.Instances) > 0 {
+			if dir := cmp.Or(d.HAProxyDir, d.Dest); dir != t.Base {
+				in.relocate = dir
+			}
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// consumerName is the durable consumer of one instance's orders.
+func consumerName(target, instance string) string { return "deployer-" + target + "-" + instance }
+
+// deployAckWait bounds how long an order handled by a deployer that died
+// waits before another replica (or the restarted one) gets it; a live
+// handler keeps its order with InProgress.
+const deployAckWait = 10 * time.Second
+
+// consume carries out one instance's orders, one at a time across every
+// deployer replica (MaxAckPending 1), until ctx is done. Instances consume
+// in parallel.
+func (d *deployer) consume(ctx context.Context, in *instance, o bus.Options) error {
+	cons, err := d.env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
+		Durable: consumerName(in.target, in.name), Description: "deploy orders of " + in.target + "/" + in.name,
+		FilterSubject: msg.DeploySubject(in.target, in.name), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: deployAckWait, MaxDeliver: 20, MaxAckPending: 1,
+	})
+	if err != nil {
+		return fmt.Errorf("deployer: consumer of %s/%s: %w", in.target, in.name, err)
+	}
+	o.AckWait = deployAckWait
+	return bus.Consume(ctx, cons, d.onOrder, o)
+}
+
+// catchUp orders the last accepted bundle for every instance that has an
+// older one (an instance added to the configuration, an order lost with a
+// deployer that died before publishing it). The order's id is the one an
+// accepted verdict gives, so an order already given is not given twice.
+func (d *deployer) catchUp(ctx context.Context) error {
+	for target, ins := range d.instances {
+		version, hash, err := d.lastAccepted(ctx, target)
+		if msg.IsPermanent(err) {
+			continue // nothing accepted yet
+		}
+		if err != nil {
+			return err
+		}
+		for _, in := range ins {
+			st, _, err := d.readStatus(ctx, in)
+			if err != nil {
+				return err
+			}
+			if st.Version < version {
+				d.env.Log.InfoContext(ctx, "instance behind the last accepted bundle", "target", target, "instance", in.name, "has", st.Version, "accepted", version)
+				if err := d.order(ctx, []*instance{in}, version, hash, msg.OrderCatchUp, true); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkDrift re-applies, every interval, what each instance of target has,
+// until ctx is done. Replicas publish the same order id per interval, so
+// each instance gets one check per interval however many deployers run.
+func (d *deployer) checkDrift(ctx context.Context, target string, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			for _, in := range d.instances[target] {
+				if err := d.orderDriftCheck(ctx, in, now.UnixNano()/int64(every)); err != nil && ctx.Err() == nil {
+					d.env.Log.WarnContext(ctx, "drift check not ordered", "target", target, "instance", in.name, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (d *deployer) orderDriftCheck(ctx context.Context, in *instance, period int64) error {
+	st, _, err := d.readStatus(ctx, in)
+	if err != nil || st.BundleHash == "" {
+		return err
+	}
+	o := msg.DeployOrder{Target: in.target, Instance: in.name, Version: st.Version, BundleHash: st.BundleHash, Reason: msg.OrderDriftCheck}
+	id := fmt.Sprintf("%s.%s.drift-%d", in.target, in.name, period)
+	_, err = bus.Publish(ctx, d.env.JS, msg.DeploySubject(in.target, in.name), id, o)
+	return err
+}
+
+// dropLegacyConsumer removes the single consumer of every order that
+// earlier versions used; its orders are now read per instance.
+func (d *deployer) dropLegacyConsumer(ctx context.Context) {
+	err := d.env.JS.DeleteConsumer(ctx, msg.StreamDeploys, "deployer")
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		d.env.Log.Warn("could not remove the old shared deploy consumer", "err", err)
+	}
+}
