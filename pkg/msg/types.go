@@ -2,6 +2,7 @@ package msg
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -176,6 +177,14 @@ type ValidateRequest struct {
 	Version    uint64 `json:"version"`
 	BundleHash string `json:"bundleHash,omitempty"`
 	ConfigHash string `json:"configHash,omitempty"`
+	// Kinds are the kinds the requester waits for; the others do not
+	// check (empty: every kind answers).
+	Kinds []string `json:"kinds,omitempty"`
+}
+
+// Wants reports whether kind is asked to answer.
+func (v ValidateRequest) Wants(kind string) bool {
+	return len(v.Kinds) == 0 || slices.Contains(v.Kinds, kind)
 }
 
 // ConfigTarget is the target token of configuration validation requests.

@@ -166,6 +166,9 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 		reply := msg.ValidateReply{Kind: c.Name(), Replica: v.env.Replica}
 		var req msg.ValidateRequest
 		err := msg.Decode(m.Data, &req)
+		if err == nil && !req.Wants(c.Name()) {
+			return nil // the requester does not wait for this kind
+		}
 		switch {
 		case err != nil:
 		case req.ConfigHash != "":

@@ -37,9 +37,11 @@ func (r Result) OK() bool {
 	return true
 }
 
-// Validate sends req on subject and gathers the replies of the expected
-// kinds until all answered or timeout passed.
+// Validate sends req on subject, naming the expected kinds (the others do
+// not check), and gathers their replies until all answered or timeout
+// passed.
 func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.ValidateRequest, expected []string, timeout time.Duration) (Result, error) {
+	req.Kinds = expected
 	out, err := msg.NewMsg(subject, "", req)
 	if err != nil {
 		return Result{}, err
