@@ -242,9 +242,13 @@ type Validate struct {
 
 // Deploy drivers.
 const (
-	DriverFiles   = "files"
-	DriverRuntime = "runtime"
+	DriverFiles     = "files"
+	DriverRuntime   = "runtime"
+	DriverDataplane = "dataplane"
 )
+
+// Drivers are every deploy driver.
+var Drivers = []string{DriverDataplane, DriverFiles, DriverRuntime}
 
 // Deploy says where and how a target's bundle is delivered.
 type Deploy struct {
@@ -263,6 +267,11 @@ type Deploy struct {
 	MasterSocket string `json:"master_socket,omitempty"`
 	AdminSocket  string `json:"admin_socket,omitempty"`
 	HAProxyDir   string `json:"haproxy_dir,omitempty"`
+	// dataplane driver: the API and its credentials (URL per instance).
+	Dataplane Dataplane `json:"dataplane,omitempty"`
+	// Pods makes every ready Pod of a watched type an instance (dataplane
+	// driver), added and removed as the watcher sees Pods come and go.
+	Pods *Pods `json:"pods,omitempty"`
 	// Instances deploys the target to several instances in parallel; each
 	// takes the fields above and overrides those it sets. Empty: one
 	// instance named Instance.
@@ -273,9 +282,32 @@ type Deploy struct {
 	DriftCheck Duration `json:"drift_check,omitempty"`
 }
 
+// Dataplane is how the dataplane driver reaches an HAProxy Dataplane API.
+type Dataplane struct {
+	URL  string `json:"url,omitempty"`
+	User string `json:"user,omitempty"`
+	// Password, or PasswordFile naming a file that holds it (a mounted
+	// Secret); the file wins.
+	Password     string `json:"password,omitempty"`
+	PasswordFile string `json:"password_file,omitempty"`
+}
+
+// Pods selects the Pods whose Dataplane APIs a target deploys to.
+type Pods struct {
+	// Type is a watched resource type whose objects are Pods.
+	Type string `json:"type"`
+	// LabelSelector filters them (Kubernetes label selector syntax).
+	LabelSelector string `json:"label_selector,omitempty"`
+	// Port of the Dataplane API in the Pod (default 5555) and Scheme
+	// (default http).
+	Port   int    `json:"port,omitempty"`
+	Scheme string `json:"scheme,omitempty"`
+}
+
 // Instance is one program a target is delivered to.
 type Instance struct {
 	Name         string `json:"name"`
+	URL          string `json:"url,omitempty"` // dataplane driver
 	Dest         string `json:"dest,omitempty"`
 	MasterSocket string `json:"master_socket,omitempty"`
 	AdminSocket  string `json:"admin_socket,omitempty"`
@@ -297,6 +329,7 @@ func (d Deploy) PerInstance() []Deploy {
 		e.MasterSocket = cmp.Or(in.MasterSocket, d.MasterSocket)
 		e.AdminSocket = cmp.Or(in.AdminSocket, d.AdminSocket)
 		e.HAProxyDir = cmp.Or(in.HAProxyDir, d.HAProxyDir)
+		e.Dataplane.URL = cmp.Or(in.URL, d.Dataplane.URL)
 		out = append(out, e)
 	}
 	return out
@@ -413,6 +446,13 @@ func (c *Config) defaults() {
 		t.Deploy.Dest = c.resolve(t.Deploy.Dest)
 		t.Deploy.MasterSocket = c.resolve(t.Deploy.MasterSocket)
 		t.Deploy.AdminSocket = c.resolve(t.Deploy.AdminSocket)
+		t.Deploy.Dataplane.PasswordFile = c.resolve(t.Deploy.Dataplane.PasswordFile)
+		if p := t.Deploy.Pods; p != nil {
+			q := *p
+			q.Port = cmp.Or(q.Port, 5555)
+			q.Scheme = cmp.Or(q.Scheme, "http")
+			t.Deploy.Pods = &q
+		}
 		t.Deploy.Instances = slices.Clone(t.Deploy.Instances)
 		for i, in := range t.Deploy.Instances {
 			in.Dest, in.MasterSocket, in.AdminSocket = c.resolve(in.Dest), c.resolve(in.MasterSocket), c.resolve(in.AdminSocket)
@@ -574,6 +614,11 @@ func (c *Config) check() error {
 		}
 		d := t.Deploy
 		checkDeploy(f+".deploy", d, bad)
+		if d.Pods != nil && d.Pods.Type != "" {
+			if _, ok := c.WatchedResources[d.Pods.Type]; !ok {
+				bad(f+".deploy.pods.type", "%q is not a watched resource type", d.Pods.Type)
+			}
+		}
 		if d.DriftCheck < 0 {
 			bad(f+".deploy.drift_check", "must not be negative")
 		}
@@ -593,9 +638,12 @@ func (c *Config) check() error {
 // checkDeploy reports the problems of a deploy section, instance by
 // instance.
 func checkDeploy(f string, d Deploy, bad func(field, f string, args ...any)) {
-	if !slices.Contains([]string{DriverFiles, DriverRuntime}, d.Driver) {
-		bad(f+".driver", "unknown driver %q (known: %s, %s)", d.Driver, DriverFiles, DriverRuntime)
+	if !slices.Contains(Drivers, d.Driver) {
+		bad(f+".driver", "unknown driver %q (known: %s)", d.Driver, strings.Join(Drivers, ", "))
 		return
+	}
+	if d.Pods != nil {
+		checkPods(f+".pods", d, bad)
 	}
 	names, dests := map[string]bool{}, map[string]string{}
 	for i, in := range d.PerInstance() {
@@ -610,6 +658,12 @@ func checkDeploy(f string, d Deploy, bad func(field, f string, args ...any)) {
 			bad(fi+".name", "%q is used twice", in.Instance)
 		}
 		names[in.Instance] = true
+		if d.Driver == DriverDataplane {
+			if in.Dataplane.URL == "" && d.Pods == nil {
+				bad(fi+".url", "required for the dataplane driver (or deploy.pods)")
+			}
+			continue
+		}
 		if in.Dest == "" {
 			bad(fi+".dest", "required for the %s driver", d.Driver)
 		} else if other, ok := dests[in.Dest]; ok {
@@ -619,6 +673,25 @@ func checkDeploy(f string, d Deploy, bad func(field, f string, args ...any)) {
 		if d.Driver == DriverRuntime && in.MasterSocket == "" {
 			bad(fi+".master_socket", "required for the runtime driver")
 		}
+	}
+	if d.Driver == DriverDataplane && d.Dataplane.User == "" {
+		bad(f+".dataplane.user", "required for the dataplane driver")
+	}
+}
+
+func checkPods(f string, d Deploy, bad func(field, f string, args ...any)) {
+	p := d.Pods
+	if d.Driver != DriverDataplane {
+		bad(f, "pods are instances of the dataplane driver, not %s", d.Driver)
+	}
+	if p.Type == "" {
+		bad(f+".type", "required: the watched resource type holding the Pods")
+	}
+	if p.Port < 0 || p.Port > 65535 {
+		bad(f+".port", "%d is not a port", p.Port)
+	}
+	if p.Scheme != "" && p.Scheme != "http" && p.Scheme != "https" {
+		bad(f+".scheme", "must be http or https, got %q", p.Scheme)
 	}
 }
 

@@ -78,7 +78,7 @@ type deployer struct {
 	m         *metrics
 	status    jetstream.KeyValue
 	bundles   jetstream.ObjectStore
-	instances map[string][]*instance // by target
+	instances instanceSet
 }
 
 // Run delivers bundles until ctx is done.
@@ -87,7 +87,7 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return err
 	}
 	env = env.For(Service)
-	d := &deployer{env: env, cfg: cfg, instances: map[string][]*instance{}}
+	d := &deployer{env: env, cfg: cfg, instances: instanceSet{by: map[string][]*instance{}}}
 	var err error
 	if d.m, err = newMetrics(env.Registry); err != nil {
 		return err
@@ -100,10 +100,12 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	}
 	consumers := map[string]string{}
 	for _, name := range cfg.TargetNames() {
-		if d.instances[name], err = newInstances(name, cfg.Targets[name]); err != nil {
+		ins, err := newInstances(name, cfg.Targets[name])
+		if err != nil {
 			return err
 		}
-		for _, in := range d.instances[name] {
+		d.instances.set(name, ins)
+		for _, in := range ins {
 			c := consumerName(name, in.name)
 			if other, ok := consumers[c]; ok {
 				return fmt.Errorf("deployer: instances %s and %s/%s would share the consumer %s; rename one", other, name, in.name, c)
@@ -128,8 +130,16 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return bus.Consume(ctx, orders, d.onVerdict, stage("verdicts")) })
 	for _, name := range cfg.TargetNames() {
-		for _, in := range d.instances[name] {
+		ins, _ := d.instances.of(name)
+		for _, in := range ins {
 			g.Go(func() error { return d.consume(ctx, in, stage("orders")) })
+		}
+		if p := cfg.Targets[name].Deploy.Pods; p != nil {
+			pf, err := newPodFollower(d, name, cfg.Targets[name], stage("orders"))
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return pf.follow(ctx) })
 		}
 		if every := cfg.Targets[name].Deploy.DriftCheck.D(); every > 0 {
 			g.Go(func() error { return d.checkDrift(ctx, name, every) })
@@ -151,7 +161,7 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 	if err := msg.Decode(m.Data(), &v); err != nil {
 		return err
 	}
-	ins, ok := d.instances[v.Target]
+	ins, ok := d.instances.of(v.Target)
 	if !ok {
 		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
 	}
@@ -195,7 +205,7 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 	if err != nil {
 		return err
 	}
-	ins, ok := d.instances[name]
+	ins, ok := d.instances.of(name)
 	if !ok {
 		return msg.Permanent(fmt.Errorf("unknown target %q", name))
 	}
@@ -315,14 +325,7 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, start time.Time
 	return err
 }
 
-func (d *deployer) instance(target, name string) *instance {
-	for _, in := range d.instances[target] {
-		if in.name == name {
-			return in
-		}
-	}
-	return nil
-}
+func (d *deployer) instance(target, name string) *instance { return d.instances.get(target, name) }
 
 func (d *deployer) readStatus(ctx context.Context, in *instance) (msg.DeployStatus, uint64, error) {
 	st := msg.DeployStatus{Target: in.target, Instance: in.name, Driver: in.driver}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/services/deployer/driver/dataplane"
 	"github.com/weftio/weft/services/deployer/driver/files"
 	"github.com/weftio/weft/services/deployer/driver/runtime"
 )
@@ -31,6 +33,9 @@ type Applier interface {
 
 // newApplier builds the driver of a target's deploy section.
 func newApplier(target string, d config.Deploy) (Applier, error) {
+	if d.Driver == config.DriverDataplane {
+		return newDataplaneApplier(target, d)
+	}
 	mode, err := d.FileMode()
 	if err != nil {
 		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
@@ -96,3 +101,33 @@ func (a runtimeApplier) Apply(ctx context.Context, b msg.Bundle) (Outcome, error
 func (runtimeApplier) Refused(err error) bool {
 	return errors.Is(err, runtime.ErrReloadFailed) || errors.Is(err, runtime.ErrConflict) || errors.Is(err, runtime.ErrBadPath)
 }
+
+func newDataplaneApplier(target string, d config.Deploy) (Applier, error) {
+	password := d.Dataplane.Password
+	if d.Dataplane.PasswordFile != "" {
+		b, err := os.ReadFile(d.Dataplane.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("deployer: target %s: dataplane password: %w", target, err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	drv, err := dataplane.New(dataplane.Options{URL: d.Dataplane.URL, User: d.Dataplane.User, Password: password})
+	if err != nil {
+		return nil, fmt.Errorf("deployer: target %s instance %s: %w", target, d.Instance, err)
+	}
+	return dataplaneApplier{drv}, nil
+}
+
+type dataplaneApplier struct{ d *dataplane.Driver }
+
+func (a dataplaneApplier) Apply(ctx context.Context, b msg.Bundle) (Outcome, error) {
+	fs := make([]dataplane.File, len(b.Files))
+	for i, f := range b.Files {
+		fs[i] = dataplane.File{Path: f.Path, Content: f.Content}
+	}
+	res, err := a.d.Apply(ctx, fs)
+	return Outcome{Written: res.Written, Removed: res.Removed, Reloaded: res.Reloaded, ReloadReason: res.ReloadReason,
+		RuntimeOps: res.RuntimeOps, Detail: res.ReloadDetail + res.RuntimeError}, err
+}
+
+func (dataplaneApplier) Refused(err error) bool { return dataplane.Refused(err) }

@@ -104,7 +104,6 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.37.0 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect
-	k8s.io/apimachinery v0.37.0 // indirect
 	k8s.io/client-go v0.37.0 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
@@ -114,7 +113,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace github.com/weftio/weft/pkg/config => ../../pkg/config
@@ -126,6 +124,8 @@ replace github.com/weftio/weft/pkg/testkit => ../../pkg/testkit
 require (
 	github.com/getkin/kin-openapi v0.152.0
 	github.com/haproxytech/client-native/v6 v6.4.1
+	k8s.io/apimachinery v0.37.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 replace github.com/haproxytech/go-method-gen => github.com/haproxytech/go-method-gen v0.1.1

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +29,9 @@ type instance struct {
 // or one per entry of deploy.instances (relocated to its own folder).
 func newInstances(target string, t config.Target) ([]*instance, error) {
 	var out []*instance
+	if t.Deploy.Pods != nil {
+		return nil, nil // its instances come and go with the Pods
+	}
 	for _, d := range t.Deploy.PerInstance() {
 		a, err := newApplier(target, d)
 		if err != nil {
@@ -43,6 +48,60 @@ func newInstances(target string, t config.Target) ([]*instance, error) {
 	return out, nil
 }
 
+// instanceSet holds the instances of every target; those made from Pods
+// come and go while the deployer runs.
+type instanceSet struct {
+	mu sync.Mutex
+	by map[string][]*instance // by target; a known target may have none
+}
+
+func (s *instanceSet) set(target string, ins []*instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.by[target] = ins
+}
+
+// of returns a copy of target's instances, and whether target is known.
+func (s *instanceSet) of(target string) ([]*instance, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ins, ok := s.by[target]
+	return slices.Clone(ins), ok
+}
+
+func (s *instanceSet) all() map[string][]*instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]*instance, len(s.by))
+	for t, ins := range s.by {
+		out[t] = slices.Clone(ins)
+	}
+	return out
+}
+
+func (s *instanceSet) get(target, name string) *instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, in := range s.by[target] {
+		if in.name == name {
+			return in
+		}
+	}
+	return nil
+}
+
+func (s *instanceSet) add(in *instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.by[in.target] = append(s.by[in.target], in)
+}
+
+func (s *instanceSet) remove(target, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.by[target] = slices.DeleteFunc(s.by[target], func(in *instance) bool { return in.name == name })
+}
+
 // consumerName is the durable consumer of one instance's orders.
 func consumerName(target, instance string) string { return "deployer-" + target + "-" + instance }
 
@@ -55,16 +114,26 @@ const deployAckWait = 10 * time.Second
 // deployer replica (MaxAckPending 1), until ctx is done. Instances consume
 // in parallel.
 func (d *deployer) consume(ctx context.Context, in *instance, o bus.Options) error {
-	cons, err := d.env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
-		Durable: consumerName(in.target, in.name), Description: "deploy orders of " + in.target + "/" + in.name,
-		FilterSubject: msg.DeploySubject(in.target, in.name), AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: deployAckWait, MaxDeliver: 20, MaxAckPending: 1,
-	})
+	cons, err := d.openConsumer(ctx, in, jetstream.DeliverAllPolicy)
 	if err != nil {
-		return fmt.Errorf("deployer: consumer of %s/%s: %w", in.target, in.name, err)
+		return err
 	}
 	o.AckWait = deployAckWait
 	return bus.Consume(ctx, cons, d.onOrder, o)
+}
+
+// openConsumer creates (or finds) the durable consumer of in's orders; a
+// new one starts at deliver.
+func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetstream.DeliverPolicy) (jetstream.Consumer, error) {
+	cons, err := d.env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
+		Durable: consumerName(in.target, in.name), Description: "deploy orders of " + in.target + "/" + in.name,
+		FilterSubject: msg.DeploySubject(in.target, in.name), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: deployAckWait, MaxDeliver: 20, MaxAckPending: 1, DeliverPolicy: deliver,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deployer: consumer of %s/%s: %w", in.target, in.name, err)
+	}
+	return cons, nil
 }
 
 // catchUp orders the last accepted bundle for every instance that has an
@@ -72,7 +141,7 @@ func (d *deployer) consume(ctx context.Context, in *instance, o bus.Options) err
 // deployer that died before publishing it). The order's id is the one an
 // accepted verdict gives, so an order already given is not given twice.
 func (d *deployer) catchUp(ctx context.Context) error {
-	for target, ins := range d.instances {
+	for target, ins := range d.instances.all() {
 		version, hash, err := d.lastAccepted(ctx, target)
 		if msg.IsPermanent(err) {
 			continue // nothing accepted yet
@@ -107,7 +176,8 @@ func (d *deployer) checkDrift(ctx context.Context, target string, every time.Dur
 		case <-ctx.Done():
 			return nil
 		case now := <-t.C:
-			for _, in := range d.instances[target] {
+			ins, _ := d.instances.of(target)
+			for _, in := range ins {
 				if err := d.orderDriftCheck(ctx, in, now.UnixNano()/int64(every)); err != nil && ctx.Err() == nil {
 					d.env.Log.WarnContext(ctx, "drift check not ordered", "target", target, "instance", in.name, "err", err)
 				}

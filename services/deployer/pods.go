@@ -1,0 +1,193 @@
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/bus"
+)
+
+// podFollower keeps a target's instances equal to its ready, selected Pods,
+// as the watcher stores them in the resources bucket: a Pod that becomes
+// ready is an instance (its own consumer, and the last accepted bundle
+// ordered at once); one that goes away, stops being ready or changes its
+// address is removed (its consumer and status with it).
+type podFollower struct {
+	d      *deployer
+	target string
+	deploy config.Deploy
+	sel    labels.Selector
+	orders bus.Options
+
+	wg      sync.WaitGroup
+	running map[string]podInstance // by instance name
+}
+
+type podInstance struct {
+	url  string
+	stop context.CancelFunc
+}
+
+func newPodFollower(d *deployer, target string, t config.Target, orders bus.Options) (*podFollower, error) {
+	sel, err := labels.Parse(t.Deploy.Pods.LabelSelector)
+	if err != nil {
+		return nil, fmt.Errorf("deployer: target %s: deploy.pods.label_selector: %w", target, err)
+	}
+	return &podFollower{d: d, target: target, deploy: t.Deploy, sel: sel, orders: orders, running: map[string]podInstance{}}, nil
+}
+
+// follow watches the Pods until ctx is done.
+func (p *podFollower) follow(ctx context.Context) error {
+	kv, err := p.d.env.JS.KeyValue(ctx, msg.BucketResources)
+	if err != nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	w, err := kv.Watch(ctx, "*."+p.deploy.Pods.Type+".>")
+	if err != nil {
+		return fmt.Errorf("deployer: watch pods of %s: %w", p.target, err)
+	}
+	defer func() {
+		_ = w.Stop()
+		for _, r := range p.running {
+			r.stop()
+		}
+		p.wg.Wait()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("deployer: pod watch closed")
+			}
+			if e != nil {
+				p.update(ctx, e)
+			}
+		}
+	}
+}
+
+func (p *podFollower) update(ctx context.Context, e jetstream.KeyValueEntry) {
+	_, _, ns, pod, err := msg.ParseResourceKey(e.Key())
+	if err != nil {
+		return
+	}
+	name := podInstanceName(ns, pod)
+	url := ""
+	if e.Operation() == jetstream.KeyValuePut {
+		var r msg.Resource
+		if err := msg.Decode(e.Value(), &r); err != nil {
+			p.d.env.Log.Warn("unreadable pod in the resources bucket", "key", e.Key(), "err", err)
+			return
+		}
+		url = p.endpoint(r.Object)
+	}
+	cur, running := p.running[name]
+	switch {
+	case running && cur.url == url:
+		return
+	case running:
+		p.remove(ctx, name)
+	}
+	if url != "" {
+		p.add(ctx, name, url)
+	}
+}
+
+// endpoint is the Dataplane API address of a selected, ready Pod, or "".
+func (p *podFollower) endpoint(obj map[string]any) string {
+	meta, _ := obj["metadata"].(map[string]any)
+	status, _ := obj["status"].(map[string]any)
+	if meta == nil || status == nil || meta["deletionTimestamp"] != nil {
+		return ""
+	}
+	lbls := labels.Set{}
+	if m, ok := meta["labels"].(map[string]any); ok {
+		for k, v := range m {
+			lbls[k], _ = v.(string)
+		}
+	}
+	ip, _ := status["podIP"].(string)
+	if !p.sel.Matches(lbls) || ip == "" || !podReady(status) {
+		return ""
+	}
+	host := ip
+	if strings.Contains(ip, ":") {
+		host = "[" + ip + "]"
+	}
+	return fmt.Sprintf("%s://%s:%d", p.deploy.Pods.Scheme, host, p.deploy.Pods.Port)
+}
+
+func podReady(status map[string]any) bool {
+	conds, _ := status["conditions"].([]any)
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// podInstanceName is a subject token naming the Pod namespace/name.
+func podInstanceName(ns, pod string) string {
+	return strings.ReplaceAll("pod-"+ns+"-"+pod, ".", "_")
+}
+
+func (p *podFollower) add(ctx context.Context, name, url string) {
+	dep := p.deploy
+	dep.Instance, dep.Dataplane.URL, dep.Pods = name, url, nil
+	a, err := newApplier(p.target, dep)
+	if err != nil {
+		p.d.env.Log.Error("pod not usable as an instance", "target", p.target, "instance", name, "err", err)
+		return
+	}
+	in := &instance{target: p.target, name: name, driver: dep.Driver, apply: a}
+	// Only orders from now on: older ones were for an earlier Pod of
+	// that name, and the catch-up below brings this one up to date.
+	cons, err := p.d.openConsumer(ctx, in, jetstream.DeliverNewPolicy)
+	if err != nil {
+		p.d.env.Log.Error("pod instance without consumer", "target", p.target, "instance", name, "err", err)
+		return
+	}
+	p.d.instances.add(in)
+	ictx, stop := context.WithCancel(ctx)
+	p.running[name] = podInstance{url: url, stop: stop}
+	o := p.orders
+	o.AckWait = deployAckWait
+	p.wg.Go(func() {
+		if err := bus.Consume(ictx, cons, p.d.onOrder, o); err != nil && ictx.Err() == nil {
+			p.d.env.Log.Error("orders of a pod instance stopped", "target", p.target, "instance", name, "err", err)
+		}
+	})
+	p.d.env.Log.Info("pod instance added", "target", p.target, "instance", name, "url", url)
+	version, hash, err := p.d.lastAccepted(ctx, p.target)
+	if err == nil {
+		// Not de-duplicated: a Pod recreated under the same name needs
+		// the bundle again.
+		err = p.d.order(ctx, []*instance{in}, version, hash, msg.OrderCatchUp, false)
+	}
+	if err != nil && !msg.IsPermanent(err) {
+		p.d.env.Log.Warn("new pod instance not ordered its bundle yet", "target", p.target, "instance", name, "err", err)
+	}
+}
+
+func (p *podFollower) remove(ctx context.Context, name string) {
+	p.running[name].stop()
+	delete(p.running, name)
+	p.d.instances.remove(p.target, name)
+	if err := p.d.env.JS.DeleteConsumer(ctx, msg.StreamDeploys, consumerName(p.target, name)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		p.d.env.Log.Warn("consumer of a removed pod instance not deleted", "instance", name, "err", err)
+	}
+	_ = p.d.status.Delete(ctx, msg.DeployStatusKey(p.target, name))
+	p.d.env.Log.Info("pod instance removed", "target", p.target, "instance", name)
+}

@@ -1,0 +1,97 @@
+package deployer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
+)
+
+// putPod stores a Pod as the watcher would.
+func putPod(t *testing.T, bus *testkit.Bus, name, ip, app string, ready bool) {
+	t.Helper()
+	status := "False"
+	if ready {
+		status = "True"
+	}
+	obj := map[string]any{
+		"metadata": map[string]any{"name": name, "namespace": "lb", "labels": map[string]any{"app": app}},
+		"status":   map[string]any{"podIP": ip, "conditions": []any{map[string]any{"type": "Ready", "status": status}}},
+	}
+	data, err := msg.Encode(msg.Resource{Source: "k8s", Type: "pods", Namespace: "lb", Name: name, Hash: fmt.Sprint(ip, ready, app), Object: obj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, _ := bus.JS.KeyValue(context.Background(), msg.BucketResources)
+	if _, err := kv.Put(context.Background(), msg.ResourceKey("k8s", "pods", "lb", name), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPodsAreInstances follows Pods in the resources bucket: a ready Pod
+// the selector picks is an instance that gets the last accepted bundle
+// through its Dataplane API; other Pods are not; a Pod that stops being
+// ready is removed with its status, and gets the bundle again when it
+// comes back.
+func TestPodsAreInstances(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{HAProxy: testkit.HAProxy(t)})
+	u, _ := url.Parse(api.URL())
+	bus := testkit.NATS(t)
+	yaml := fmt.Sprintf(`
+watched_resources:
+  pods: {api_version: v1, kind: Pod}
+targets:
+  edge:
+    base: %s
+    deploy:
+      driver: dataplane
+      dataplane: {user: %s, password: %s}
+      pods: {type: pods, label_selector: "app=haproxy", port: %s}
+    haproxy_config: {template: unused}
+`, api.Dir(), api.User(), api.Password(), u.Port())
+	f, _ := run(t, bus, t.TempDir(), api.Dir(), yaml)
+	b := f.store("global\n  maxconn 100\n\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 5s\n  timeout server 5s\n\nfrontend f\n  bind 127.0.0.1:18099\n")
+	kv, _ := bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	if _, err := msg.StoreStatus(context.Background(), kv, msg.ValidationStatusKey("edge"),
+		msg.ValidationStatus{Target: "edge", Version: 3, BundleHash: b.Hash, OK: true, LastGood: b.Hash, LastGoodVersion: 3}, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	putPod(t, bus, "web-0", "10.1.1.1", "web", true) // not selected
+	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
+	st := status(t, bus, "pod-lb-haproxy-0", 3)
+	if st.LastError != "" || st.Reloads["structure"] != 1 {
+		t.Fatalf("pod instance status = %+v", st)
+	}
+	if cfg, _ := api.Config(); cfg == dataplanetest.DefaultConfig {
+		t.Fatal("the API still has its initial configuration")
+	}
+	if _, err := kv.Get(context.Background(), msg.DeployStatusKey("edge", "pod-lb-web-0")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("unselected pod has a status: %v", err)
+	}
+
+	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", false)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		_, err := kv.Get(context.Background(), msg.DeployStatusKey("edge", "pod-lb-haproxy-0"))
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("status of a pod that is not ready: %v", err)
+		}
+		return nil
+	})
+
+	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
+	if st := status(t, bus, "pod-lb-haproxy-0", 3); st.Deploys != 1 || st.LastError != "" {
+		t.Fatalf("returning pod: %+v", st)
+	}
+	if n := api.Counts().Reloads; n != 1 {
+		t.Fatalf("%d reloads, want 1 (the returning pod already has the bundle)", n)
+	}
+}
