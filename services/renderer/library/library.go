@@ -118,11 +118,12 @@
 //     or name that is not a Kubernetes name skips the whole Ingress) are
 //     registered with register_error against the Ingress and skipped; the
 //     render goes on.
-//   - Incremental rendering: the per-Ingress work is done in fragments
-//     (for_each: ingresses): map entries, backends and TLS entries. An
-//     EndpointSlice change re-renders only the backends of the Ingresses
-//     that use its Service; a Secret change only the TLS entries of the
-//     Ingresses that use it.
+//   - Incremental rendering: the per-Ingress work is done in two
+//     fragments (for_each: ingresses): `ingress` reads each Ingress once
+//     and writes its map entries and backends as parts, `ingress-tls` its
+//     TLS entries. An EndpointSlice change re-renders only the `ingress`
+//     entries of the Ingresses that use its Service; a Secret change only
+//     the `ingress-tls` entries of the Ingresses that use it.
 package library
 
 import (
