@@ -22,7 +22,7 @@ import (
 // stack is weft running in-process on an embedded NATS server over a
 // temporary copy of a configuration and its manifests.
 type stack struct {
-	t    *testing.T
+	t    testing.TB
 	bus  *testkit.Bus
 	env  *testkit.Env
 	dir  string // the copy: weft.yaml, manifests/, out/
@@ -31,7 +31,7 @@ type stack struct {
 }
 
 // copyTree copies src into dst.
-func copyTree(t *testing.T, src, dst string) {
+func copyTree(t testing.TB, src, dst string) {
 	t.Helper()
 	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -63,7 +63,7 @@ func startStack(t *testing.T, src string, edit func(string) string) *stack {
 
 // startStackWith is startStack with hooks: before runs on the copy's folder
 // first, after once weft.yaml is edited (both may be nil).
-func startStackWith(t *testing.T, src string, before func(dir string), edit func(string) string, after func(dir string)) *stack {
+func startStackWith(t testing.TB, src string, before func(dir string), edit func(string) string, after func(dir string)) *stack {
 	t.Helper()
 	s := &stack{t: t, dir: t.TempDir()}
 	copyTree(t, src, s.dir)
@@ -201,7 +201,7 @@ func haproxyCheck(t *testing.T, cfgPath string) error {
 	return nil
 }
 
-func waitFor(t *testing.T, what string, f func() error) {
+func waitFor(t testing.TB, what string, f func() error) {
 	t.Helper()
 	testkit.Eventually(t, 20*time.Second, func() error {
 		if err := f(); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/weftio/weft/services/deployer/driver/runtime"
 )
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -27,7 +27,7 @@ func freePort(t *testing.T) int {
 }
 
 // echo serves its name on addr until the test ends.
-func echo(t *testing.T, addr, name string) {
+func echo(t testing.TB, addr, name string) {
 	t.Helper()
 	srv, err := demo.Echo(addr, name)
 	if err != nil {
@@ -39,7 +39,7 @@ func echo(t *testing.T, addr, name string) {
 // runtimeQuickstart turns the quickstart copied into dir into the
 // configuration `weft up --demo` runs (the runtime driver, an admin socket)
 // and starts HAProxy for it as the demo does, until the test ends.
-func runtimeQuickstart(t *testing.T, dir string) {
+func runtimeQuickstart(t testing.TB, dir string) {
 	t.Helper()
 	cfg, err := config.Load(filepath.Join(dir, "weft.yaml"))
 	if err != nil {

@@ -79,7 +79,7 @@ func (p *weftProcess) logged(prefix string) (map[string]any, bool) {
 
 // onPorts rewrites the quickstart copied into dir so that HAProxy binds
 // httpPort and every EndpointSlice names backendPort.
-func onPorts(t *testing.T, dir string, httpPort, backendPort int) {
+func onPorts(t testing.TB, dir string, httpPort, backendPort int) {
 	t.Helper()
 	edit := func(path string, r *strings.Replacer) {
 		b, err := os.ReadFile(path)
