@@ -41,7 +41,7 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 	}
 	defer root.Close()
 
-	m, raw, err := readManifest(root)
+	m, raw, err := readManifest(root, d.names)
 	if err != nil {
 		return Result{}, err
 	}
@@ -57,7 +57,7 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 		// that were already as wanted, or forget files that are gone.
 		next = p.nextManifest(m, nil, nil, m.Dirs)
 		next.ReloadPending = m.ReloadPending && d.opts.ReloadCmd != ""
-		if err := writeManifest(root, next, raw); err != nil {
+		if err := writeManifest(root, d.names, next, raw); err != nil {
 			return res, err
 		}
 	} else {
@@ -378,11 +378,11 @@ func (p *plan) nextManifest(m manifest, written, dropFiles, dirs []string) manif
 // deliver stages the bundle, checks it and installs it, and returns the
 // manifest it wrote.
 func (d *Driver) deliver(ctx context.Context, root *os.Root, files []File, main string, p *plan, m manifest, res *Result) (next manifest, err error) {
-	removeLeftovers(root)
+	d.removeLeftovers(root)
 	// The staging directory and its subdirectories get the mode and owner of
 	// the directories in Dest, so that a check command that drops privileges
 	// sees the bundle as the program will.
-	stage := stagePrefix + rand.Text()
+	stage := d.names.stage + rand.Text()
 	if created, err := d.mkdir(root, stage); err != nil || !created {
 		if err == nil {
 			err = fs.ErrExist
@@ -432,14 +432,14 @@ func (d *Driver) deliver(ctx context.Context, root *os.Root, files []File, main 
 
 	next = p.nextManifest(m, res.Written, slices.Concat(removed, vanished), dirs)
 	next.ReloadPending = d.opts.ReloadCmd != "" && (m.ReloadPending || len(res.Written) > 0 || len(res.Removed) > 0)
-	writeErr := writeManifest(root, next, nil)
+	writeErr := writeManifest(root, d.names, next, nil)
 	return next, errors.Join(installErr, removeErr, writeErr)
 }
 
 // removeLeftovers removes staging entries left by an interrupted run. It is
 // best effort: leftovers only cost space, and failing to remove them must not
 // block a delivery.
-func removeLeftovers(root *os.Root) {
+func (d *Driver) removeLeftovers(root *os.Root) {
 	dir, err := root.Open(".")
 	if err != nil {
 		return
@@ -447,7 +447,7 @@ func removeLeftovers(root *os.Root) {
 	names, _ := dir.Readdirnames(-1)
 	_ = dir.Close()
 	for _, name := range names {
-		if strings.HasPrefix(name, stagePrefix) {
+		if d.names.ownsStage(name) {
 			_ = root.RemoveAll(name)
 		}
 	}
@@ -620,7 +620,7 @@ func (d *Driver) reload(ctx context.Context, root *os.Root, m manifest, res *Res
 	d.lastReload = time.Now()
 	res.Reloaded = true
 	m.ReloadPending = false
-	if err := writeManifest(root, m, nil); err != nil {
+	if err := writeManifest(root, d.names, m, nil); err != nil {
 		return fmt.Errorf("files: record the reload: %w", err)
 	}
 	return nil

@@ -9,7 +9,7 @@
 // command. Otherwise, in this order:
 //
 //  1. The complete bundle is staged in a fresh directory inside Dest
-//     (".weft-stage-<random>", so that it is on the same filesystem), with the
+//     (".weft-stage-<random>", or ".weft-stage-<Name>.<random>", so that it is on the same filesystem), with the
 //     final mode and owner already set; the files about to be installed are
 //     fsynced.
 //  2. CheckCmd, if set, runs against the staged copy ({{.src}} is the staged
@@ -33,10 +33,14 @@
 //
 // # What the driver owns in Dest
 //
-// The driver removes only what it owns: the files listed in the manifest
+// The driver removes only what it owns: the files listed in its manifest
 // ".weft-manifest.json" (every path of every bundle it applied), the
 // directories it created itself (removed only once empty), its staging
-// entries ".weft-stage-*", and the manifest. Any other file in Dest is left
+// entries ".weft-stage-*", and the manifest. A driver with Options.Name N
+// uses ".weft-manifest-N.json" and ".weft-stage-N.*" instead, so drivers
+// with different names share a Dest as long as their bundles' files differ
+// (confd resources writing /etc/app/a.conf and /etc/app/b.conf); every
+// name starting with ".weft-manifest" or ".weft-stage-" is reserved. Any other file in Dest is left
 // alone; if such a file or directory is in the way of the bundle's layout,
 // Apply fails with ErrConflict before touching anything. Bundle paths are
 // relative and slash-separated; absolute paths, ".." and the reserved names
@@ -55,5 +59,5 @@
 //
 // Calls of Apply and Drift on one Driver are serialized; waiting for a
 // running Apply respects the context. Two Drivers, or two processes, must not
-// deliver into the same Dest.
+// deliver into the same Dest under the same Name.
 package files

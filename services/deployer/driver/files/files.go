@@ -75,6 +75,11 @@ type Options struct {
 	// Main is the bundle path given to CheckCmd as {{.src}}; default: the
 	// first file of the bundle passed to Apply.
 	Main string
+	// Name, when set, names the driver's manifest (".weft-manifest-<Name>.json")
+	// and staging entries (".weft-stage-<Name>.*") in Dest, so that several
+	// drivers with different names can deliver different files into one
+	// Dest. Letters, digits, '-' and '_' only.
+	Name string
 }
 
 // Result describes what Apply did. On error it still describes what was done
@@ -97,6 +102,7 @@ type Result struct {
 // concurrent use; calls are serialized.
 type Driver struct {
 	opts     Options
+	names    names
 	uid, gid int // -1: leave as is
 	check    *template.Template
 
@@ -146,7 +152,11 @@ func New(opts Options) (*Driver, error) {
 		}
 	}
 
-	d := &Driver{opts: opts, sem: make(chan struct{}, 1), waitFor: sleepCtx}
+	n, err := newNames(opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{opts: opts, names: n, sem: make(chan struct{}, 1), waitFor: sleepCtx}
 	if d.uid, err = resolveID("owner", opts.Owner); err != nil {
 		return nil, err
 	}

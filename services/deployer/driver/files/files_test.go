@@ -4,6 +4,7 @@ package files
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -582,6 +583,9 @@ func TestNewValidates(t *testing.T) {
 		{name: "check does not parse", opts: Options{Dest: dir, CheckCmd: "test {{.src"}},
 		{name: "check uses an unknown variable", opts: Options{Dest: dir, CheckCmd: "test {{.source}}"}},
 		{name: "bad main", opts: Options{Dest: dir, Main: "../haproxy.cfg"}},
+		{name: "named", opts: Options{Dest: dir, Name: "app-a_1"}, ok: true},
+		{name: "name with a dot", opts: Options{Dest: dir, Name: "app.a"}},
+		{name: "name with a slash", opts: Options{Dest: dir, Name: "app/a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -882,5 +886,55 @@ func TestOutputIsTrimmed(t *testing.T) {
 	msg := err.Error()
 	if len(msg) > outputHead+outputTail+200 || !strings.Contains(msg, "bytes omitted") || !strings.HasSuffix(msg, "the-end") {
 		t.Errorf("error of %d bytes, want the head and the tail of the output ending in the-end", len(msg))
+	}
+}
+
+func TestNamedDriversShareDest(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	a := r.driver(t, Options{Name: "app-a", CheckCmd: "test -s {{.src}}"})
+	b := r.driver(t, Options{Name: "app-b", Main: "b.conf"})
+	r.apply(t, a, bundle("a.conf", "a1"))
+	r.apply(t, b, bundle("b.conf", "b1"))
+	r.assertBundle(t, bundle("a.conf", "a1", "b.conf", "b1"))
+
+	// b is in the middle of a delivery when a delivers: a leaves b's
+	// staging entry alone, and removing a.conf from a's bundle leaves
+	// b.conf alone.
+	r.write(t, ".weft-stage-app-b.INFLIGHT/b.conf", "b2")
+	if _, err := a.Apply(t.Context(), bundle("a2.conf", "a2")); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if !r.exists(".weft-stage-app-b.INFLIGHT/b.conf") {
+		t.Error("driver app-a removed the staging entry of driver app-b")
+	}
+	if r.exists("a.conf") {
+		t.Error("a.conf left a's bundle but is still in Dest")
+	}
+	r.assertBundle(t, bundle("a2.conf", "a2", "b.conf", "b1"))
+
+	for _, tt := range []struct {
+		manifest string
+		files    []string
+	}{
+		{".weft-manifest-app-a.json", []string{"a2.conf"}},
+		{".weft-manifest-app-b.json", []string{"b.conf"}},
+	} {
+		var m manifest
+		if err := json.Unmarshal([]byte(r.read(t, tt.manifest)), &m); err != nil {
+			t.Fatalf("%s: %v", tt.manifest, err)
+		}
+		if !slices.Equal(m.Files, tt.files) {
+			t.Errorf("%s lists %v, want %v", tt.manifest, m.Files, tt.files)
+		}
+	}
+	if r.exists(manifestName) {
+		t.Errorf("named drivers wrote the unnamed manifest %s", manifestName)
+	}
+	if err := os.RemoveAll(r.path(".weft-stage-app-b.INFLIGHT")); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.apply(t, b, bundle("b.conf", "b1")); len(res.Written) != 0 || res.Unchanged != 1 {
+		t.Errorf("re-applying b = %+v, want nothing written", res)
 	}
 }

@@ -225,7 +225,7 @@ func readManifestFile(t *testing.T, r rig) manifest {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	m, _, err := readManifest(root)
+	m, _, err := readManifest(root, names{manifest: manifestName, stage: stagePrefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,10 @@ type manifest struct {
 	ReloadPending bool `json:"reloadPending,omitempty"`
 }
 
-// readManifest loads the manifest of Dest and returns it with its encoding;
-// a missing manifest is an empty one.
-func readManifest(root *os.Root) (manifest, []byte, error) {
-	raw, err := root.ReadFile(manifestName)
+// readManifest loads the driver's manifest in Dest and returns it with its
+// encoding; a missing manifest is an empty one.
+func readManifest(root *os.Root, n names) (manifest, []byte, error) {
+	raw, err := root.ReadFile(n.manifest)
 	if errors.Is(err, fs.ErrNotExist) {
 		return manifest{Version: manifestVersion}, nil, nil
 	}
@@ -38,14 +38,14 @@ func readManifest(root *os.Root) (manifest, []byte, error) {
 	}
 	var m manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return manifest{}, nil, fmt.Errorf("files: read manifest %s: %w (remove it to let the driver start over; it will then own only the files of the next bundle)", manifestName, err)
+		return manifest{}, nil, fmt.Errorf("files: read manifest %s: %w (remove it to let the driver start over; it will then own only the files of the next bundle)", n.manifest, err)
 	}
 	if m.Version != manifestVersion {
-		return manifest{}, nil, fmt.Errorf("files: read manifest %s: unsupported version %d", manifestName, m.Version)
+		return manifest{}, nil, fmt.Errorf("files: read manifest %s: unsupported version %d", n.manifest, m.Version)
 	}
 	for _, p := range slices.Concat(m.Files, m.Dirs) {
 		if err := checkPath(p); err != nil {
-			return manifest{}, nil, fmt.Errorf("files: read manifest %s: %w", manifestName, err)
+			return manifest{}, nil, fmt.Errorf("files: read manifest %s: %w", n.manifest, err)
 		}
 	}
 	return m, raw, nil
@@ -76,7 +76,7 @@ func sortedCopy(s []string) []string {
 
 // writeManifest replaces the manifest atomically unless its encoding equals
 // old.
-func writeManifest(root *os.Root, m manifest, old []byte) error {
+func writeManifest(root *os.Root, n names, m manifest, old []byte) error {
 	b, err := m.encode()
 	if err != nil {
 		return err
@@ -84,7 +84,7 @@ func writeManifest(root *os.Root, m manifest, old []byte) error {
 	if old != nil && bytes.Equal(b, old) {
 		return nil
 	}
-	if err := writeAtomic(root, manifestName, b, 0o644); err != nil {
+	if err := writeAtomic(root, n, n.manifest, b, 0o644); err != nil {
 		return fmt.Errorf("files: write manifest: %w", err)
 	}
 	return nil
@@ -92,8 +92,8 @@ func writeManifest(root *os.Root, m manifest, old []byte) error {
 
 // writeAtomic writes data to a temporary file in the root's top directory,
 // fsyncs it and renames it to name.
-func writeAtomic(root *os.Root, name string, data []byte, mode fs.FileMode) (err error) {
-	tmp := stagePrefix + "tmp-" + rand.Text()
+func writeAtomic(root *os.Root, n names, name string, data []byte, mode fs.FileMode) (err error) {
+	tmp := n.stage + "tmp-" + rand.Text()
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err

@@ -9,11 +9,41 @@ import (
 )
 
 const (
-	// manifestName is the file in Dest listing what the driver owns.
+	// manifestName is the file in Dest listing what an unnamed driver owns.
 	manifestName = ".weft-manifest.json"
-	// stagePrefix starts every temporary entry the driver creates in Dest.
+	// manifestPrefix starts the manifest of every driver, named or not.
+	manifestPrefix = ".weft-manifest"
+	// stagePrefix starts every temporary entry a driver creates in Dest.
 	stagePrefix = ".weft-stage-"
 )
+
+// names are the entries of one driver in Dest: its manifest, and the
+// prefix of its staging entries. An unnamed driver uses manifestName and
+// stagePrefix followed by random text (which has no dot); a driver named N
+// uses ".weft-manifest-N.json" and ".weft-stage-N." followed by random
+// text, so drivers with different names never touch each other's entries.
+type names struct {
+	manifest string
+	stage    string
+	named    bool
+}
+
+func newNames(name string) (names, error) {
+	if name == "" {
+		return names{manifest: manifestName, stage: stagePrefix}, nil
+	}
+	if strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+		return names{}, fmt.Errorf("%w: Name %q: only letters, digits, '-' and '_' are allowed", ErrConfig, name)
+	}
+	return names{manifest: manifestPrefix + "-" + name + ".json", stage: stagePrefix + name + ".", named: true}, nil
+}
+
+// ownsStage reports whether the top-level entry called entry is a staging
+// entry of this driver.
+func (n names) ownsStage(entry string) bool {
+	rest, ok := strings.CutPrefix(entry, n.stage)
+	return ok && (n.named || !strings.Contains(rest, "."))
+}
 
 // checkPath reports whether p is usable as a bundle path (bundlepath.Reason)
 // and not one of the driver's own names.
@@ -21,7 +51,7 @@ func checkPath(p string) error {
 	reason := bundlepath.Reason(p)
 	if reason == "" {
 		first, _, _ := strings.Cut(p, "/")
-		if first == manifestName || strings.HasPrefix(first, stagePrefix) {
+		if strings.HasPrefix(first, manifestPrefix) || strings.HasPrefix(first, stagePrefix) {
 			reason = "reserved for the driver"
 		}
 	}
