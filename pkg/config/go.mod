@@ -3,6 +3,7 @@ module github.com/weftio/weft/pkg/config
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/weftio/weft/pkg/msg v0.0.0
 	sigs.k8s.io/yaml v1.6.0
 )

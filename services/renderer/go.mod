@@ -24,6 +24,7 @@ require (
 )
 
 require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -102,7 +103,6 @@ require (
 replace github.com/weftio/weft/pkg/svc => ../../pkg/svc
 
 require (
-	github.com/BurntSushi/toml v1.6.0
 	github.com/weftio/weft/pkg/testkit v0.0.0
 	go.uber.org/goleak v1.3.0
 )

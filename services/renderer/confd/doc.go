@@ -6,7 +6,9 @@
 // # Contract
 //
 // LoadConfdir(dir) reads every template resource of a confdir, as confd
-// does: the files under <dir>/conf.d whose name ends in "toml"
+// does (the TOML side is package pkg/config/confdir, which weft's
+// configuration also uses; Compile parses the template of one
+// confdir.Spec): the files under <dir>/conf.d whose name ends in "toml"
 // (recursively, in lexical order), each a [template] table with src, dest,
 // keys, prefix, owner, group, uid, gid, mode, check_cmd, reload_cmd and the
 // maintained confd's output_format, min_reload_interval, debounce,

@@ -5,52 +5,31 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+
+	"github.com/weftio/weft/pkg/config/confdir"
 )
 
 var (
 	// ErrConfig matches (errors.Is) every error about a template resource
 	// file: TOML that does not parse, a missing or invalid field, a
-	// template that cannot be read or parsed.
-	ErrConfig = errors.New("invalid template resource")
+	// template that cannot be read or parsed (confdir.ErrConfig).
+	ErrConfig = confdir.ErrConfig
 	// ErrTemplate matches every error of a template: one that does not
 	// parse (unknown function, syntax) and one that fails while rendering
 	// (missing key, failing function).
 	ErrTemplate = errors.New("template error")
 	// ErrEmptySrc is a resource without src (confd's message).
-	ErrEmptySrc = errors.New("empty src template")
+	ErrEmptySrc = confdir.ErrEmptySrc
 	// ErrEmptyDest is a resource without dest.
-	ErrEmptyDest = errors.New("empty dest")
+	ErrEmptyDest = confdir.ErrEmptyDest
 	// ErrNotLoaded is Render on a Resource that LoadConfdir did not make.
 	ErrNotLoaded = errors.New("resource has no template: load it with LoadConfdir")
 )
 
-// ConfigError is a problem with one template resource file. File is the
-// conf.d file; Field the offending field of its [template] table ("src",
-// "mode", ...) when one is to blame; Line the line in the file when known.
-// It matches ErrConfig and unwraps to Err.
-type ConfigError struct {
-	File  string
-	Field string
-	Line  int
-	Err   error
-}
-
-func (e *ConfigError) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc += ":" + strconv.Itoa(e.Line)
-	}
-	if e.Field != "" {
-		return fmt.Sprintf("%s: %s: %v", loc, e.Field, e.Err)
-	}
-	return fmt.Sprintf("%s: %v", loc, e.Err)
-}
-
-// Unwrap returns Err.
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// Is matches ErrConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+// ConfigError is a problem with one template resource file (see
+// confdir.ConfigError): File is the conf.d file, Field the offending field,
+// Line the line when known. It matches ErrConfig.
+type ConfigError = confdir.ConfigError
 
 // TemplateError is a template that does not parse or fails to render.
 // File is the template's path, Line the line text/template reports (0 when

@@ -17,7 +17,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current output")
 
-const confdir = "testdata/confdir"
+const testConfdir = "testdata/confdir"
 
 // fakeResolver answers from fixed tables; any other name fails like an
 // unknown host.
@@ -98,7 +98,7 @@ func loadValues(t testing.TB) map[string]string {
 
 func loadTestConfdir(t testing.TB, opts ...Option) []Resource {
 	t.Helper()
-	rs, err := LoadConfdir(confdir, append(testOptions(), opts...)...)
+	rs, err := LoadConfdir(testConfdir, append(testOptions(), opts...)...)
 	if err != nil {
 		t.Fatalf("LoadConfdir: %v", err)
 	}
@@ -108,7 +108,7 @@ func loadTestConfdir(t testing.TB, opts ...Option) []Resource {
 // goldenName is the resource's conf.d path without ".toml".
 func goldenName(t testing.TB, r Resource) string {
 	t.Helper()
-	rel, err := filepath.Rel(filepath.Join(confdir, "conf.d"), r.File)
+	rel, err := filepath.Rel(filepath.Join(testConfdir, "conf.d"), r.File)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestRenderConcurrent(t *testing.T) {
 // function a template can call appears in one of them.
 func TestFixturesUseEveryFunction(t *testing.T) {
 	var all strings.Builder
-	err := filepath.WalkDir(filepath.Join(confdir, "templates"), func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(testConfdir, "templates"), func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}

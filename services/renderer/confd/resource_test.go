@@ -295,7 +295,7 @@ func TestResourceFields(t *testing.T) {
 	if got := r.Target(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Target() =\n%+v\nwant\n%+v", got, want)
 	}
-	if r.Src != "store.tmpl" || r.Template != filepath.Join(confdir, "templates", "store.tmpl") {
+	if r.Src != "store.tmpl" || r.Template != filepath.Join(testConfdir, "templates", "store.tmpl") {
 		t.Errorf("Src %q Template %q", r.Src, r.Template)
 	}
 	if r.Prefix != "/myapp" || !reflect.DeepEqual(r.Keys, []string{"/database", "/upstream", "/services"}) {
