@@ -2,7 +2,10 @@
 // types and how they are indexed, and the targets to render, validate and
 // deploy. Load applies defaults, resolves relative paths against the file's
 // folder and reports every problem at once, each with its field path. A
-// Config is immutable once loaded; services receive the parts they need.
+// target that names a confd confdir (confd: {dir, prefix}) is replaced at
+// load by one target per template resource of the confdir (see Confd), so
+// the confdir is read, with package confdir, wherever weft.yaml is loaded.
+// A Config is immutable once loaded; services receive the parts they need.
 package config
 
 import (
@@ -21,6 +24,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/weftio/weft/pkg/config/confdir"
 	"github.com/weftio/weft/pkg/config/fieldpath"
 	"github.com/weftio/weft/pkg/msg"
 )
@@ -170,6 +174,12 @@ type Target struct {
 	// and reused while what they read is unchanged; templates join them
 	// with fragments("<name>") or take one with fragment("<name>", id).
 	Fragments map[string]Fragment `json:"fragments,omitempty"`
+	// Confd makes the target a confd confdir instead of a template set:
+	// Load replaces it by one target per template resource (see Confd).
+	Confd *Confd `json:"confd,omitempty"`
+	// ConfdResource is set on the targets a confd target became: the
+	// resource they render (its dest, resolved against weft.yaml's folder).
+	ConfdResource *confdir.Spec `json:"-"`
 
 	// Base is the absolute folder the bundle is deployed under, as the
 	// running program sees it; get_path() returns paths below it. Default:
@@ -261,6 +271,11 @@ type Deploy struct {
 	CheckCmd          string   `json:"check_cmd,omitempty"`
 	ReloadCmd         string   `json:"reload_cmd,omitempty"`
 	MinReloadInterval Duration `json:"min_reload_interval,omitempty"`
+	// CmdTimeout bounds check_cmd and reload_cmd (default: the driver's).
+	CmdTimeout Duration `json:"cmd_timeout,omitempty"`
+	// Name, for the files driver, names its manifest and staging entries
+	// in dest, so that targets whose files differ can share a dest.
+	Name string `json:"name,omitempty"`
 	// runtime driver: HAProxy's master socket (reloads, worker state) and
 	// admin socket (Runtime API); HAProxyDir is dest as HAProxy's
 	// configuration names it, when it sees the folder at another path.
@@ -405,6 +420,9 @@ func Parse(data []byte, dir string) (*Config, error) {
 	sum := sha256.Sum256(data)
 	c.Hash = hex.EncodeToString(sum[:8])
 	c.Dir = dir
+	if err := c.expandConfd(); err != nil {
+		return nil, err
+	}
 	c.defaults()
 	if err := c.check(); err != nil {
 		return nil, err
@@ -579,7 +597,7 @@ func (c *Config) check() error {
 		t := c.Targets[name]
 		f := "targets." + name
 		token(f, name)
-		if strings.TrimSpace(t.HAProxyConfig.Template) == "" && t.Library == "" {
+		if strings.TrimSpace(t.HAProxyConfig.Template) == "" && t.Library == "" && t.ConfdResource == nil {
 			bad(f+".haproxy_config.template", "required")
 		}
 		if !filepath.IsAbs(t.Base) {
@@ -625,7 +643,10 @@ func (c *Config) check() error {
 		if _, err := d.FileMode(); err != nil {
 			bad(f+".deploy.mode", "%v", err)
 		}
-		if d.MinReloadInterval < 0 || t.Render.Debounce < 0 || t.Render.MaxIdle < 0 || t.Render.MaxWait < 0 || t.Validate.Timeout < 0 {
+		if d.Name != "" {
+			token(f+".deploy.name", d.Name)
+		}
+		if d.MinReloadInterval < 0 || d.CmdTimeout < 0 || t.Render.Debounce < 0 || t.Render.MaxIdle < 0 || t.Render.MaxWait < 0 || t.Validate.Timeout < 0 {
 			bad(f, "durations must not be negative")
 		}
 		if t.Render.MaxWait > 0 && t.Render.MaxWait < t.Render.Debounce {
