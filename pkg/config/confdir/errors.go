@@ -44,4 +44,3 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Is matches ErrConfig.
 func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
-
