@@ -8,7 +8,10 @@
 // duplicates change nothing). No target renders until every source has
 // marked every watched type synced.
 //
-// Every change pokes each target's debouncer; a fire renders the target in
+// A value change pokes only the targets that depend on the value: those
+// whose last render read it (every target before its first render), and,
+// for a target made from a confd resource, exactly the values its keys
+// select. Every other change pokes each target's debouncer; a fire renders the target in
 // the service's single render loop. Targets with fragments keep each
 // fragment entry rendered from the last render: every change applied to the
 // index (objects and values) is handed to each target's Invalidate from
@@ -96,6 +99,10 @@ type targetState struct {
 	deb     *debounce.Debouncer
 	lease   *lease.Lease
 
+	// selects, when set, is the target's dependence on values, known
+	// before any render (a confd resource).
+	selects func(name string) bool
+
 	mu     sync.Mutex
 	parent trace.SpanContext // the last change that poked this target
 	cause  string
@@ -108,6 +115,9 @@ type targetState struct {
 // dependsOnValue reports whether a change of the named value can change
 // the target's output.
 func (ts *targetState) dependsOnValue(name string) bool {
+	if ts.selects != nil {
+		return ts.selects(name)
+	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return ts.valuesRead == nil || ts.allValues || ts.valuesRead[name]
@@ -210,6 +220,9 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 		tc := cfg.Targets[name]
 		ts := &targetState{}
 		ts.t, ts.compile = target.Compile(name, tc)
+		if ts.t != nil {
+			ts.selects = ts.t.Selects()
+		}
 		ts.deb, err = debounce.New(tc.Render.Debounce.D(), tc.Render.LeadingEdge(), func() {
 			select {
 			case r.reqs <- ts.request(name):

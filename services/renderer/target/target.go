@@ -7,6 +7,11 @@
 // cached in the compiled target (see engine.Set): report every change of
 // the resources and values with Invalidate. A Target is safe for
 // concurrent use; renders of a target with fragments run one at a time.
+//
+// A target made from a confd resource (config.Target.ConfdResource) renders
+// with the confd engine instead: the values, named by their full key paths,
+// into one file named after the resource's dest, and Selects says which
+// values it depends on.
 package target
 
 import (
@@ -19,6 +24,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/services/renderer/confd"
 	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/library"
 )
@@ -41,6 +47,9 @@ type Target struct {
 	Config config.Target
 	set    *engine.Set
 	paths  map[engine.Kind]map[string]string // kind -> name -> bundle path
+	// confd is the template resource of a target made from a confd
+	// confdir; set and paths are then unused.
+	confd *confd.Resource
 }
 
 // Compile compiles every template of t. A template error is an
@@ -48,6 +57,13 @@ type Target struct {
 // library (t.Library) first gets its template sections from it (see
 // library.Apply); an unknown library or a bad library option is an error.
 func Compile(name string, t config.Target) (*Target, error) {
+	if t.ConfdResource != nil {
+		r, err := confd.Compile(*t.ConfdResource)
+		if err != nil {
+			return nil, fmt.Errorf("target %s: %w", name, err)
+		}
+		return &Target{Name: name, Config: t, confd: &r}, nil
+	}
 	if t.Library != "" {
 		if err := library.Apply(&t); err != nil {
 			return nil, fmt.Errorf("target %s: %w", name, err)
@@ -116,6 +132,9 @@ type Fetcher func(ctx context.Context, typ, namespace, name string) (map[string]
 
 // RenderFetching is Render with fetch(type, namespace, name) answered by fetch.
 func (t *Target) RenderFetching(ctx context.Context, resources, values map[string]any, fetch Fetcher) (Result, error) {
+	if t.confd != nil {
+		return t.renderConfd(ctx, values)
+	}
 	start := time.Now()
 	out, err := t.set.Render(ctx, engine.Input{Resources: resources, Values: values, Path: t.path, Fetch: fetch})
 	if err != nil {
@@ -137,10 +156,48 @@ func (t *Target) RenderFetching(ctx context.Context, resources, values map[strin
 	return res, nil
 }
 
+// renderConfd renders a confd resource over the values, named by their
+// full key paths, into a bundle of one file: the base name of its dest,
+// under the folder of its dest (the target's base).
+func (t *Target) renderConfd(ctx context.Context, values map[string]any) (Result, error) {
+	start := time.Now()
+	flat := confd.StringValues(values)
+	content, err := t.confd.RenderContext(ctx, flat)
+	if err != nil {
+		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	main := t.Config.MainFile()
+	b, err := msg.NewBundle(t.Name, t.Config.Base, main, []msg.BundleFile{{Path: main, Kind: msg.FileConfig, Name: main, Content: content}})
+	if err != nil {
+		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	res := Result{Bundle: b, Took: time.Since(start)}
+	for name := range flat {
+		if t.confd.Selects(name) {
+			res.ValuesRead = append(res.ValuesRead, name)
+		}
+	}
+	slices.Sort(res.ValuesRead)
+	return res, nil
+}
+
+// Selects returns, for a target whose dependence on values is known
+// before it renders (a confd resource: the values its keys select), the
+// test of a value name; nil for the others, whose renders record what
+// they read.
+func (t *Target) Selects() func(name string) bool {
+	if t.confd != nil {
+		return t.confd.Selects
+	}
+	return nil
+}
+
 // Invalidate marks the cached fragment entries that changes affect (see
 // engine.Set.Invalidate).
 func (t *Target) Invalidate(changes []engine.Change) {
-	t.set.Invalidate(changes)
+	if t.set != nil {
+		t.set.Invalidate(changes)
+	}
 }
 
 // path implements get_path: the absolute deployed path of a rendered file.
@@ -157,6 +214,10 @@ func Failure(err error) *msg.TemplateError {
 	var te *engine.Error
 	if errors.As(err, &te) {
 		return &msg.TemplateError{Template: te.Template, Line: te.Line, Message: err.Error()}
+	}
+	var ce *confd.TemplateError
+	if errors.As(err, &ce) {
+		return &msg.TemplateError{Template: ce.File, Line: ce.Line, Message: err.Error()}
 	}
 	return &msg.TemplateError{Message: err.Error()}
 }
