@@ -31,8 +31,9 @@ type Applier interface {
 	Refused(err error) bool
 }
 
-// newApplier builds the driver of a target's deploy section.
-func newApplier(target string, d config.Deploy) (Applier, error) {
+// newApplier builds the driver of a target's deploy section; main is the
+// bundle path of the target's main file (the files driver's {{.src}}).
+func newApplier(target, main string, d config.Deploy) (Applier, error) {
 	if d.Driver == config.DriverDataplane {
 		return newDataplaneApplier(target, d)
 	}
@@ -48,7 +49,7 @@ func newApplier(target string, d config.Deploy) (Applier, error) {
 		drv, err := files.New(files.Options{
 			Dest: d.Dest, Owner: d.Owner, Group: d.Group, Mode: mode,
 			CheckCmd: d.CheckCmd, ReloadCmd: d.ReloadCmd, MinReloadInterval: d.MinReloadInterval.D(),
-			Main: "haproxy.cfg",
+			CmdTimeout: d.CmdTimeout.D(), Main: main, Name: d.Name,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("deployer: target %s: %w", target, err)

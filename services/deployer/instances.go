@@ -33,7 +33,7 @@ func newInstances(target string, t config.Target) ([]*instance, error) {
 		return nil, nil // its instances come and go with the Pods
 	}
 	for _, d := range t.Deploy.PerInstance() {
-		a, err := newApplier(target, d)
+		a, err := newApplier(target, t.MainFile(), d)
 		if err != nil {
 			return nil, err
 		}

@@ -146,7 +146,7 @@ func podInstanceName(ns, pod string) string {
 func (p *podFollower) add(ctx context.Context, name, url string) {
 	dep := p.deploy
 	dep.Instance, dep.Dataplane.URL, dep.Pods = name, url, nil
-	a, err := newApplier(p.target, dep)
+	a, err := newApplier(p.target, "", dep)
 	if err != nil {
 		p.d.env.Log.Error("pod not usable as an instance", "target", p.target, "instance", name, "err", err)
 		return

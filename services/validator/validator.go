@@ -72,7 +72,7 @@ func Checkers(cfg *config.Config) ([]kind.Checker, error) {
 	for name, t := range cfg.Targets {
 		policies[name] = t.Validate.Policy
 	}
-	return []kind.Checker{kind.TemplateChecker{}, kind.HAProxyChecker{C: hc}, kind.SyntaxChecker{}, policies}, nil
+	return []kind.Checker{kind.NewTemplateChecker(cfg), kind.HAProxyChecker{C: hc}, kind.SyntaxChecker{}, policies}, nil
 }
 
 type validator struct {

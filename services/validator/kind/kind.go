@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/config/confdir"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/target"
@@ -45,17 +46,39 @@ func Failed(problems []msg.Problem) bool {
 // TemplateChecker checks what rendering must guarantee regardless of the
 // program that reads the bundle: a non-empty main file, text files that are
 // UTF-8 without NUL bytes, map files whose lines are "key value", and no
-// template syntax left unrendered (a warning: rarely intended).
-type TemplateChecker struct{}
+// template syntax left unrendered (a warning: rarely intended). When
+// Formats names a syntax for the bundle's target (a confd resource's
+// output_format: json, toml, xml, yaml), the main file must have it.
+type TemplateChecker struct {
+	// Formats maps a target name to the syntax of its main file.
+	Formats map[string]string
+}
+
+// NewTemplateChecker is the template kind for cfg: the output_format of
+// every target made from a confd resource.
+func NewTemplateChecker(cfg *config.Config) TemplateChecker {
+	tc := TemplateChecker{Formats: map[string]string{}}
+	for name, t := range cfg.Targets {
+		if t.ConfdResource != nil && t.ConfdResource.OutputFormat != "" {
+			tc.Formats[name] = t.ConfdResource.OutputFormat
+		}
+	}
+	return tc
+}
 
 func (TemplateChecker) Name() string { return Template }
 
-func (TemplateChecker) Check(_ context.Context, b msg.Bundle) ([]msg.Problem, error) {
+func (tc TemplateChecker) Check(_ context.Context, b msg.Bundle) ([]msg.Problem, error) {
 	var out []msg.Problem
 	add := func(file string, line int, sev, f string, args ...any) {
 		out = append(out, msg.Problem{File: file, Line: line, Severity: sev, Message: fmt.Sprintf(f, args...)})
 	}
 	for _, f := range b.Files {
+		if format := tc.Formats[b.Target]; format != "" && f.Path == b.Main {
+			if err := confdir.CheckFormat(format, f.Content); err != nil {
+				add(f.Path, 0, "error", "%v", err)
+			}
+		}
 		if f.Path == b.Main && len(bytes.TrimSpace(f.Content)) == 0 {
 			add(f.Path, 0, "error", "main configuration is empty")
 		}

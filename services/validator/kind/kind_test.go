@@ -45,3 +45,32 @@ func TestTemplateChecker(t *testing.T) {
 		})
 	}
 }
+
+func TestTemplateCheckerOutputFormat(t *testing.T) {
+	tc := kind.TemplateChecker{Formats: map[string]string{"app-cache": "json", "app-conf": "toml"}}
+	cases := []struct {
+		target, content string
+		failed          bool
+	}{
+		{"app-cache", `{"size": 10}`, false},
+		{"app-cache", `{"size": }`, true},
+		{"app-conf", "size = 10\n", false},
+		{"app-conf", "size = \n", true},
+		{"other", `{"size": }`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.target+" "+c.content, func(t *testing.T) {
+			b, err := msg.NewBundle(c.target, "/etc/app", "out", []msg.BundleFile{{Path: "out", Kind: msg.FileConfig, Content: []byte(c.content)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps, err := tc.Check(context.Background(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind.Failed(ps) != c.failed {
+				t.Errorf("problems = %v, want failed=%v", ps, c.failed)
+			}
+		})
+	}
+}
