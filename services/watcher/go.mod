@@ -149,7 +149,10 @@ require github.com/weftio/weft/services/validator v0.0.0
 
 replace github.com/weftio/weft/services/validator => ../../services/validator
 
-require github.com/weftio/weft/services/renderer v0.0.0 // indirect
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/weftio/weft/services/renderer v0.0.0 // indirect
+)
 
 replace github.com/weftio/weft/services/renderer => ../../services/renderer
 
