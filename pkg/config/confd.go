@@ -54,7 +54,10 @@ func ConfdTargetName(target, confDir, file string) string {
 // the new target so that resources share a folder, with the resource's
 // owner, group, mode, check_cmd, reload_cmd, min_reload_interval and
 // command timeouts. A confdir that does not load is reported with every
-// bad file.
+// bad file. Where this differs from confd: a resource without mode gets the
+// files driver's 0644 even over an existing file of another mode, the
+// larger of check_cmd_timeout and reload_cmd_timeout bounds both commands,
+// and reload_cmd's {{.src}} is dest (the staged file is gone by then).
 func (c *Config) expandConfd() error {
 	var errs []error
 	bad := func(field, f string, args ...any) {
