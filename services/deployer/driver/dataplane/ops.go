@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"github.com/weftio/weft/services/deployer/driver/internal/mapfile"
 	"net/http"
 	"net/url"
 )
@@ -43,24 +44,24 @@ func serverOp(c serverChange) runtimeOp {
 
 // mapOps adds and changes entries before removing others, so that a key
 // moving to another value is never missing.
-func mapOps(ref, shown string, p mapPatch) []runtimeOp {
+func mapOps(ref, shown string, p mapfile.Patch) []runtimeOp {
 	base := "/services/haproxy/runtime/maps/" + escape(ref) + "/entries"
 	var ops []runtimeOp
-	for _, e := range p.adds {
-		ops = append(ops, runtimeOp{show: "add map " + shown + " " + e.key + " " + e.value, req: request{
+	for _, e := range p.Adds {
+		ops = append(ops, runtimeOp{show: "add map " + shown + " " + e.Key + " " + e.Value, req: request{
 			method: http.MethodPost, path: base,
-			body: jsonBody(map[string]string{"key": e.key, "value": e.value}), contentType: "application/json",
+			body: jsonBody(map[string]string{"key": e.Key, "value": e.Value}), contentType: "application/json",
 			want: []int{http.StatusCreated},
 		}})
 	}
-	for _, e := range p.sets {
-		ops = append(ops, runtimeOp{show: "set map " + shown + " " + e.key + " " + e.value, req: request{
-			method: http.MethodPut, path: base + "/" + escape(e.key),
-			body: jsonBody(map[string]string{"value": e.value}), contentType: "application/json",
+	for _, e := range p.Sets {
+		ops = append(ops, runtimeOp{show: "set map " + shown + " " + e.Key + " " + e.Value, req: request{
+			method: http.MethodPut, path: base + "/" + escape(e.Key),
+			body: jsonBody(map[string]string{"value": e.Value}), contentType: "application/json",
 			want: []int{http.StatusOK},
 		}})
 	}
-	for _, k := range p.dels {
+	for _, k := range p.Dels {
 		ops = append(ops, runtimeOp{show: "del map " + shown + " " + k, req: request{
 			method: http.MethodDelete, path: base + "/" + escape(k), want: []int{http.StatusNoContent},
 		}})

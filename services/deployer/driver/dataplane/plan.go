@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weftio/weft/services/deployer/driver/internal/mapfile"
 	"path"
 	"slices"
 	"strings"
@@ -140,7 +141,7 @@ func (d *Driver) fileOps(ctx context.Context, p *plan) (ops []runtimeOp, reason,
 			ops = append(ops, certOp(ref, it))
 			continue
 		}
-		patch, why := diffMap(parseMap(p.old[it.Path].content), parseMap(it.Content), mapOrderMatters(p.main, it.name))
+		patch, why := mapfile.Diff(mapfile.Parse(p.old[it.Path].content), mapfile.Parse(it.Content), mapfile.OrderMatters(p.main, it.name))
 		if why != "" {
 			return nil, ReasonFileChanged, it.Path + ": " + why, nil
 		}

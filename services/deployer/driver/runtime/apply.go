@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weftio/weft/services/deployer/driver/internal/mapfile"
 	"maps"
 	"os"
 	"path"
@@ -251,9 +252,9 @@ func (d *Driver) decide(ctx context.Context, p *plan, m manifest, found bool) (r
 			mapRefs, certRefs := loaded.maps[f.Path], loaded.certs[f.Path]
 			switch {
 			case len(mapRefs) > 0:
-				oldM, newM := parseMap(p.old[f.Path]), parseMap(f.Content)
+				oldM, newM := mapfile.Parse(p.old[f.Path]), mapfile.Parse(f.Content)
 				for _, ref := range mapRefs {
-					mp := diffMap(oldM, newM, mapOrderMatters(mainNew, ref))
+					mp := diffMap(oldM, newM, mapfile.OrderMatters(mainNew, ref))
 					mapOps = append(mapOps, mp.ops(ref, f.Path, newM)...)
 				}
 			case len(certRefs) > 0:

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"github.com/weftio/weft/services/deployer/driver/internal/mapfile"
 	"reflect"
 	"slices"
 	"strings"
@@ -194,18 +195,9 @@ func TestDiffConfigDefaultServer(t *testing.T) {
 	}
 }
 
-func TestParseMap(t *testing.T) {
-	t.Parallel()
-	got := parseMap([]byte("# comment\n  a.example   be a  \r\n\n\tb\tv\tw\n #notcomment x\nkeyonly\n"))
-	want := []mapEntry{{"a.example", "be a  "}, {"b", "v\tw"}, {"#notcomment", "x"}, {"keyonly", ""}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("parseMap = %q, want %q", got, want)
-	}
-}
-
 func TestDiffMap(t *testing.T) {
 	t.Parallel()
-	m := func(s string) []mapEntry { return parseMap([]byte(s)) }
+	m := func(s string) []mapEntry { return mapfile.Parse([]byte(s)) }
 	for _, tc := range []struct {
 		name         string
 		old, new     string
@@ -213,15 +205,15 @@ func TestDiffMap(t *testing.T) {
 		want         mapPlan
 	}{
 		{name: "same", old: "a 1\nb 2\n", new: "a 1\nb 2\n"},
-		{name: "set", old: "a 1\nb 2\n", new: "a 1\nb 3\n", want: mapPlan{sets: []mapEntry{{"b", "3"}}}},
+		{name: "set", old: "a 1\nb 2\n", new: "a 1\nb 3\n", want: mapPlan{sets: []mapEntry{{Key: "b", Value: "3"}}}},
 		{name: "add and del", old: "a 1\nb 2\nc 3\n", new: "a 1\nc 3\nd 4\n",
-			want: mapPlan{adds: []mapEntry{{"d", "4"}}, dels: []string{"b"}}},
+			want: mapPlan{adds: []mapEntry{{Key: "d", Value: "4"}}, dels: []string{"b"}}},
 		{name: "insert in the middle, order irrelevant", old: "a 1\nc 3\n", new: "a 1\nb 2\nc 3\n",
-			want: mapPlan{adds: []mapEntry{{"b", "2"}}}},
+			want: mapPlan{adds: []mapEntry{{Key: "b", Value: "2"}}}},
 		{name: "insert in the middle, order matters", old: "a 1\nc 3\n", new: "a 1\nb 2\nc 3\n", orderMatters: true,
 			want: mapPlan{replace: true}},
 		{name: "append, order matters", old: "a 1\nc 3\n", new: "a 1\nc 3\nb 2\n", orderMatters: true,
-			want: mapPlan{adds: []mapEntry{{"b", "2"}}}},
+			want: mapPlan{adds: []mapEntry{{Key: "b", Value: "2"}}}},
 		{name: "reorder, order matters", old: "a 1\nb 2\n", new: "b 2\na 1\n", orderMatters: true, want: mapPlan{replace: true}},
 		{name: "reorder, order irrelevant", old: "a 1\nb 2\n", new: "b 2\na 1\n"},
 		{name: "duplicate key", old: "a 1\n", new: "a 1\na 2\n", want: mapPlan{replace: true}},
@@ -234,35 +226,10 @@ func TestDiffMap(t *testing.T) {
 	}
 }
 
-func TestMapOrderMatters(t *testing.T) {
-	t.Parallel()
-	const ref = "/etc/haproxy/maps/m.map"
-	for _, tc := range []struct {
-		cfg  string
-		want bool
-	}{
-		{"use_backend %[req.hdr(host),lower,map(/etc/haproxy/maps/m.map,be_default)]", false},
-		{"use_backend %[req.hdr(host),map_str( /etc/haproxy/maps/m.map )]", false},
-		{"http-request set-var(txn.x) src,map_ip_int(/etc/haproxy/maps/m.map,0)", false},
-		{"use_backend %[path,map_beg(/etc/haproxy/maps/m.map)]", false},
-		{"use_backend %[path,map_sub(/etc/haproxy/maps/m.map)]", true},
-		{"use_backend %[path,map_end_int(/etc/haproxy/maps/m.map)]", true},
-		{"use_backend %[path,map_reg(/etc/haproxy/maps/m.map)]", true},
-		{"use_backend %[req.hdr(host),map(/etc/haproxy/maps/m.map)]\nuse_backend %[path,map_dir(/etc/haproxy/maps/m.map)]", true},
-		{"http-request set-map(/etc/haproxy/maps/m.map) %[src] %[path]\nuse_backend %[src,map_ip(/etc/haproxy/maps/m.map)]", false},
-		{"acl x req.hdr(host) -M -f /etc/haproxy/maps/m.map", true},
-		{"use_backend %[req.hdr(host),map(/etc/haproxy/maps/m.map.old)]", true},
-	} {
-		if got := mapOrderMatters([]byte(tc.cfg), ref); got != tc.want {
-			t.Errorf("mapOrderMatters(%q) = %v, want %v", tc.cfg, got, tc.want)
-		}
-	}
-}
-
 func TestMapOps(t *testing.T) {
 	t.Parallel()
-	newM := []mapEntry{{"a", "1"}, {"b c", "x;y"}}
-	ops := mapPlan{adds: []mapEntry{{"k", "v w"}}, sets: []mapEntry{{"a", "1"}}, dels: []string{"z;"}}.ops("/d/m.map", "m.map", newM)
+	newM := []mapEntry{{Key: "a", Value: "1"}, {Key: "b c", Value: "x;y"}}
+	ops := mapPlan{adds: []mapEntry{{Key: "k", Value: "v w"}}, sets: []mapEntry{{Key: "a", Value: "1"}}, dels: []string{"z;"}}.ops("/d/m.map", "m.map", newM)
 	var got []string
 	for _, o := range ops {
 		got = append(got, o.cmd)
@@ -274,7 +241,7 @@ func TestMapOps(t *testing.T) {
 
 	big := make([]mapEntry, 2000)
 	for i := range big {
-		big[i] = mapEntry{key: strings.Repeat("k", 10) + string(rune('a'+i%26)), value: strings.Repeat("v", 20)}
+		big[i] = mapEntry{Key: strings.Repeat("k", 10) + string(rune('a'+i%26)), Value: strings.Repeat("v", 20)}
 	}
 	ops = mapPlan{replace: true}.ops("/d/m.map", "m.map", big)
 	if len(ops) < 4 || !ops[0].version || ops[len(ops)-1].withVersion == nil {
