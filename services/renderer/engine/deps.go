@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -182,4 +183,136 @@ func (s *smallSet[K]) list() []K {
 		out = append(out, k)
 	}
 	return out
+}
+
+// depIndex maps each thing a render read (an object by id, a get_indexed
+// lookup, a whole type, a value by name, all values) to the readers that
+// read it: fragment entries or outputs. The cache holds it under its lock.
+type depIndex[T comparable] struct {
+	byObject  map[objRef]map[T]struct{}
+	byLookup  map[lookupRef]map[T]struct{}
+	byType    map[string]map[T]struct{}
+	byValue   map[string]map[T]struct{}
+	allValues map[T]struct{}
+}
+
+func newDepIndex[T comparable]() depIndex[T] {
+	return depIndex[T]{
+		byObject:  map[objRef]map[T]struct{}{},
+		byLookup:  map[lookupRef]map[T]struct{}{},
+		byType:    map[string]map[T]struct{}{},
+		byValue:   map[string]map[T]struct{}{},
+		allValues: map[T]struct{}{},
+	}
+}
+
+func addReader[K, T comparable](m map[K]map[T]struct{}, k K, r T) {
+	s := m[k]
+	if s == nil {
+		s = map[T]struct{}{}
+		m[k] = s
+	}
+	s[r] = struct{}{}
+}
+
+func removeReader[K, T comparable](m map[K]map[T]struct{}, k K, r T) {
+	if s := m[k]; s != nil {
+		delete(s, r)
+		if len(s) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// register adds r as a reader of everything in d; unregister removes it.
+func (x *depIndex[T]) register(r T, d *deps) {
+	for _, o := range d.objects {
+		addReader(x.byObject, o, r)
+	}
+	for _, l := range d.lookups {
+		addReader(x.byLookup, l, r)
+	}
+	for _, t := range d.types {
+		addReader(x.byType, t, r)
+	}
+	for _, v := range d.values {
+		addReader(x.byValue, v, r)
+	}
+	if d.allValues {
+		x.allValues[r] = struct{}{}
+	}
+}
+
+func (x *depIndex[T]) unregister(r T, d *deps) {
+	for _, o := range d.objects {
+		removeReader(x.byObject, o, r)
+	}
+	for _, l := range d.lookups {
+		removeReader(x.byLookup, l, r)
+	}
+	for _, t := range d.types {
+		removeReader(x.byType, t, r)
+	}
+	for _, v := range d.values {
+		removeReader(x.byValue, v, r)
+	}
+	delete(x.allValues, r)
+}
+
+// affected calls mark for every reader a change affects: for a value, its
+// readers and the readers of all values; for an object, the readers of the
+// object by id, of its whole type, and of every get_indexed lookup on its
+// type that is a prefix of its old or new key tuple (the lookups it
+// matched or now matches).
+func (x *depIndex[T]) affected(ch Change, mark func(T)) {
+	each := func(s map[T]struct{}) {
+		for r := range s {
+			mark(r)
+		}
+	}
+	if ch.Value != "" {
+		each(x.byValue[ch.Value])
+		each(x.allValues)
+		return
+	}
+	each(x.byObject[objRef{ch.Type, ch.ID}])
+	each(x.byType[ch.Type])
+	if len(x.byLookup) == 0 {
+		return
+	}
+	for k := 1; k <= len(ch.OldKeys); k++ {
+		each(x.byLookup[lookupRef{ch.Type, encodeKeys(ch.OldKeys[:k])}])
+	}
+	if !slices.Equal(ch.OldKeys, ch.NewKeys) {
+		for k := 1; k <= len(ch.NewKeys); k++ {
+			each(x.byLookup[lookupRef{ch.Type, encodeKeys(ch.NewKeys[:k])}])
+		}
+	}
+}
+
+// valueNames adds the names of the values any reader read to names, and
+// reports whether a reader read all of them.
+func (x *depIndex[T]) valueNames(names map[string]bool) bool {
+	for n := range x.byValue {
+		names[n] = true
+	}
+	return len(x.allValues) > 0
+}
+
+// readsType reports whether d read anything of typ.
+func (d *deps) readsType(typ string) bool {
+	if slices.Contains(d.types, typ) {
+		return true
+	}
+	for _, o := range d.objects {
+		if o.typ == typ {
+			return true
+		}
+	}
+	for _, l := range d.lookups {
+		if l.typ == typ {
+			return true
+		}
+	}
+	return false
 }

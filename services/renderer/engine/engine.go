@@ -21,11 +21,11 @@
 //     panic inside gonja becomes an *Error, never a crash.
 //   - Every error about a template matches ErrTemplate (errors.Is) and is,
 //     or wraps, an *Error (errors.As).
-//   - A Set without fragments is immutable after Compile and Render may be
-//     called concurrently; all per-render state lives in the render's own
-//     context. A Set with fragments holds the fragment cache: Render and
-//     Invalidate take its lock, so renders of such a Set run one at a time
-//     (outputs of one render still see one consistent set of entries).
+//   - A Set holds what it keeps between renders (fragment entries and
+//     outputs, see outputs.go): Render and Invalidate take its lock, so
+//     renders of one Set run one at a time, and Render may be called from
+//     any goroutine. The outputs of one render see one consistent set of
+//     entries.
 //   - ctx is checked before each output, at each include and before each
 //     fragment entry.
 //
@@ -47,10 +47,13 @@
 // to the entries that read it let Invalidate mark exactly the entries a
 // change affects. Render renders the entries that are new or marked (in
 // parallel, on up to GOMAXPROCS goroutines, when there are many), drops the
-// entries of objects that are gone, reuses every other entry, and renders
-// the outputs every time: `{{ fragments(name) }}` writes the cached entries
-// to the output one after another (used in an expression, it is their join,
-// rebuilt only after a change). Render also notices, without Invalidate,
+// entries of objects that are gone, and reuses every other entry. Outputs
+// are cached the same way, with the fragment parts they read (outputs.go):
+// an output runs again only when something it read changed.
+// `{{ fragments(name) }}` writes the cached join of the entries to the
+// output (joins.go: blocks of entries, so one changed entry re-joins one
+// block); used in an expression, it is the whole join, rebuilt only after
+// a change. Render also notices, without Invalidate,
 // changes of a fragment's own type that were not reported (the store's
 // change count disagrees: it then compares every object's revision), values
 // that differ from the last render's, and a store replaced by another; it
@@ -98,7 +101,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -106,6 +108,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/nikolalohinski/gonja/v2/config"
@@ -193,6 +196,18 @@ type Output struct {
 	// counts the entries it took from the cache.
 	FragmentsRendered []EntryRef
 	FragmentsReused   int
+	// OutputsRendered are the outputs this render ran; OutputsReused
+	// counts those it took from the cache. Files holds all of them, in
+	// order either way; a reused File's Content is shared with the cache
+	// and must not be modified.
+	OutputsRendered []OutputRef
+	OutputsReused   int
+}
+
+// OutputRef names one output.
+type OutputRef struct {
+	Kind Kind
+	Name string
 }
 
 // ErrTemplate is matched (errors.Is) by every template error.
@@ -255,8 +270,19 @@ type Set struct {
 	outputCfg  *config.Config
 	snippets   map[string]*exec.Template
 	outputs    []*output
-	fragments  []*fragment    // by name
+	fragments  []*fragment // by name
+
+	// mu is held by Render and Invalidate: it guards what the Set keeps
+	// between renders.
+	mu         sync.Mutex
 	cache      *fragmentCache // nil without fragments
+	outs       *outputCache
+	lastValues map[string]any // the values of the last render
+	haveValues bool
+	// errors are the registered errors of the last render, at errorsKey.
+	errors     []RegisteredError
+	errorsKey  errorsKey
+	haveErrors bool
 }
 
 type output struct {
@@ -373,6 +399,7 @@ func compile(spec Spec, fast bool) (*Set, error) {
 	if len(s.fragments) > 0 {
 		s.cache = newFragmentCache(s.fragments)
 	}
+	s.outs = newOutputCache(s.outputs)
 	return s, nil
 }
 
@@ -528,6 +555,15 @@ type renderState struct {
 	frags   *fragmentCache // the outputs' view of the fragments
 	// parts are the named parts of a fragment entry (nil in an output).
 	parts map[string]*strings.Builder
+	// fragReads are the fragment parts an output read; fetched is set
+	// when it called fetch().
+	fragReads smallSet[fragRef]
+	fetched   bool
+}
+
+// readFragment records that the output read a part of fs.
+func (st *renderState) readFragment(fs *fragState, part string) {
+	st.fragReads.add(fragRef{fs: fs, part: part})
 }
 
 func stateOf(c *exec.Context) *renderState {
@@ -544,6 +580,7 @@ func (st *renderState) fetch(args *exec.VarArgs) (any, error) {
 		return nil, exec.ErrInvalidCall(errors.New("fetch(type, namespace, name) takes exactly 3 arguments"))
 	}
 	typ, ns, name := args.Args[0].String(), args.Args[1].String(), args.Args[2].String()
+	st.fetched = true
 	if st.in.Fetch == nil {
 		return nil, fmt.Errorf("fetch %s %s/%s: no source keeps objects on demand here", typ, ns, name)
 	}
@@ -573,74 +610,56 @@ func (st *renderState) addError(e RegisteredError) {
 	}
 }
 
-// Render renders every output of the Set from in. With fragments, it first
-// brings the fragment cache up to date (see Invalidate) while holding the
-// cache, so renders of a Set with fragments run one at a time.
+// Render renders every output of the Set from in, reusing the fragment
+// entries and outputs that nothing they read has changed for (see
+// Invalidate). Renders of one Set run one at a time.
 func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
-	st := &renderState{ctx: ctx, in: &in}
 	values := in.Values
 	if values == nil {
 		values = map[string]any{}
 	}
-	view := newValuesView(values)
 	res := newResources(in.Resources)
-	st.data = exec.NewContext(map[string]any{
-		"resources":      res,
-		"values":         view,
-		"register_error": st.registerError,
-		"fetch":          st.fetch,
-		"fragments":      fragmentsFunc(st.fragmentsFunction),
-		"fragment":       st.fragmentFunction,
-		stateKey:         st,
-	})
 	out := &Output{Files: make([]File, 0, len(s.outputs))}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checkValues(values)
+	cacheable := s.outs.check(res)
 	if s.cache != nil {
-		s.cache.mu.Lock()
-		defer s.cache.mu.Unlock()
 		if err := s.updateFragments(ctx, &in, res, values, out); err != nil {
 			return nil, err
 		}
-		st.frags = s.cache
-		s.cache.registerEntryErrors(st)
 	}
 	var errs []error
-	for _, o := range s.outputs {
+	for _, os := range s.outs.states {
+		o := os.o
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("render %s %q: %w", o.Kind, o.Name, err)
 		}
-		content, err := s.renderOne(st, o)
+		if cacheable && os.fresh() {
+			out.Files = append(out.Files, File{Kind: o.Kind, Name: o.Name, Content: os.content})
+			out.OutputsReused++
+			continue
+		}
+		st := &renderState{ctx: ctx, in: &in, frags: s.cache}
+		content, d, err := s.renderOutput(st, res, values, o)
 		if err != nil {
+			s.outs.forget(os)
 			if cerr := ctx.Err(); cerr != nil {
 				return nil, fmt.Errorf("render %s %q: %w", o.Kind, o.Name, cerr)
 			}
 			errs = append(errs, err)
 			continue
 		}
+		s.outs.store(os, content, st, d, cacheable)
 		out.Files = append(out.Files, File{Kind: o.Kind, Name: o.Name, Content: content})
+		out.OutputsRendered = append(out.OutputsRendered, OutputRef{Kind: o.Kind, Name: o.Name})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	out.Errors = st.errors
-	out.ValuesRead, out.AllValues = view.result()
-	if s.cache != nil {
-		out.ValuesRead, out.AllValues = s.cache.valuesRead(out.ValuesRead, out.AllValues)
-	}
+	out.Errors = s.registeredErrors()
+	out.ValuesRead, out.AllValues = s.valuesRead()
 	return out, nil
-}
-
-func (s *Set) renderOne(st *renderState, o *output) (content []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &Error{Kind: o.Kind, Template: o.Name, Message: fmt.Sprintf("panic while rendering: %v", p)}
-		}
-	}()
-	buf := bytes.NewBuffer(make([]byte, 0, o.lastSize.Load()+512))
-	if err := o.tpl.Execute(buf, st.data); err != nil {
-		return nil, runtimeError(o.Kind, o.Name, err)
-	}
-	o.lastSize.Store(int64(buf.Len()))
-	return buf.Bytes(), nil
 }
 
 var (

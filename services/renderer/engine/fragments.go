@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
-	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -69,25 +66,15 @@ type fragment struct {
 	anyPart bool
 }
 
-// fragmentCache holds every fragment's rendered entries and the reverse
-// maps from what an entry read to the entries that read it. Its lock is
-// held for a whole Render and for Invalidate.
+// fragmentCache holds every fragment's rendered entries and the index
+// from what an entry read to the entries that read it. The Set's lock
+// guards it.
 type fragmentCache struct {
-	mu     sync.Mutex
 	states []*fragState // in the order of Set.fragments (by name)
 	gen    uint64       // render generation, marks the entries still present
-
-	byObject  map[objRef]entrySet
-	byLookup  map[lookupRef]entrySet
-	byType    map[string]entrySet
-	byValue   map[string]entrySet
-	allValues entrySet
-
-	lastValues map[string]any // the values of the last render
-	haveValues bool
+	idx    depIndex[*entry]
+	errVer uint64 // counts the changes of the entries' errors
 }
-
-type entrySet map[*entry]struct{}
 
 // fragState is one fragment's cache.
 type fragState struct {
@@ -96,11 +83,14 @@ type fragState struct {
 	store   *index.Store // the store the entries were rendered from
 	entries map[string]*entry
 	order   []*entry // the entries of the last render, by id
-	// version counts the changes of the entries' outputs and of order;
-	// joined holds, per part ("" is the main output), the entries' text
-	// concatenated in id order and the version it was joined at.
-	version uint64
-	joined  map[string]joinedPart
+	// shape counts the changes of order (entries added, dropped or
+	// reordered); partVer counts, per part ("" is the main output), the
+	// changes of that part's text in any entry. Their sum is the part's
+	// version (see partVersion). joins caches, per part, the entries'
+	// text joined in id order (see joins.go).
+	shape   uint64
+	partVer map[string]uint64
+	joins   map[string]*join
 	// withErrors counts the entries that registered errors.
 	withErrors int
 	// pending are the entries marked dirty since the last render.
@@ -140,70 +130,40 @@ type job struct {
 }
 
 func newFragmentCache(frags []*fragment) *fragmentCache {
-	c := &fragmentCache{
-		byObject:  map[objRef]entrySet{},
-		byLookup:  map[lookupRef]entrySet{},
-		byType:    map[string]entrySet{},
-		byValue:   map[string]entrySet{},
-		allValues: entrySet{},
-	}
+	c := &fragmentCache{idx: newDepIndex[*entry]()}
 	for _, f := range frags {
-		c.states = append(c.states, &fragState{f: f, entries: map[string]*entry{}, touched: map[string]struct{}{}, version: 1, joined: map[string]joinedPart{}})
+		c.states = append(c.states, &fragState{f: f, entries: map[string]*entry{}, touched: map[string]struct{}{}, shape: 1, partVer: map[string]uint64{}, joins: map[string]*join{}})
 	}
 	return c
 }
 
-func add[K comparable](m map[K]entrySet, k K, e *entry) {
-	s := m[k]
-	if s == nil {
-		s = entrySet{}
-		m[k] = s
-	}
-	s[e] = struct{}{}
+// register adds e to the index of its deps; unregister removes it.
+func (c *fragmentCache) register(e *entry)   { c.idx.register(e, &e.deps) }
+func (c *fragmentCache) unregister(e *entry) { c.idx.unregister(e, &e.deps) }
+
+// partVersion is the version of a part ("": the main output) joined over
+// the entries: it grows whenever the join can differ.
+func (fs *fragState) partVersion(part string) uint64 {
+	return fs.shape + fs.partVer[part]
 }
 
-func remove[K comparable](m map[K]entrySet, k K, e *entry) {
-	if s := m[k]; s != nil {
-		delete(s, e)
-		if len(s) == 0 {
-			delete(m, k)
+// setContent stores a rendered entry's text and parts, counting a change
+// of every part whose text differs.
+func (fs *fragState) setContent(e *entry, out string, parts map[string]string) {
+	if e.out != out {
+		fs.partChanged(e, "")
+	}
+	for p, t := range parts {
+		if e.parts[p] != t {
+			fs.partChanged(e, p)
 		}
 	}
-}
-
-// register adds e to the reverse maps of its deps; unregister removes it.
-func (c *fragmentCache) register(e *entry) {
-	for _, o := range e.deps.objects {
-		add(c.byObject, o, e)
+	for p, t := range e.parts {
+		if _, ok := parts[p]; !ok && t != "" {
+			fs.partChanged(e, p)
+		}
 	}
-	for _, l := range e.deps.lookups {
-		add(c.byLookup, l, e)
-	}
-	for _, t := range e.deps.types {
-		add(c.byType, t, e)
-	}
-	for _, v := range e.deps.values {
-		add(c.byValue, v, e)
-	}
-	if e.deps.allValues {
-		c.allValues[e] = struct{}{}
-	}
-}
-
-func (c *fragmentCache) unregister(e *entry) {
-	for _, o := range e.deps.objects {
-		remove(c.byObject, o, e)
-	}
-	for _, l := range e.deps.lookups {
-		remove(c.byLookup, l, e)
-	}
-	for _, t := range e.deps.types {
-		remove(c.byType, t, e)
-	}
-	for _, v := range e.deps.values {
-		remove(c.byValue, v, e)
-	}
-	delete(c.allValues, e)
+	e.out, e.parts = out, parts
 }
 
 // drop removes e from its fragment's entries and from the reverse maps
@@ -213,8 +173,9 @@ func (c *fragmentCache) drop(e *entry) {
 	delete(e.state.entries, e.id)
 	if len(e.errors) > 0 {
 		e.state.withErrors--
+		c.errVer++
 	}
-	e.state.version++
+	e.state.shape++
 }
 
 // mark makes e dirty: the next render renders it again.
@@ -225,17 +186,10 @@ func mark(e *entry) {
 	}
 }
 
-func dirty(s entrySet) {
-	for e := range s {
-		mark(e)
-	}
-}
-
 // invalidate marks the entries a change affects.
 func (c *fragmentCache) invalidate(ch Change) {
+	c.idx.affected(ch, mark)
 	if ch.Value != "" {
-		dirty(c.byValue[ch.Value])
-		dirty(c.allValues)
 		return
 	}
 	for _, fs := range c.states {
@@ -248,43 +202,6 @@ func (c *fragmentCache) invalidate(ch Change) {
 			}
 		}
 	}
-	dirty(c.byObject[objRef{ch.Type, ch.ID}])
-	dirty(c.byType[ch.Type])
-	c.invalidatePrefixes(ch.Type, ch.OldKeys)
-	if !slices.Equal(ch.OldKeys, ch.NewKeys) {
-		c.invalidatePrefixes(ch.Type, ch.NewKeys)
-	}
-}
-
-// invalidatePrefixes marks the entries whose get_indexed lookup on typ
-// matched, or now matches, an object with the key tuple keys: those whose
-// lookup tuple is a prefix of keys.
-func (c *fragmentCache) invalidatePrefixes(typ string, keys []string) {
-	if len(c.byLookup) == 0 {
-		return
-	}
-	for k := 1; k <= len(keys); k++ {
-		dirty(c.byLookup[lookupRef{typ, encodeKeys(keys[:k])}])
-	}
-}
-
-// checkValues marks the readers of every value that differs from the last
-// render's, so that a value change reaches the fragments even when no
-// Invalidate reported it.
-func (c *fragmentCache) checkValues(values map[string]any) {
-	if c.haveValues {
-		for k, v := range values {
-			if old, ok := c.lastValues[k]; !ok || !reflect.DeepEqual(old, v) {
-				c.invalidate(Change{Value: k})
-			}
-		}
-		for k := range c.lastValues {
-			if _, ok := values[k]; !ok {
-				c.invalidate(Change{Value: k})
-			}
-		}
-	}
-	c.lastValues, c.haveValues = maps.Clone(values), true
 }
 
 // reset forgets every entry of fs (its store was replaced).
@@ -294,7 +211,8 @@ func (c *fragmentCache) reset(fs *fragState) {
 	}
 	fs.entries = map[string]*entry{}
 	fs.order, fs.withErrors, fs.pending = nil, 0, nil
-	fs.version++
+	fs.shape++
+	c.errVer++
 }
 
 // scan compares fs with every object of its store (nil: none): new
@@ -318,7 +236,7 @@ func (c *fragmentCache) scan(fs *fragState, sv *storeValue) {
 			mark(e)
 		}
 		if i >= len(fs.order) || fs.order[i] != e {
-			fs.version++
+			fs.shape++
 		}
 		e.seen = c.gen
 		order = append(order, e)
@@ -331,7 +249,7 @@ func (c *fragmentCache) scan(fs *fragState, sv *storeValue) {
 		}
 	}
 	if len(order) != len(fs.order) {
-		fs.version++
+		fs.shape++
 	}
 	fs.order = order
 }
@@ -349,7 +267,7 @@ func (c *fragmentCache) applyTouched(fs *fragState) {
 			fs.entries[id] = e
 			mark(e)
 			fs.order = slices.Insert(fs.order, i, e)
-			fs.version++
+			fs.shape++
 		case ok:
 			if e.rev != it.Rev {
 				mark(e)
@@ -360,28 +278,6 @@ func (c *fragmentCache) applyTouched(fs *fragState) {
 				fs.order = slices.Delete(fs.order, i, i+1)
 			}
 		}
-	}
-}
-
-// Invalidate marks the cached fragment entries that changes affect, so the
-// next Render renders them again: for an object change, the object's own
-// entries, the entries that read the object by id, the entries whose
-// get_indexed lookup on its type is a prefix of its old or new key tuple,
-// and the entries that read its whole type; for a value change, the entries
-// that read the value or all values. Every change to the data behind
-// Input.Resources must be reported before the next Render. Render itself
-// notices changes of a fragment's own type that were not reported (the
-// store's change count disagrees with the reported ones: it then compares
-// every object's revision) and values that differ from the last render's,
-// but not a change of an object that another entry read.
-func (s *Set) Invalidate(changes []Change) {
-	if s.cache == nil {
-		return
-	}
-	s.cache.mu.Lock()
-	defer s.cache.mu.Unlock()
-	for _, ch := range changes {
-		s.cache.invalidate(ch)
 	}
 }
 
@@ -402,10 +298,9 @@ func fragmentStore(res resourcesMap, typ string) (*storeValue, error) {
 // updateFragments brings every fragment up to date with the render's
 // input: it renders the entries that are new or dirty (in parallel when
 // there are many), drops the entries of objects that are gone and reuses
-// the rest. The caller holds c.mu.
+// the rest. The caller holds the Set's lock.
 func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, values map[string]any, out *Output) error {
 	c := s.cache
-	c.checkValues(values)
 	var jobs []*job
 	for _, fs := range c.states {
 		sv, err := fragmentStore(res, fs.f.forEach)
@@ -461,16 +356,17 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 			continue
 		}
 		c.unregister(e)
-		if e.out != j.out || !maps.Equal(e.parts, j.parts) {
-			e.state.version++
-		}
+		e.state.setContent(e, j.out, j.parts)
 		if len(e.errors) > 0 {
 			e.state.withErrors--
 		}
 		if len(j.errors) > 0 {
 			e.state.withErrors++
 		}
-		e.out, e.parts, e.errors, e.deps, e.rev, e.dirty = j.out, j.parts, j.errors, j.deps, j.rev, false
+		if !slices.Equal(e.errors, j.errors) {
+			c.errVer++
+		}
+		e.errors, e.deps, e.rev, e.dirty = j.errors, j.deps, j.rev, false
 		c.register(e)
 		out.FragmentsRendered = append(out.FragmentsRendered, EntryRef{Fragment: e.state.f.name, ID: e.id})
 	}
@@ -488,46 +384,6 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 		return errors.Join(errs...)
 	}
 	return nil
-}
-
-// joinedPart is one part of a fragment joined over its entries.
-type joinedPart struct {
-	text    string
-	version uint64
-}
-
-// part returns the entry's text of the part ("": the main output).
-func (e *entry) part(name string) string {
-	if name == "" {
-		return e.out
-	}
-	return e.parts[name]
-}
-
-// cachedJoin returns the part joined over every entry when the join is
-// up to date.
-func (fs *fragState) cachedJoin(part string) (string, bool) {
-	j, ok := fs.joined[part]
-	return j.text, ok && j.version == fs.version
-}
-
-// joinedOutput returns the part ("": the main output) of every entry
-// joined in id order, joining again only after a change.
-func (fs *fragState) joinedOutput(part string) string {
-	if text, ok := fs.cachedJoin(part); ok {
-		return text
-	}
-	n := 0
-	for _, e := range fs.order {
-		n += len(e.part(part))
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, e := range fs.order {
-		b.WriteString(e.part(part))
-	}
-	fs.joined[part] = joinedPart{text: b.String(), version: fs.version}
-	return fs.joined[part].text
 }
 
 // fragmentsFunc is the type of the fragments() global, so that
@@ -559,16 +415,8 @@ func (n *fragmentsOutput) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlo
 	if err != nil {
 		return fmt.Errorf("Unable to render expression at line %d: %w", n.orig.Start.Line, err)
 	}
-	if text, ok := fs.cachedJoin(n.part); ok {
-		_, err := io.WriteString(r.Output, text)
-		return err
-	}
-	for _, e := range fs.order {
-		if _, err := io.WriteString(r.Output, e.part(n.part)); err != nil {
-			return err
-		}
-	}
-	return nil
+	st.readFragment(fs, n.part)
+	return fs.writeJoined(r.Output, n.part)
 }
 
 // rewriteFragmentOutputs replaces, in list and the bodies of the for, if
@@ -706,21 +554,6 @@ func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, valu
 	j.out, j.parts, j.errors, j.deps = b.String(), partsOf(st.parts), st.errors, rec.deps(view)
 }
 
-// valuesRead adds the values the cached entries read to names (and all).
-func (c *fragmentCache) valuesRead(names []string, all bool) ([]string, bool) {
-	if len(c.byValue) > 0 {
-		set := make(map[string]bool, len(names)+len(c.byValue))
-		for _, n := range names {
-			set[n] = true
-		}
-		for n := range c.byValue {
-			set[n] = true
-		}
-		names = slices.Sorted(maps.Keys(set))
-	}
-	return names, all || len(c.allValues) > 0
-}
-
 // registerEntryErrors registers the errors of every entry, fragment by
 // fragment (by name) and entry by entry (by id), before the outputs'.
 func (c *fragmentCache) registerEntryErrors(st *renderState) {
@@ -758,6 +591,7 @@ func (st *renderState) fragmentsFunction(args *exec.VarArgs) (any, error) {
 	if len(args.Args) == 2 {
 		part = args.Args[1].String()
 	}
+	st.readFragment(fs, part)
 	return fs.joinedOutput(part), nil
 }
 
@@ -776,6 +610,7 @@ func (st *renderState) fragmentFunction(args *exec.VarArgs) (any, error) {
 	if len(args.Args) == 3 {
 		part = args.Args[2].String()
 	}
+	st.readFragment(fs, part)
 	if e := fs.entries[args.Args[1].String()]; e != nil {
 		return e.part(part), nil
 	}

@@ -122,6 +122,16 @@ func (w *world) setValue(name string, v any) {
 	w.set.Invalidate([]Change{{Value: name}})
 }
 
+// forget empties everything s keeps between renders, as if just compiled.
+func (s *Set) forget() {
+	if s.cache != nil {
+		s.cache = newFragmentCache(s.fragments)
+	}
+	s.outs = newOutputCache(s.outputs)
+	s.lastValues, s.haveValues = nil, false
+	s.errors, s.haveErrors = nil, false
+}
+
 func (w *world) input() Input {
 	return Input{Resources: w.ix.Stores(), Values: w.values}
 }
@@ -139,7 +149,7 @@ func (w *world) render(spec Spec) *Output {
 		}
 	}
 	// From scratch: the same compiled templates with an empty cache.
-	w.scratch.cache = newFragmentCache(w.scratch.fragments)
+	w.scratch.forget()
 	w.ix.Read(func(uint64) {
 		got, gotErr = w.set.Render(context.Background(), w.input())
 		want, wantErr = w.scratch.Render(context.Background(), w.input())
