@@ -31,6 +31,11 @@ targets:
             server {{ a }}
           {%- endfor %}
           {%- endfor %}
+    maps:
+      names.map:
+        template: |
+          {% for id, _ in resources.ingresses.items() %}{{ id }}
+          {% endfor %}
     haproxy_config:
       template: |
         {{ fragments("backends") }}
@@ -69,8 +74,8 @@ func syncType(t *testing.T, b *testkit.Bus, typ string) {
 	}
 }
 
-// fragmentEntries sums weft_renderer_fragment_entries_total of one outcome.
-func fragmentEntries(t *testing.T, env *testkit.Env, outcome string) float64 {
+// outcomes sums the counter vector name of one outcome over its targets.
+func outcomes(t *testing.T, env *testkit.Env, name, outcome string) float64 {
 	t.Helper()
 	fams, err := env.Registry.Gather()
 	if err != nil {
@@ -78,7 +83,7 @@ func fragmentEntries(t *testing.T, env *testkit.Env, outcome string) float64 {
 	}
 	var n float64
 	for _, f := range fams {
-		if f.GetName() != "weft_renderer_fragment_entries_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -92,8 +97,15 @@ func fragmentEntries(t *testing.T, env *testkit.Env, outcome string) float64 {
 	return n
 }
 
+// fragmentEntries sums weft_renderer_fragment_entries_total of one outcome.
+func fragmentEntries(t *testing.T, env *testkit.Env, outcome string) float64 {
+	return outcomes(t, env, "weft_renderer_fragment_entries_total", outcome)
+}
+
 // TestFragmentsFollowChanges: after the first render, an EndpointSlice
-// change re-renders only the fragment of the Ingress that looks it up.
+// change re-renders only the fragment of the Ingress that looks it up, and
+// only the output that reads the fragment (not the map, which reads only
+// the Ingresses).
 func TestFragmentsFollowChanges(t *testing.T) {
 	cfg, err := config.Parse([]byte(fragmentsCfg), "/")
 	if err != nil {
@@ -122,6 +134,8 @@ func TestFragmentsFollowChanges(t *testing.T) {
 	// Let renders caused by the start, the lease and the markers settle.
 	time.Sleep(300 * time.Millisecond)
 	rendered, reused := fragmentEntries(t, f.env, "rendered"), fragmentEntries(t, f.env, "reused")
+	const outputs = "weft_renderer_outputs_total"
+	outRendered, outReused := outcomes(t, f.env, outputs, "rendered"), outcomes(t, f.env, outputs, "reused")
 	if rendered != 2 {
 		t.Fatalf("%v entries rendered for the first render(s), want 2", rendered)
 	}
@@ -136,5 +150,11 @@ func TestFragmentsFollowChanges(t *testing.T) {
 	}
 	if n := fragmentEntries(t, f.env, "reused") - reused; n < 1 {
 		t.Errorf("the change reused %v entries, want at least 1", n)
+	}
+	if n := outcomes(t, f.env, outputs, "rendered") - outRendered; n != 1 {
+		t.Errorf("the change ran %v outputs, want 1 (haproxy.cfg)", n)
+	}
+	if n := outcomes(t, f.env, outputs, "reused") - outReused; n != 1 {
+		t.Errorf("the change reused %v outputs, want 1 (names.map)", n)
 	}
 }

@@ -62,6 +62,7 @@ type metrics struct {
 	duration  *prometheus.HistogramVec
 	objects   *prometheus.GaugeVec
 	fragments *prometheus.CounterVec
+	outputs   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -82,8 +83,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		fragments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_renderer_fragment_entries_total", Help: "Fragment entries per render by target and outcome (rendered, reused).",
 		}, []string{"target", "outcome"}),
+		outputs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_renderer_outputs_total", Help: "Outputs (config, maps, files, certificates) per render by target and outcome (rendered, reused).",
+		}, []string{"target", "outcome"}),
 	}
-	return m, svc.Register(reg, Service, m.leases, m.renders, m.duration, m.objects, m.fragments)
+	return m, svc.Register(reg, Service, m.leases, m.renders, m.duration, m.objects, m.fragments, m.outputs)
 }
 
 type request struct {
@@ -557,6 +561,8 @@ func (r *renderer) render(ctx context.Context, req request) {
 			ts.recordValues(res.ValuesRead, res.AllValues)
 			r.m.fragments.WithLabelValues(req.target, "rendered").Add(float64(res.FragmentsRendered))
 			r.m.fragments.WithLabelValues(req.target, "reused").Add(float64(res.FragmentsReused))
+			r.m.outputs.WithLabelValues(req.target, "rendered").Add(float64(res.OutputsRendered))
+			r.m.outputs.WithLabelValues(req.target, "reused").Add(float64(res.OutputsReused))
 		}
 	}
 	for typ, n := range prov.Counts {
@@ -597,7 +603,8 @@ func (r *renderer) render(ctx context.Context, req request) {
 			log.WarnContext(ctx, "template reported a resource error", "type", e.Type, "id", e.ID, "message", e.Message)
 		}
 		log.InfoContext(ctx, "rendered", "version", st.Version, "hash", res.Bundle.Hash[:12], "took", res.Took, "cause", req.cause,
-			"fragments_rendered", res.FragmentsRendered, "fragments_reused", res.FragmentsReused)
+			"fragments_rendered", res.FragmentsRendered, "fragments_reused", res.FragmentsReused,
+			"outputs_rendered", res.OutputsRendered, "outputs_reused", res.OutputsReused)
 	}
 	st.At = out.At
 	if _, perr := bus.Publish(ctx, r.env.JS, msg.RenderSubject(req.target), msg.RenderID(req.target, st.Version), out); perr != nil {

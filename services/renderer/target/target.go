@@ -119,6 +119,10 @@ type Result struct {
 	// FragmentsReused those taken from the cache.
 	FragmentsRendered int
 	FragmentsReused   int
+	// OutputsRendered counts the outputs that ran, and OutputsReused those
+	// taken from the cache.
+	OutputsRendered int
+	OutputsReused   int
 }
 
 // Render renders the target against resources (type name -> store) and
@@ -149,7 +153,8 @@ func (t *Target) RenderFetching(ctx context.Context, resources, values map[strin
 		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
 	}
 	res := Result{Bundle: b, Took: time.Since(start), ValuesRead: out.ValuesRead, AllValues: out.AllValues,
-		FragmentsRendered: len(out.FragmentsRendered), FragmentsReused: out.FragmentsReused}
+		FragmentsRendered: len(out.FragmentsRendered), FragmentsReused: out.FragmentsReused,
+		OutputsRendered: len(out.OutputsRendered), OutputsReused: out.OutputsReused}
 	for _, e := range out.Errors {
 		res.Errors = append(res.Errors, msg.ResourceError{Type: e.Type, ID: e.ID, Message: e.Message})
 	}
