@@ -30,13 +30,18 @@ func testBurst(t *testing.T, queued bool, most float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A debounce window no stall of a loaded machine reaches between two
+	// changes of the burst: a pause that long would rightly end the burst.
+	edge := cfg.Targets["edge"]
+	edge.Render.Debounce = config.Duration(time.Second)
+	cfg.Targets["edge"] = edge
 	f := &fixture{t: t, bus: testkit.NATS(t)}
 	f.env = testkit.NewEnv(t, f.bus, "r1")
 	f.put("web", 1)
 	f.synced()
 	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
 	f.render(1)
-	time.Sleep(300 * time.Millisecond) // past the debounce window of the start
+	time.Sleep(1500 * time.Millisecond) // past the debounce window of the start
 	before := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total")
 	if queued {
 		f.putQueued("web", 1000, 1999)
