@@ -16,6 +16,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/host"
 	"github.com/weftio/weft/pkg/testkit"
 )
 
@@ -65,6 +66,12 @@ func startStack(t *testing.T, src string, edit func(string) string) *stack {
 // first, after once weft.yaml is edited (both may be nil).
 func startStackWith(t testing.TB, src string, before func(dir string), edit func(string) string, after func(dir string)) *stack {
 	t.Helper()
+	return startStackOf(t, src, before, edit, after, Services)
+}
+
+// startStackOf is startStackWith running only the given services.
+func startStackOf(t testing.TB, src string, before func(dir string), edit func(string) string, after func(dir string), services []host.Service) *stack {
+	t.Helper()
 	s := &stack{t: t, dir: t.TempDir()}
 	copyTree(t, src, s.dir)
 	if before != nil {
@@ -91,7 +98,7 @@ func startStackWith(t testing.TB, src string, before func(dir string), edit func
 	s.bus = testkit.NATS(t)
 	s.env = testkit.NewEnv(t, s.bus, "e2e")
 	var stops []func()
-	for _, sv := range Services {
+	for _, sv := range services {
 		stops = append(stops, testkit.Run(t, func(ctx context.Context) error { return sv.Run(ctx, s.env.Env, cfg) }))
 	}
 	s.stop = func() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -68,13 +67,7 @@ func (p *weftProcess) interrupt(t *testing.T) error {
 
 // logged returns the first log record whose msg starts with prefix.
 func (p *weftProcess) logged(prefix string) (map[string]any, bool) {
-	for line := range strings.Lines(p.out.String()) {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(fmt.Sprint(rec["msg"]), prefix) {
-			return rec, true
-		}
-	}
-	return nil, false
+	return logged(p.out.String(), prefix)
 }
 
 // onPorts rewrites the quickstart copied into dir so that HAProxy binds

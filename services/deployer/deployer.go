@@ -43,7 +43,7 @@ import (
 const Service = "deployer"
 
 // OrdersConsumer is the durable consumer of verdicts; each instance's
-// orders have their own (consumerName).
+// orders have their own (InstanceConsumer).
 const OrdersConsumer = "deployer-orders"
 
 type metrics struct {
@@ -106,7 +106,7 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		}
 		d.instances.set(name, ins)
 		for _, in := range ins {
-			c := consumerName(name, in.name)
+			c := InstanceConsumer(name, in.name)
 			if other, ok := consumers[c]; ok {
 				return fmt.Errorf("deployer: instances %s and %s/%s would share the consumer %s; rename one", other, name, in.name, c)
 			}

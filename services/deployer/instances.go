@@ -102,8 +102,8 @@ func (s *instanceSet) remove(target, name string) {
 	s.by[target] = slices.DeleteFunc(s.by[target], func(in *instance) bool { return in.name == name })
 }
 
-// consumerName is the durable consumer of one instance's orders.
-func consumerName(target, instance string) string { return "deployer-" + target + "-" + instance }
+// InstanceConsumer is the durable consumer of one instance's orders.
+func InstanceConsumer(target, instance string) string { return "deployer-" + target + "-" + instance }
 
 // deployAckWait bounds how long an order handled by a deployer that died
 // waits before another replica (or the restarted one) gets it; a live
@@ -126,7 +126,7 @@ func (d *deployer) consume(ctx context.Context, in *instance, o bus.Options) err
 // new one starts at deliver.
 func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetstream.DeliverPolicy) (jetstream.Consumer, error) {
 	cons, err := d.env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
-		Durable: consumerName(in.target, in.name), Description: "deploy orders of " + in.target + "/" + in.name,
+		Durable: InstanceConsumer(in.target, in.name), Description: "deploy orders of " + in.target + "/" + in.name,
 		FilterSubject: msg.DeploySubject(in.target, in.name), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: deployAckWait, MaxDeliver: 20, MaxAckPending: 1, DeliverPolicy: deliver,
 	})

@@ -185,7 +185,7 @@ func (p *podFollower) remove(ctx context.Context, name string) {
 	p.running[name].stop()
 	delete(p.running, name)
 	p.d.instances.remove(p.target, name)
-	if err := p.d.env.JS.DeleteConsumer(ctx, msg.StreamDeploys, consumerName(p.target, name)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := p.d.env.JS.DeleteConsumer(ctx, msg.StreamDeploys, InstanceConsumer(p.target, name)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		p.d.env.Log.Warn("consumer of a removed pod instance not deleted", "instance", name, "err", err)
 	}
 	_ = p.d.status.Delete(ctx, msg.DeployStatusKey(p.target, name))

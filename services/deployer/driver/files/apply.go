@@ -54,7 +54,9 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 	var next manifest
 	if len(p.changed) == 0 && len(p.stale) == 0 {
 		// Nothing to deliver; the manifest may still need to adopt files
-		// that were already as wanted, or forget files that are gone.
+		// that were already as wanted, or forget files that are gone, and
+		// a killed process may have left its staging directory.
+		d.removeLeftovers(root)
 		next = p.nextManifest(m, nil, nil, m.Dirs)
 		next.ReloadPending = m.ReloadPending && d.opts.ReloadCmd != ""
 		if err := writeManifest(root, d.names, next, raw); err != nil {
@@ -418,11 +420,21 @@ func (d *Driver) deliver(ctx context.Context, root *os.Root, files []File, main 
 		}
 	}
 
-	// From here on Dest changes. Whatever happens, the manifest records
-	// what the driver then owns.
+	// From here on Dest changes. The manifest first owns what is about to
+	// be installed (files and the directories made for them) and owes the
+	// reload, so that a process killed part way leaves both known to the
+	// next Apply, even one that then finds every file in place.
+	if err := writeManifest(root, d.names, d.intent(root, files, p, m), nil); err != nil {
+		return m, err
+	}
+	// Whatever happens next, the manifest records what the driver then
+	// owns.
 	var removed, vanished []string
 	dirs := slices.Clone(m.Dirs)
 	installErr := d.install(root, stage, files, p, res, &removed, &dirs)
+	if d.afterInstall != nil {
+		d.afterInstall()
+	}
 	var removeErr error
 	if installErr == nil {
 		removeErr = d.removeStale(root, p, &removed, &vanished, &dirs)
@@ -434,6 +446,25 @@ func (d *Driver) deliver(ctx context.Context, root *os.Root, files []File, main 
 	next.ReloadPending = d.opts.ReloadCmd != "" && (m.ReloadPending || len(res.Written) > 0 || len(res.Removed) > 0)
 	writeErr := writeManifest(root, d.names, next, nil)
 	return next, errors.Join(installErr, removeErr, writeErr)
+}
+
+// intent is m owning, besides its own, the files deliver installs and the
+// directories it creates for them, and owing a reload when there is a
+// reload command.
+func (d *Driver) intent(root *os.Root, files []File, p *plan, m manifest) manifest {
+	next := m
+	next.Files = slices.Clone(m.Files)
+	next.Dirs = slices.Clone(m.Dirs)
+	for _, i := range p.changed {
+		next.Files = append(next.Files, files[i].Path)
+		for _, a := range ancestors(files[i].Path) {
+			if _, err := root.Lstat(a); errors.Is(err, fs.ErrNotExist) {
+				next.Dirs = append(next.Dirs, a)
+			}
+		}
+	}
+	next.ReloadPending = d.opts.ReloadCmd != ""
+	return next
 }
 
 // removeLeftovers removes staging entries left by an interrupted run. It is

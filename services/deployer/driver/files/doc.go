@@ -15,16 +15,21 @@
 //  2. CheckCmd, if set, runs against the staged copy ({{.src}} is the staged
 //     Main file, {{.dir}} the staging directory). If it fails, nothing in Dest
 //     has been touched and Apply returns an error wrapping ErrCheckFailed.
-//  3. Each changed file is renamed from the staging directory into place, so
+//  3. The manifest is rewritten to own the files about to be installed and
+//     the directories made for them, and, with a ReloadCmd, to owe the
+//     reload: a process killed from here on leaves the next Apply knowing
+//     both, even one that finds every file in place.
+//  4. Each changed file is renamed from the staging directory into place, so
 //     a reader sees either the old or the new file, never a partial one, and
 //     never a file with the wrong mode or owner. Atomicity is per file: a
 //     reader looking at several files during the installation can see some
 //     old and some new ones. Missing parent directories are created with
 //     Options.DirMode. Only then are the files that left the bundle removed,
 //     so a file that is still referenced is never missing.
-//  4. The manifest is rewritten atomically and the staging directory is
-//     removed (it is removed on every path, including failures).
-//  5. ReloadCmd, if set, runs once, no sooner than MinReloadInterval after the
+//  5. The manifest is rewritten to what the driver then owns, and the
+//     staging directory is removed (it is removed on every path, including
+//     failures; one left by a killed process is removed by the next Apply).
+//  6. ReloadCmd, if set, runs once, no sooner than MinReloadInterval after the
 //     previous successful reload of this Driver. If it fails, the files stay
 //     in place (they passed the check) and Apply returns an error wrapping
 //     ErrReloadFailed. The reload is recorded as pending in the manifest and

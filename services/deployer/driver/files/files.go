@@ -112,6 +112,10 @@ type Driver struct {
 	// waitFor blocks for d or until ctx ends; tests replace it to control
 	// the minimum reload interval.
 	waitFor func(ctx context.Context, d time.Duration) error
+	// afterInstall, when tests set it, runs once the changed files are in
+	// place, before anything else is recorded: where a process killed
+	// mid-deploy leaves Dest at its most changed.
+	afterInstall func()
 }
 
 // New validates opts, fills in the defaults and returns a Driver.

@@ -1,0 +1,115 @@
+package testkit
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// GoBuild builds the main package pkg (an import path of the workspace,
+// such as "github.com/weftio/weft/services/deployer/cmd/weft-deployer")
+// into a temporary folder and returns the binary's path. When the test
+// binary has the race detector, so does the program. The build cache makes
+// a second build take a moment.
+func GoBuild(t testing.TB, pkg string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build %s: %v", pkg, err)
+	}
+	bin := filepath.Join(t.TempDir(), path.Base(pkg))
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command(goBin, append(args, pkg)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
+// Process is a program a test runs as a process of its own. Its output
+// (stdout and stderr) is kept, and shown in the test log if the test
+// fails. It is killed when the test ends, if it still runs.
+type Process struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error // of Wait, once done is closed
+}
+
+// StartProcess starts bin with args.
+func StartProcess(t testing.TB, bin string, args ...string) *Process {
+	t.Helper()
+	p := &Process{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("output of %s (pid %d):\n%s", filepath.Base(bin), p.cmd.Process.Pid, p.out)
+		}
+	})
+	return p
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Kill sends SIGKILL, which the program cannot catch or clean up after,
+// and waits for the process to be gone.
+func (p *Process) Kill(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("kill pid %d: %v", p.Pid(), err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("pid %d still runs 10s after SIGKILL", p.Pid())
+	}
+}
+
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Output returns what the process wrote so far.
+func (p *Process) Output() string { return p.out.String() }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(b)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
