@@ -3,6 +3,7 @@ package dataplanetest
 import (
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -108,5 +109,38 @@ func TestVersionAndReload(t *testing.T) {
 	}
 	if v := s.Violations(); len(v) > 0 {
 		t.Fatalf("violations %q", v)
+	}
+}
+
+// TestAddr: Servers on two loopback addresses share one port, and each
+// answers on its own address.
+func TestAddr(t *testing.T) {
+	a := New(t, Options{Addr: "127.0.0.2:0", Config: DefaultConfig + "# a\n"})
+	u, err := url.Parse(a.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Hostname() != "127.0.0.2" {
+		t.Fatalf("URL %s, want host 127.0.0.2", a.URL())
+	}
+	b := New(t, Options{Addr: "127.0.0.3:" + u.Port(), Config: DefaultConfig + "# b\n"})
+	if want := "http://127.0.0.3:" + u.Port(); b.URL() != want {
+		t.Fatalf("URL %s, want %s", b.URL(), want)
+	}
+	for s, want := range map[*Server]string{a: "# a", b: "# b"} {
+		req, err := http.NewRequestWithContext(t.Context(), "GET", s.URL()+"/v3/services/haproxy/configuration/raw", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth(s.User(), s.Password())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Fatalf("%s answered %s %q (%v), want %q in it", s.URL(), resp.Status, body, err, want)
+		}
 	}
 }

@@ -6,7 +6,10 @@
 // enforced with kin-openapi's openapi3filter (parameters, bodies, basic
 // authentication, statuses, content types and answer schemas). What does not
 // match is recorded (Violations), and the test that started the Server fails
-// when it ends unless the violations were cleared.
+// when it ends unless the violations were cleared. It listens on a free
+// port of 127.0.0.1, or on Options.Addr: Servers on different loopback
+// addresses (127.0.0.2, 127.0.0.3, ...) can share one port, as the
+// Dataplane APIs of Pods do.
 //
 // The Server keeps the raw configuration with a version counter (a post with
 // another version is refused with 409), the map, certificate and general

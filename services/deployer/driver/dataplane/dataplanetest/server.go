@@ -3,6 +3,7 @@ package dataplanetest
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +28,11 @@ type Options struct {
 	// Config is the initial configuration (version 1). Default: a minimal
 	// valid one.
 	Config string
+	// Addr is the host:port the API listens on, such as "127.0.0.2:0" or
+	// "127.0.0.3:41234" (any address of 127.0.0.0/8 is the loopback on
+	// Linux), so that several Servers can share a port on different
+	// addresses. Default: a free port on 127.0.0.1.
+	Addr string
 }
 
 // DefaultConfig is the configuration a Server starts with by default.
@@ -129,7 +135,16 @@ func New(t testing.TB, opts Options) *Server {
 	s.writeConfig()
 	s.loadRuntime()
 	s.routes()
-	s.srv = httptest.NewServer(s.validating(s.auth(s.mux)))
+	s.srv = httptest.NewUnstartedServer(s.validating(s.auth(s.mux)))
+	if opts.Addr != "" {
+		l, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			t.Fatalf("dataplanetest: %v", err)
+		}
+		_ = s.srv.Listener.Close()
+		s.srv.Listener = l
+	}
+	s.srv.Start()
 	t.Cleanup(func() {
 		s.srv.Close()
 		for _, v := range s.Violations() {
