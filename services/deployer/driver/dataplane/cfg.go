@@ -10,9 +10,10 @@ import (
 
 	parser "github.com/haproxytech/client-native/v6/config-parser"
 	parsererrors "github.com/haproxytech/client-native/v6/config-parser/errors"
-	"github.com/haproxytech/client-native/v6/config-parser/options"
 	"github.com/haproxytech/client-native/v6/config-parser/params"
 	"github.com/haproxytech/client-native/v6/config-parser/types"
+
+	"github.com/weftio/weft/services/deployer/driver/internal/haproxycfg"
 )
 
 // serverState is what the runtime endpoints can change on a server line.
@@ -55,7 +56,7 @@ func parseConfig(b []byte) (parser.Parser, error) {
 		}
 		kept = append(kept, line)
 	}
-	p, err := parser.New(options.String(strings.Join(kept, "\n")+"\n"), options.UseListenSectionParsers)
+	p, err := haproxycfg.Parse(strings.Join(kept, "\n") + "\n")
 	if err != nil {
 		return nil, fmt.Errorf("parse configuration: %w", err)
 	}

@@ -16,9 +16,10 @@ import (
 	"time"
 
 	parser "github.com/haproxytech/client-native/v6/config-parser"
-	"github.com/haproxytech/client-native/v6/config-parser/options"
 	"github.com/haproxytech/client-native/v6/config-parser/params"
 	"github.com/haproxytech/client-native/v6/config-parser/types"
+
+	"github.com/weftio/weft/services/deployer/driver/internal/haproxycfg"
 )
 
 const api = "/v3/services/haproxy"
@@ -131,7 +132,7 @@ func (s *Server) loadRuntime() {
 	s.servers = map[string]map[string]*RuntimeServer{}
 	s.loadedMaps = map[string][]MapEntry{}
 	s.certs = map[string][]byte{}
-	p, err := parser.New(options.String(s.config), options.UseListenSectionParsers)
+	p, err := haproxycfg.Parse(s.config)
 	if err == nil {
 		for _, sec := range []parser.Section{parser.Backends, parser.Listen} {
 			names, _ := p.SectionsGet(sec)

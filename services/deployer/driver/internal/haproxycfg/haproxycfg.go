@@ -1,0 +1,24 @@
+// Package haproxycfg parses HAProxy configurations with client-native's
+// configuration parser, for the deploy drivers and dataplanetest. That
+// parser writes a package-level variable (the name of the last defaults
+// section it read) while it reads, so two parses at once race, as when a
+// target's instances deploy in parallel. Parse serializes every parse made
+// through it; the Parser it returns belongs to the caller, and reading it
+// touches no shared state.
+package haproxycfg
+
+import (
+	"sync"
+
+	parser "github.com/haproxytech/client-native/v6/config-parser"
+	"github.com/haproxytech/client-native/v6/config-parser/options"
+)
+
+var mu sync.Mutex
+
+// Parse reads text, listen sections included, one parse at a time.
+func Parse(text string) (parser.Parser, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	return parser.New(options.String(text), options.UseListenSectionParsers)
+}
