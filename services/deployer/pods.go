@@ -19,7 +19,13 @@ import (
 // as the watcher stores them in the resources bucket: a Pod that becomes
 // ready is an instance (its own consumer, and the last accepted bundle
 // ordered at once); one that goes away, stops being ready or changes its
-// address is removed (its consumer and status with it).
+// address is removed (its consumer and status with it). Once the bucket's
+// current Pods are read, the consumers and statuses of the target's other
+// instances are removed too: Pods that went away or stopped being ready
+// while no deployer followed them. (A deployer starting while another
+// replica adds a Pod it has not read yet may remove that Pod's consumer and
+// status; it adds the Pod again as soon as it reads it, with a catch-up
+// order.)
 type podFollower struct {
 	d      *deployer
 	target string
@@ -69,9 +75,11 @@ func (p *podFollower) follow(ctx context.Context) error {
 			if !ok {
 				return errors.New("deployer: pod watch closed")
 			}
-			if e != nil {
-				p.update(ctx, e)
+			if e == nil { // the current Pods are read
+				p.sweep(ctx)
+				continue
 			}
+			p.update(ctx, e)
 		}
 	}
 }
@@ -185,9 +193,51 @@ func (p *podFollower) remove(ctx context.Context, name string) {
 	p.running[name].stop()
 	delete(p.running, name)
 	p.d.instances.remove(p.target, name)
-	if err := p.d.env.JS.DeleteConsumer(ctx, msg.StreamDeploys, InstanceConsumer(p.target, name)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		p.d.env.Log.Warn("consumer of a removed pod instance not deleted", "instance", name, "err", err)
-	}
-	_ = p.d.status.Delete(ctx, msg.DeployStatusKey(p.target, name))
+	p.drop(ctx, name)
 	p.d.env.Log.Info("pod instance removed", "target", p.target, "instance", name)
+}
+
+// drop deletes the consumer and the status of a Pod instance.
+func (p *podFollower) drop(ctx context.Context, name string) {
+	if err := p.d.env.JS.DeleteConsumer(ctx, msg.StreamDeploys, InstanceConsumer(p.target, name)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		p.d.env.Log.Warn("consumer of a removed pod instance not deleted", "target", p.target, "instance", name, "err", err)
+	}
+	if err := p.d.status.Delete(ctx, msg.DeployStatusKey(p.target, name)); err != nil {
+		p.d.env.Log.Warn("status of a removed pod instance not deleted", "target", p.target, "instance", name, "err", err)
+	}
+}
+
+// sweep drops the consumers and statuses of the target's instances that are
+// not running: every instance of a target with deploy.pods is a Pod's.
+func (p *podFollower) sweep(ctx context.Context) {
+	known := map[string]bool{}
+	keys, err := p.d.status.ListKeysFiltered(ctx, msg.DeployStatusKey(p.target, "*"))
+	if err == nil {
+		for k := range keys.Keys() { // closed once all are listed
+			known[strings.TrimPrefix(k, msg.DeployStatusPrefix(p.target))] = true
+		}
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		p.d.env.Log.Warn("statuses of gone pod instances not listed", "target", p.target, "err", err)
+	}
+	st, err := p.d.env.JS.Stream(ctx, msg.StreamDeploys)
+	if err == nil {
+		consumers := st.ListConsumers(ctx)
+		for info := range consumers.Info() {
+			name := msg.SubjectToken(info.Config.FilterSubject, 3)
+			if info.Config.FilterSubject == msg.DeploySubject(p.target, name) && info.Name == InstanceConsumer(p.target, name) {
+				known[name] = true
+			}
+		}
+		err = consumers.Err()
+	}
+	if err != nil {
+		p.d.env.Log.Warn("consumers of gone pod instances not listed", "target", p.target, "err", err)
+	}
+	for name := range known {
+		if _, ok := p.running[name]; !ok {
+			p.drop(ctx, name)
+			p.d.env.Log.Info("gone pod instance removed", "target", p.target, "instance", name)
+		}
+	}
 }

@@ -95,3 +95,72 @@ targets:
 		t.Fatalf("%d reloads, want 1 (the returning pod already has the bundle)", n)
 	}
 }
+
+// TestGonePodsAreRemovedAtStart stops the deployer, then one Pod goes away
+// and another stops being ready: the next deployer removes both instances'
+// statuses and consumers, and a consumer left without a status, but no
+// consumer of another target.
+func TestGonePodsAreRemovedAtStart(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	u, _ := url.Parse(api.URL())
+	bus := testkit.NATS(t)
+	ctx := context.Background()
+	yaml := fmt.Sprintf(`
+watched_resources:
+  pods: {api_version: v1, kind: Pod}
+targets:
+  edge:
+    base: %s
+    deploy:
+      driver: dataplane
+      dataplane: {user: %s, password: %s}
+      pods: {type: pods, label_selector: "app=haproxy", port: %s}
+    haproxy_config: {template: unused}
+`, api.Dir(), api.User(), api.Password(), u.Port())
+	f, stop := run(t, bus, t.TempDir(), api.Dir(), yaml)
+	b := f.store("global\n  maxconn 100\n")
+	kv, _ := bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"),
+		msg.ValidationStatus{Target: "edge", Version: 3, BundleHash: b.Hash, OK: true, LastGood: b.Hash, LastGoodVersion: 3}, 0); err != nil {
+		t.Fatal(err)
+	}
+	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
+	putPod(t, bus, "haproxy-1", "127.0.0.1", "haproxy", true)
+	putPod(t, bus, "haproxy-2", "127.0.0.1", "haproxy", true)
+	for _, in := range []string{"pod-lb-haproxy-0", "pod-lb-haproxy-1", "pod-lb-haproxy-2"} {
+		status(t, bus, in, 3)
+	}
+	stop()
+
+	resources, _ := bus.JS.KeyValue(ctx, msg.BucketResources)
+	if err := resources.Delete(ctx, msg.ResourceKey("k8s", "pods", "lb", "haproxy-0")); err != nil {
+		t.Fatal(err)
+	}
+	putPod(t, bus, "haproxy-1", "127.0.0.1", "haproxy", false)
+	for name, target := range map[string]string{"pod-lb-ghost": "edge", "other": "edge2"} {
+		if _, err := bus.JS.CreateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
+			Durable: "deployer-" + target + "-" + name, FilterSubject: msg.DeploySubject(target, name),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	run(t, bus, t.TempDir(), api.Dir(), yaml)
+	testkit.Eventually(t, 15*time.Second, func() error {
+		for _, in := range []string{"pod-lb-haproxy-0", "pod-lb-haproxy-1", "pod-lb-ghost"} {
+			if _, err := kv.Get(ctx, msg.DeployStatusKey("edge", in)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("status of %s: %v, want none", in, err)
+			}
+			if _, err := bus.JS.Consumer(ctx, msg.StreamDeploys, "deployer-edge-"+in); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("consumer of %s: %v, want none", in, err)
+			}
+		}
+		return nil
+	})
+	if st := status(t, bus, "pod-lb-haproxy-2", 3); st.LastError != "" {
+		t.Fatalf("the remaining pod: %+v", st)
+	}
+	if _, err := bus.JS.Consumer(ctx, msg.StreamDeploys, "deployer-edge2-other"); err != nil {
+		t.Fatalf("consumer of another target: %v", err)
+	}
+}
