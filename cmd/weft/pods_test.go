@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,11 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer"
 	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
+	"github.com/weftio/weft/services/renderer"
+	"github.com/weftio/weft/services/validator"
+	"github.com/weftio/weft/services/watcher"
 )
 
 // podsTimeout bounds every wait of TestPodsAreInstancesInKubernetes; it only
@@ -145,24 +150,32 @@ func (k *podKit) run(name, ip string, ready, onlyIPs bool) {
 // podsStack is weft in-process on one NATS server, restartable on a new
 // configuration as `weft up` restarts its services.
 type podsStack struct {
-	t    *testing.T
-	bus  *testkit.Bus
-	stop func()
+	t     *testing.T
+	bus   *testkit.Bus
+	env   *testkit.Env
+	stops []func()
 }
 
-func (s *podsStack) start(cfg *config.Config) {
+// start runs the named services (all when none is named) on cfg; a start
+// after stop is a new weft process, with a fresh environment.
+func (s *podsStack) start(cfg *config.Config, names ...string) {
 	s.t.Helper()
-	// A fresh environment per run, as a new weft process has.
-	env := testkit.NewEnv(s.t, s.bus, "pods")
-	var stops []func()
-	for _, sv := range Services {
-		stops = append(stops, testkit.Run(s.t, func(ctx context.Context) error { return sv.Run(ctx, env.Env, cfg) }))
+	if s.env == nil {
+		s.env = testkit.NewEnv(s.t, s.bus, "pods")
 	}
-	s.stop = func() {
-		for _, f := range stops {
-			f()
+	for _, sv := range Services {
+		if len(names) == 0 || slices.Contains(names, sv.Name) {
+			s.stops = append(s.stops, testkit.Run(s.t, func(ctx context.Context) error { return sv.Run(ctx, s.env.Env, cfg) }))
 		}
 	}
+}
+
+// stop stops every service started.
+func (s *podsStack) stop() {
+	for _, f := range s.stops {
+		f()
+	}
+	s.stops, s.env = nil, nil
 }
 
 // deploys returns the deploy statuses of target edge by instance, as
@@ -309,7 +322,7 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	const user, password = "dpuser", "dppass"
 	apis := map[string]*dataplanetest.Server{}
 	port := ""
-	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"} {
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"} {
 		api := dataplanetest.New(t, dataplanetest.Options{User: user, Password: password, HAProxy: haproxy, Addr: ip + ":" + port})
 		if port == "" {
 			u, err := url.Parse(api.URL())
@@ -320,13 +333,15 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 		}
 		apis[ip] = api
 	}
-	a, b, web, late := apis["127.0.0.2"], apis["127.0.0.3"], apis["127.0.0.4"], apis["127.0.0.5"]
-	const instA, instB, instWeb, instLate = "pod-lb-haproxy-0", "pod-lb-haproxy-1", "pod-lb-web-0", "pod-lb-haproxy-2"
+	a, b, web, late, gone := apis["127.0.0.2"], apis["127.0.0.3"], apis["127.0.0.4"], apis["127.0.0.5"], apis["127.0.0.6"]
+	const instA, instB, instWeb, instLate, instGone = "pod-lb-haproxy-0", "pod-lb-haproxy-1", "pod-lb-web-0", "pod-lb-haproxy-2", "pod-lb-haproxy-3"
 
-	// Before weft starts: a ready haproxy Pod, a ready Pod of another
+	// Before weft starts: two ready haproxy Pods, a ready Pod of another
 	// label, and a running haproxy Pod that is not ready.
 	kit.create("haproxy-0", "haproxy")
 	kit.run("haproxy-0", "127.0.0.2", true, false)
+	kit.create("haproxy-3", "haproxy")
+	kit.run("haproxy-3", "127.0.0.6", true, false)
 	kit.create("web-0", "web")
 	kit.run("web-0", "127.0.0.4", true, false)
 	kit.create("haproxy-2", "haproxy")
@@ -336,7 +351,9 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	s := &podsStack{t: t, bus: testkit.NATS(t)}
 	s.start(podsConfig(t, k.Kubeconfig, base, user, password, port, 1))
 
-	testkit.Eventually(t, podsTimeout, func() error { return s.delivered(instA, a, 1) })
+	testkit.Eventually(t, podsTimeout, func() error {
+		return errors.Join(s.delivered(instA, a, 1), s.delivered(instGone, gone, 1))
+	})
 
 	// A Pod created while weft runs, its address only in podIPs, gets the
 	// last accepted bundle once ready.
@@ -359,12 +376,33 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	testkit.Eventually(t, podsTimeout, func() error { return s.delivered(instB, b, 1) })
 
 	// A new template (weft restarted on a new configuration) reaches every
-	// ready Pod.
+	// ready Pod. A Pod deleted while weft was stopped, and gone from the
+	// resources bucket before the deployer starts, is not an instance any
+	// more: its status and consumer go.
 	s.stop()
-	s.start(podsConfig(t, k.Kubeconfig, base, user, password, port, 2))
+	if err := kit.pods.Delete(t.Context(), "haproxy-3", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := podsConfig(t, k.Kubeconfig, base, user, password, port, 2)
+	s.start(cfg2, watcher.Service)
+	resources, err := s.bus.JS.KeyValue(t.Context(), msg.BucketResources)
+	if err != nil {
+		t.Fatal(err)
+	}
 	testkit.Eventually(t, podsTimeout, func() error {
-		return errors.Join(s.delivered(instA, a, 2), s.delivered(instB, b, 2))
+		_, err := resources.Get(t.Context(), msg.ResourceKey("k", "pods", "lb", "haproxy-3"))
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("deleted pod haproxy-3 in the resources bucket: %v", err)
+		}
+		return nil
 	})
+	s.start(cfg2, renderer.Service, validator.Service, deployer.Service)
+	testkit.Eventually(t, podsTimeout, func() error {
+		return errors.Join(s.delivered(instA, a, 2), s.delivered(instB, b, 2), s.removed(instGone))
+	})
+	if cfg, _ := gone.Config(); !strings.Contains(cfg, "X-Generation 1\n") {
+		t.Errorf("the deleted pod's API has\n%s\nwant generation 1, delivered before it was deleted", cfg)
+	}
 
 	// Neither the Pod of another label nor the Pod that is not ready got
 	// anything, through two generations.
@@ -390,8 +428,7 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	}
 	testkit.Eventually(t, podsTimeout, func() error { return s.removed(instA) })
 	// Gone from the API server, it stays removed.
-	zero := int64(0)
-	if err := kit.pods.Delete(t.Context(), "haproxy-0", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	if err := kit.pods.Delete(t.Context(), "haproxy-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, podsTimeout, func() error {
