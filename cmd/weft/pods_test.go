@@ -334,7 +334,7 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 		apis[ip] = api
 	}
 	a, b, web, late, gone := apis["127.0.0.2"], apis["127.0.0.3"], apis["127.0.0.4"], apis["127.0.0.5"], apis["127.0.0.6"]
-	const instA, instB, instWeb, instLate, instGone = "pod-lb-haproxy-0", "pod-lb-haproxy-1", "pod-lb-web-0", "pod-lb-haproxy-2", "pod-lb-haproxy-3"
+	const instA, instB, instWeb, instLate, instGone = "pod-lb_haproxy-0", "pod-lb_haproxy-1", "pod-lb_web-0", "pod-lb_haproxy-2", "pod-lb_haproxy-3"
 
 	// Before weft starts: two ready haproxy Pods, a ready Pod of another
 	// label, and a running haproxy Pod that is not ready.

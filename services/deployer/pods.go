@@ -146,9 +146,12 @@ func podReady(status map[string]any) bool {
 	return false
 }
 
-// podInstanceName is a subject token naming the Pod namespace/name.
+// podInstanceName is a subject token naming the Pod namespace/name:
+// pod-<namespace>_<name>, with the dots of the name as "_". Kubernetes names
+// have no "_" and namespaces no dots, so the first "_" ends the namespace
+// and no two Pods share a name.
 func podInstanceName(ns, pod string) string {
-	return strings.ReplaceAll("pod-"+ns+"-"+pod, ".", "_")
+	return "pod-" + ns + "_" + strings.ReplaceAll(pod, ".", "_")
 }
 
 func (p *podFollower) add(ctx context.Context, name, url string) {

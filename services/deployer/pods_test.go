@@ -67,20 +67,20 @@ targets:
 
 	putPod(t, bus, "web-0", "10.1.1.1", "web", true) // not selected
 	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
-	st := status(t, bus, "pod-lb-haproxy-0", 3)
+	st := status(t, bus, "pod-lb_haproxy-0", 3)
 	if st.LastError != "" || st.Reloads["structure"] != 1 {
 		t.Fatalf("pod instance status = %+v", st)
 	}
 	if cfg, _ := api.Config(); cfg == dataplanetest.DefaultConfig {
 		t.Fatal("the API still has its initial configuration")
 	}
-	if _, err := kv.Get(context.Background(), msg.DeployStatusKey("edge", "pod-lb-web-0")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := kv.Get(context.Background(), msg.DeployStatusKey("edge", "pod-lb_web-0")); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("unselected pod has a status: %v", err)
 	}
 
 	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", false)
 	testkit.Eventually(t, 10*time.Second, func() error {
-		_, err := kv.Get(context.Background(), msg.DeployStatusKey("edge", "pod-lb-haproxy-0"))
+		_, err := kv.Get(context.Background(), msg.DeployStatusKey("edge", "pod-lb_haproxy-0"))
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("status of a pod that is not ready: %v", err)
 		}
@@ -88,7 +88,7 @@ targets:
 	})
 
 	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
-	if st := status(t, bus, "pod-lb-haproxy-0", 3); st.Deploys != 1 || st.LastError != "" {
+	if st := status(t, bus, "pod-lb_haproxy-0", 3); st.Deploys != 1 || st.LastError != "" {
 		t.Fatalf("returning pod: %+v", st)
 	}
 	if n := api.Counts().Reloads; n != 1 {
@@ -127,7 +127,7 @@ targets:
 	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
 	putPod(t, bus, "haproxy-1", "127.0.0.1", "haproxy", true)
 	putPod(t, bus, "haproxy-2", "127.0.0.1", "haproxy", true)
-	for _, in := range []string{"pod-lb-haproxy-0", "pod-lb-haproxy-1", "pod-lb-haproxy-2"} {
+	for _, in := range []string{"pod-lb_haproxy-0", "pod-lb_haproxy-1", "pod-lb_haproxy-2"} {
 		status(t, bus, in, 3)
 	}
 	stop()
@@ -137,7 +137,7 @@ targets:
 		t.Fatal(err)
 	}
 	putPod(t, bus, "haproxy-1", "127.0.0.1", "haproxy", false)
-	for name, target := range map[string]string{"pod-lb-ghost": "edge", "other": "edge2"} {
+	for name, target := range map[string]string{"pod-lb_ghost": "edge", "other": "edge2"} {
 		if _, err := bus.JS.CreateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
 			Durable: "deployer-" + target + "-" + name, FilterSubject: msg.DeploySubject(target, name),
 		}); err != nil {
@@ -147,7 +147,7 @@ targets:
 
 	run(t, bus, t.TempDir(), api.Dir(), yaml)
 	testkit.Eventually(t, 15*time.Second, func() error {
-		for _, in := range []string{"pod-lb-haproxy-0", "pod-lb-haproxy-1", "pod-lb-ghost"} {
+		for _, in := range []string{"pod-lb_haproxy-0", "pod-lb_haproxy-1", "pod-lb_ghost"} {
 			if _, err := kv.Get(ctx, msg.DeployStatusKey("edge", in)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				return fmt.Errorf("status of %s: %v, want none", in, err)
 			}
@@ -157,7 +157,7 @@ targets:
 		}
 		return nil
 	})
-	if st := status(t, bus, "pod-lb-haproxy-2", 3); st.LastError != "" {
+	if st := status(t, bus, "pod-lb_haproxy-2", 3); st.LastError != "" {
 		t.Fatalf("the remaining pod: %+v", st)
 	}
 	if _, err := bus.JS.Consumer(ctx, msg.StreamDeploys, "deployer-edge2-other"); err != nil {
