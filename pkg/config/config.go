@@ -309,7 +309,9 @@ type Dataplane struct {
 
 // Pods selects the Pods whose Dataplane APIs a target deploys to.
 type Pods struct {
-	// Type is a watched resource type whose objects are Pods.
+	// Type is a watched resource type of Pods (api_version v1, kind Pod)
+	// kept in full: the deployer reads their labels, readiness
+	// (status.conditions) and address (status.podIP).
 	Type string `json:"type"`
 	// LabelSelector filters them (Kubernetes label selector syntax).
 	LabelSelector string `json:"label_selector,omitempty"`
@@ -633,8 +635,13 @@ func (c *Config) check() error {
 		d := t.Deploy
 		checkDeploy(f+".deploy", d, bad)
 		if d.Pods != nil && d.Pods.Type != "" {
-			if _, ok := c.WatchedResources[d.Pods.Type]; !ok {
+			switch r, ok := c.WatchedResources[d.Pods.Type]; {
+			case !ok:
 				bad(f+".deploy.pods.type", "%q is not a watched resource type", d.Pods.Type)
+			case r.APIVersion != "v1" || r.Kind != "Pod":
+				bad(f+".deploy.pods.type", "%q is %s %s, not Pods (api_version v1, kind Pod)", d.Pods.Type, r.APIVersion, r.Kind)
+			case r.Store == StoreOnDemand:
+				bad(f+".deploy.pods.type", "%q is kept on demand, without the status that tells whether a Pod is ready and its address", d.Pods.Type)
 			}
 		}
 		if d.DriftCheck < 0 {

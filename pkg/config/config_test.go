@@ -88,6 +88,8 @@ func TestParseErrors(t *testing.T) {
 		{"instance without master socket", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: runtime, instances: [{name: a, dest: /a}]}}}", "targets.t.deploy.instances[0].master_socket"},
 		{"dataplane without url", "targets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}}}}", "targets.t.deploy.url: required for the dataplane driver"},
 		{"pods of an unwatched type", "targets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}, pods: {type: pods}}}}", `targets.t.deploy.pods.type: "pods" is not a watched resource type`},
+		{"pods of another kind", "watched_resources: {pods: {api_version: v1, kind: Service}}\ntargets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}, pods: {type: pods}}}}", `targets.t.deploy.pods.type: "pods" is v1 Service, not Pods`},
+		{"pods on demand", "watched_resources: {pods: {api_version: v1, kind: Pod, store: on-demand}}\ntargets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}, pods: {type: pods}}}}", `targets.t.deploy.pods.type: "pods" is kept on demand`},
 		{"pods with the files driver", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: files, dest: /o, pods: {type: pods}}}}", "pods are instances of the dataplane driver"},
 		{"negative drift check", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: files, dest: /o, drift_check: -1s}}}", "drift_check"},
 		{"max wait under debounce", "targets: {t: {render: {debounce: 1s, max_wait: 100ms}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.render.max_wait"},
