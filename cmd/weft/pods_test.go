@@ -311,7 +311,8 @@ func resetConfig(t *testing.T, api *dataplanetest.Server) {
 // app=haproxy gets the last accepted bundle; a Pod of another label and a
 // Pod that is not ready get nothing; a Pod that stops being ready loses its
 // status and its consumer and gets the bundle again when it is ready again;
-// a new template reaches every ready Pod; a Pod that becomes ready later
+// a new template reaches every ready Pod; a Pod deleted while weft was
+// stopped is removed when it starts again; a Pod that becomes ready later
 // gets the last accepted bundle; a terminating Pod is removed.
 func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	haproxy := testkit.HAProxy(t)
@@ -349,6 +350,10 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 
 	base := t.TempDir()
 	s := &podsStack{t: t, bus: testkit.NATS(t)}
+	resources, err := s.bus.JS.KeyValue(t.Context(), msg.BucketResources)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.start(podsConfig(t, k.Kubeconfig, base, user, password, port, 1))
 
 	testkit.Eventually(t, podsTimeout, func() error {
@@ -358,12 +363,13 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	// A Pod created while weft runs, its address only in podIPs, gets the
 	// last accepted bundle once ready.
 	kit.create("haproxy-1", "haproxy")
-	testkit.Eventually(t, podsTimeout, func() error { // the watcher stored it pending
-		if _, ok := s.deploys()[instB]; ok {
-			return errors.New("a pending pod has a deploy status")
-		}
-		return nil
+	testkit.Eventually(t, podsTimeout, func() error {
+		_, err := resources.Get(t.Context(), msg.ResourceKey("k", "pods", "lb", "haproxy-1"))
+		return err
 	})
+	if err := s.removed(instB); err != nil {
+		t.Fatalf("a pending pod: %v", err)
+	}
 	kit.run("haproxy-1", "127.0.0.3", true, true)
 	testkit.Eventually(t, podsTimeout, func() error { return s.delivered(instB, b, 1) })
 
@@ -385,10 +391,6 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	}
 	cfg2 := podsConfig(t, k.Kubeconfig, base, user, password, port, 2)
 	s.start(cfg2, watcher.Service)
-	resources, err := s.bus.JS.KeyValue(t.Context(), msg.BucketResources)
-	if err != nil {
-		t.Fatal(err)
-	}
 	testkit.Eventually(t, podsTimeout, func() error {
 		_, err := resources.Get(t.Context(), msg.ResourceKey("k", "pods", "lb", "haproxy-3"))
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -419,7 +421,8 @@ func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	testkit.Eventually(t, podsTimeout, func() error { return s.delivered(instLate, late, 2) })
 
 	// Deleted: bound to a node, the Pod terminates (it stays, with a
-	// deletion timestamp) and stops being an instance at once.
+	// deletion timestamp, and still ready since no kubelet says otherwise)
+	// and stops being an instance.
 	if err := kit.pods.Delete(t.Context(), "haproxy-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

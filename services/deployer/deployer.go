@@ -16,6 +16,14 @@
 // retried; an infrastructure error is retried, and an order whose deployer
 // died is redelivered after 10 s.
 //
+// With deploy.pods, a target's instances are the ready Pods its label
+// selector picks among those the watcher stores, each reached at
+// <scheme>://<status.podIP>:<port> and named pod-<namespace>_<name>: a Pod
+// that becomes ready is ordered the last accepted bundle at once; one that
+// stops being ready, terminates or goes away is removed with its consumer
+// and status; and once a starting deployer has read the Pods, it removes the
+// consumers and statuses of the target's instances whose Pods are gone.
+//
 // At start, every instance behind the last accepted bundle is ordered to
 // catch up. weft.trigger.deploy.<target>, and every deploy.drift_check,
 // re-apply what each instance should have, which repairs drift. The
