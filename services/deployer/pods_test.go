@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer"
 	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
 )
 
@@ -162,5 +163,57 @@ targets:
 	}
 	if _, err := bus.JS.Consumer(ctx, msg.StreamDeploys, "deployer-edge2-other"); err != nil {
 		t.Fatalf("consumer of another target: %v", err)
+	}
+}
+
+// TestPodReadyAsAVerdictIsPublished makes a Pod ready after a verdict was
+// handled while the Pod was no instance yet, and before the validator
+// stored it as the last accepted bundle: the Pod still gets that bundle.
+func TestPodReadyAsAVerdictIsPublished(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	u, _ := url.Parse(api.URL())
+	bus := testkit.NATS(t)
+	ctx := context.Background()
+	yaml := fmt.Sprintf(`
+watched_resources:
+  pods: {api_version: v1, kind: Pod}
+targets:
+  edge:
+    base: %s
+    deploy:
+      driver: dataplane
+      dataplane: {user: %s, password: %s}
+      pods: {type: pods, label_selector: "app=haproxy", port: %s}
+    haproxy_config: {template: unused}
+`, api.Dir(), api.User(), api.Password(), u.Port())
+	f, _ := run(t, bus, t.TempDir(), api.Dir(), yaml)
+	old, b := f.store("global\n  maxconn 100\n"), f.store("global\n  maxconn 200\n")
+	kv, _ := bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"),
+		msg.ValidationStatus{Target: "edge", Version: 3, BundleHash: old.Hash, OK: true, LastGood: old.Hash, LastGoodVersion: 3}, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 4, BundleHash: b.Hash, OK: true, At: time.Now()})
+	testkit.Eventually(t, 15*time.Second, func() error { // handled, for no instance
+		c, err := bus.JS.Consumer(ctx, msg.StreamValidated, deployer.OrdersConsumer)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.AckFloor.Stream < 1 {
+			return fmt.Errorf("verdict not handled yet: %+v", info.AckFloor)
+		}
+		return nil
+	})
+
+	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
+	if st := status(t, bus, "pod-lb_haproxy-0", 4); st.BundleHash != b.Hash {
+		t.Fatalf("pod status %+v, want bundle %s", st, b.Hash)
+	}
+	if cfg, _ := api.Config(); cfg != "global\n  maxconn 200\n" {
+		t.Fatalf("the pod's API has %q", cfg)
 	}
 }
