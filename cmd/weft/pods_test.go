@@ -264,7 +264,7 @@ func (s *podsStack) removed(instance string) error {
 	if _, ok := s.deploys()[instance]; ok {
 		return fmt.Errorf("%s still has a deploy status", instance)
 	}
-	_, err := s.bus.JS.Consumer(s.t.Context(), msg.StreamDeploys, "deployer-edge-"+instance)
+	_, err := s.bus.JS.Consumer(s.t.Context(), msg.StreamDeploys, deployer.InstanceConsumer("edge", instance))
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("consumer of %s: %v, want it gone", instance, err)
 	}

@@ -152,7 +152,7 @@ targets:
 			if _, err := kv.Get(ctx, msg.DeployStatusKey("edge", in)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				return fmt.Errorf("status of %s: %v, want none", in, err)
 			}
-			if _, err := bus.JS.Consumer(ctx, msg.StreamDeploys, "deployer-edge-"+in); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if _, err := bus.JS.Consumer(ctx, msg.StreamDeploys, deployer.InstanceConsumer("edge", in)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fmt.Errorf("consumer of %s: %v, want none", in, err)
 			}
 		}
