@@ -352,6 +352,11 @@ func TestBadBundle(t *testing.T) {
 		{"nested", []dataplane.File{cfg, {Path: "maps/sub/a.map"}}, dataplane.ErrBadPath},
 		{"outside storage", []dataplane.File{cfg, {Path: "lua/a.lua"}}, dataplane.ErrBadPath},
 		{"twice", []dataplane.File{cfg, {Path: "maps/a.map"}, {Path: "maps/a.map"}}, dataplane.ErrBadPath},
+		// The API would store these under other names than those the
+		// configuration uses: "a_b.map", "hosts.txt.map", "my_site.pem".
+		{"dot in a map name", []dataplane.File{cfg, {Path: "maps/a.b.map"}}, dataplane.ErrBadPath},
+		{"map without .map", []dataplane.File{cfg, {Path: "maps/hosts.txt"}}, dataplane.ErrBadPath},
+		{"space in a name", []dataplane.File{cfg, {Path: "certs/my site.pem"}}, dataplane.ErrBadPath},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

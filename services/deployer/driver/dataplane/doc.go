@@ -10,7 +10,11 @@
 // directly inside three folders that stand for the API's three flat
 // storages: MapsDir ("maps", the map storage), CertsDir ("certs", the
 // certificate storage) and GeneralDir ("files", the general storage). A file
-// is stored under its base name; any other path is refused with ErrBadPath.
+// is stored under its base name; any other path is refused with ErrBadPath,
+// and so is a name the API would store under another name, where the
+// configuration would not find it: the API keeps only letters, digits, "_"
+// and "-" around one extension ("a.b.map" becomes "a_b.map") and adds ".map"
+// to a map's name without it.
 // The configuration names the files where the API keeps them (its maps_dir,
 // ssl_certs_dir and general_storage_dir), so the target's base must be the
 // API's storage layout. The driver owns those storages: a stored file that
