@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Apply delivers the bundle; see the package documentation for the
@@ -85,7 +86,7 @@ func (d *Driver) applyRuntime(ctx context.Context, st *state, p *plan, ops []run
 		return false, err
 	}
 	if p.cfgChanged {
-		resp, err := d.postConfig(ctx, st.version, p.main, true)
+		resp, err := d.postConfig(ctx, st.version, p.main, true, res)
 		if err != nil {
 			return false, err
 		}
@@ -101,7 +102,7 @@ func (d *Driver) applyReload(ctx context.Context, st *state, p *plan, res *Resul
 	if err := d.writeStorage(ctx, p, res); err != nil {
 		return err
 	}
-	resp, err := d.postConfig(ctx, st.version, p.main, false)
+	resp, err := d.postConfig(ctx, st.version, p.main, false, res)
 	if err != nil {
 		return err
 	}
@@ -119,16 +120,24 @@ func (d *Driver) applyReload(ctx context.Context, st *state, p *plan, res *Resul
 	return d.removeStale(ctx, p, res)
 }
 
-// postConfig replaces the stored configuration at the version read.
-func (d *Driver) postConfig(ctx context.Context, version int64, cfg []byte, skipReload bool) (response, error) {
+// postConfig replaces the stored configuration at the version read. The API
+// checks the configuration first (haproxy -c) and answers 400 with
+// HAProxy's messages when it fails: ErrRejected.
+func (d *Driver) postConfig(ctx context.Context, version int64, cfg []byte, skipReload bool, res *Result) (response, error) {
 	q := query("version", strconv.FormatInt(version, 10))
 	if skipReload {
 		q.Set("skip_reload", "true")
 	}
-	return d.api.do(ctx, request{
+	resp, err := d.api.do(ctx, request{
 		method: http.MethodPost, path: rawPath, query: q, body: cfg, contentType: "text/plain",
 		want: []int{http.StatusCreated, http.StatusAccepted}, versioned: true,
 	})
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusBadRequest {
+		res.ReloadDetail = strings.TrimSpace(res.ReloadDetail + "\n" + ae.message)
+		return resp, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return resp, err
 }
 
 func versionOf(resp response, def int64) int64 {

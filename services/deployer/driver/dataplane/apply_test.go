@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -178,8 +179,9 @@ func wantStored(t *testing.T, s *dataplanetest.Server, bundle []dataplane.File) 
 	want := map[string]int{}
 	for _, f := range bundle {
 		if f.Path == "haproxy.cfg" {
-			if cfg != string(f.Content) {
-				t.Errorf("stored configuration differs from the bundle:\n%s", cfg)
+			// The API stores its parser's rewrite of the posted text.
+			if want, err := dataplanetest.Normalize(string(f.Content)); err != nil || cfg != want {
+				t.Errorf("stored configuration differs from the bundle (%v):\n%s", err, cfg)
 			}
 			continue
 		}
@@ -251,17 +253,51 @@ func TestVersionConflictRetried(t *testing.T) {
 	}
 }
 
+// TestReloadFailed: the API accepted the configuration but HAProxy did not
+// load it. The API puts the last configuration that loaded back in place
+// (the version does not go back) and lists the failed reload before the last
+// one that succeeded; the next Apply finds it and reloads.
 func TestReloadFailed(t *testing.T) {
-	tests := []struct {
-		name  string
-		setup func(s *dataplanetest.Server, c *site)
-	}{
-		{name: "forced", setup: func(s *dataplanetest.Server, c *site) { s.FailNextReload("[ALERT] forced failure") }},
-		// The double runs haproxy -c: an unknown keyword fails the reload.
-		{name: "invalid configuration", setup: func(_ *dataplanetest.Server, c *site) { c.extraLine = "no-such-keyword on" }},
+	ctx := t.Context()
+	s := newDouble(t)
+	d := newDriver(t, s, nil)
+	c := base()
+	if _, err := d.Apply(ctx, c.bundle(s.Dir())); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	good, _ := s.Config()
+	c.backends = []string{"be_new"}
+	s.FailNextReload("[ALERT] forced failure")
+	res, err := d.Apply(ctx, c.bundle(s.Dir()))
+	if !errors.Is(err, dataplane.ErrReloadFailed) || !dataplane.Refused(err) {
+		t.Fatalf("err = %v, want a refused ErrReloadFailed", err)
+	}
+	if res.Reloaded || res.ReloadReason != dataplane.ReasonStructure || res.ReloadID == "" ||
+		!strings.Contains(res.ReloadDetail, "forced failure") {
+		t.Errorf("result %+v", res)
+	}
+	if cfg, _ := s.Config(); cfg != good {
+		t.Errorf("the API keeps the configuration that failed:\n%s", cfg)
+	}
+	// The next bundle finds the failed reload and reloads.
+	res, err = d.Apply(ctx, c.bundle(s.Dir()))
+	if err != nil || !res.Reloaded || res.ReloadReason != dataplane.ReasonPending {
+		t.Fatalf("next apply: %v, %+v", err, res)
+	}
+	wantStored(t, s, c.bundle(s.Dir()))
+	// Then the latest reload succeeded: nothing is pending any more.
+	res, err = d.Apply(ctx, c.bundle(s.Dir()))
+	if err != nil || res.Reloaded || len(res.Written) > 0 {
+		t.Fatalf("third apply: %v, %+v", err, res)
+	}
+}
+
+// TestConfigurationRejected: the API runs haproxy -c on every post of the
+// configuration and refuses one that fails with a 400, before storing or
+// reloading anything.
+func TestConfigurationRejected(t *testing.T) {
+	for _, skipReload := range []bool{false, true} {
+		t.Run(fmt.Sprintf("runtime path %v", skipReload), func(t *testing.T) {
 			ctx := t.Context()
 			s := newDouble(t)
 			d := newDriver(t, s, nil)
@@ -269,22 +305,58 @@ func TestReloadFailed(t *testing.T) {
 			if _, err := d.Apply(ctx, c.bundle(s.Dir())); err != nil {
 				t.Fatal(err)
 			}
-			c.backends = []string{"be_new"}
-			tt.setup(s, &c)
-			res, err := d.Apply(ctx, c.bundle(s.Dir()))
-			if !errors.Is(err, dataplane.ErrReloadFailed) || !dataplane.Refused(err) {
-				t.Fatalf("err = %v, want a refused ErrReloadFailed", err)
+			before, v := s.Config()
+			reloads := s.Counts().Reloads
+			if skipReload {
+				// A server change goes through the runtime endpoints; the
+				// configuration is still posted (without a reload) and
+				// checked.
+				c.servers[0] = "SRV_1 10.0.0.2:80"
+				s.FailNextCheck("[ALERT] forced failure")
+			} else {
+				c.extraLine = "no-such-keyword on"
 			}
-			if res.Reloaded || res.ReloadReason != dataplane.ReasonStructure || res.ReloadID == "" {
+			res, err := d.Apply(ctx, c.bundle(s.Dir()))
+			if !errors.Is(err, dataplane.ErrRejected) || !dataplane.Refused(err) {
+				t.Fatalf("err = %v, want a refused ErrRejected", err)
+			}
+			if res.Reloaded || res.ReloadDetail == "" {
 				t.Errorf("result %+v", res)
 			}
-			// The next bundle finds the failed reload and reloads.
-			c.extraLine = ""
-			res, err = d.Apply(ctx, c.bundle(s.Dir()))
-			if err != nil || !res.Reloaded || res.ReloadReason != dataplane.ReasonPending {
+			if cfg, nv := s.Config(); cfg != before || nv != v || s.Counts().Reloads != reloads || s.Counts().Rejected != 1 {
+				t.Errorf("the API changed: version %d -> %d, %+v", v, nv, s.Counts())
+			}
+			// A good bundle is delivered as usual.
+			c = base()
+			c.backends = []string{"be_new"}
+			if res, err := d.Apply(ctx, c.bundle(s.Dir())); err != nil || !res.Reloaded || res.ReloadReason != dataplane.ReasonStructure {
 				t.Fatalf("next apply: %v, %+v", err, res)
 			}
 		})
+	}
+}
+
+// TestUnchangedBundle: a bundle the API already has costs no write. The API
+// stores its own rewrite of the configuration and does not serve a stored
+// certificate back (nor its fingerprint), so neither is compared as bytes.
+func TestUnchangedBundle(t *testing.T) {
+	ctx := t.Context()
+	s := newDouble(t)
+	d := newDriver(t, s, nil)
+	c := base()
+	c.cert = selfSigned(t, "a.example.com")
+	c.regMap = "^/a a\n"
+	if _, err := d.Apply(ctx, c.bundle(s.Dir())); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Counts()
+	_, v := s.Config()
+	res, err := d.Apply(ctx, c.bundle(s.Dir()))
+	if err != nil || len(res.Written)+len(res.Removed)+len(res.RuntimeOps) > 0 || res.Reloaded || res.Unchanged != 5 || res.Version != v {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	if after := s.Counts(); after != before {
+		t.Errorf("counts %+v, then %+v", before, after)
 	}
 }
 
@@ -352,6 +424,11 @@ func TestBadBundle(t *testing.T) {
 		{"nested", []dataplane.File{cfg, {Path: "maps/sub/a.map"}}, dataplane.ErrBadPath},
 		{"outside storage", []dataplane.File{cfg, {Path: "lua/a.lua"}}, dataplane.ErrBadPath},
 		{"twice", []dataplane.File{cfg, {Path: "maps/a.map"}, {Path: "maps/a.map"}}, dataplane.ErrBadPath},
+		// The API would store these under other names than those the
+		// configuration uses: "a_b.map", "hosts.txt.map", "my_site.pem".
+		{"dot in a map name", []dataplane.File{cfg, {Path: "maps/a.b.map"}}, dataplane.ErrBadPath},
+		{"map without .map", []dataplane.File{cfg, {Path: "maps/hosts.txt"}}, dataplane.ErrBadPath},
+		{"space in a name", []dataplane.File{cfg, {Path: "certs/my site.pem"}}, dataplane.ErrBadPath},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -37,6 +37,12 @@ var (
 	// the API reported ended "failed"). The previous worker keeps serving;
 	// the next Apply sees the failed reload and reloads again.
 	ErrReloadFailed = errors.New("dataplane: reload failed")
+	// ErrRejected: the API checked the posted configuration (it runs
+	// "haproxy -c" on every post, with or without a reload) and refused it
+	// with a 400: nothing was stored or reloaded, HAProxy runs what it ran.
+	// The API's answer (HAProxy's messages) is in the error and in
+	// Result.ReloadDetail.
+	ErrRejected = errors.New("dataplane: configuration rejected")
 	// ErrReloadTimeout: the reload was still in progress after
 	// ReloadTimeout.
 	ErrReloadTimeout = errors.New("dataplane: reload timed out")
@@ -234,7 +240,7 @@ func (d *Driver) Options() Options { return d.opts }
 // Refused reports whether err is an outcome to record rather than to retry:
 // a bad bundle, or a configuration HAProxy rejected.
 func Refused(err error) bool {
-	return errors.Is(err, ErrReloadFailed) || errors.Is(err, ErrBadPath) || errors.Is(err, ErrConfig)
+	return errors.Is(err, ErrReloadFailed) || errors.Is(err, ErrRejected) || errors.Is(err, ErrBadPath) || errors.Is(err, ErrConfig)
 }
 
 func (d *Driver) lock(ctx context.Context) error {

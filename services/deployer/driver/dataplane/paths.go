@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/haproxytech/client-native/v6/misc"
+
 	"github.com/weftio/weft/services/deployer/driver/internal/bundlepath"
 )
 
@@ -51,7 +53,11 @@ func (d *Driver) classify(files []File) (main []byte, items []item, err error) {
 			return nil, nil, fmt.Errorf("%w: %q: not %s, nor a file directly in %s/, %s/ or %s/ (the API's storage is flat)",
 				ErrBadPath, f.Path, d.opts.Main, d.opts.MapsDir, d.opts.CertsDir, d.opts.GeneralDir)
 		}
-		items = append(items, item{File: f, kind: k, name: path.Base(f.Path)})
+		name := path.Base(f.Path)
+		if why := storageNameReason(k, name); why != "" {
+			return nil, nil, fmt.Errorf("%w: %q: %s", ErrBadPath, f.Path, why)
+		}
+		items = append(items, item{File: f, kind: k, name: name})
 	}
 	if p, why := bundlepath.Conflict(paths); p != "" {
 		return nil, nil, fmt.Errorf("%w: %q: %s", ErrBadPath, p, why)
@@ -61,6 +67,21 @@ func (d *Driver) classify(files []File) (main []byte, items []item, err error) {
 	}
 	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.Path, b.Path) })
 	return main, items, nil
+}
+
+// storageNameReason tells why the API would store a file under another
+// name than the bundle's, which the configuration could then not find: the
+// storages keep only letters, digits, "_" and "-" around the one extension
+// (client-native's SanitizeFilename makes "a.b.map" "a_b.map"), and the map
+// storage adds ".map" to a name without it.
+func storageNameReason(k kind, name string) string {
+	if s := misc.SanitizeFilename(name); s != name {
+		return fmt.Sprintf("the API would store it as %q (a storage name is letters, digits, _ and - with one extension)", s)
+	}
+	if k == kindMap && path.Ext(name) != ".map" {
+		return fmt.Sprintf("the API would store it as %q (map storage names end in .map)", name+".map")
+	}
+	return ""
 }
 
 func (d *Driver) kindOf(p string) (kind, bool) {

@@ -14,7 +14,9 @@ import (
 // plan is what an Apply has to do.
 type plan struct {
 	main []byte
-	// cfgChanged: the stored configuration's text differs from main.
+	// cfgChanged: the stored configuration differs from main (read by
+	// client-native's parser: the API stores its own serialization of what
+	// was posted, so the texts differ even when nothing changed).
 	cfgChanged bool
 	// creates are the files storage does not have; updates those it has
 	// with another content (old holds the stored file).
@@ -32,7 +34,7 @@ type staleFile struct {
 
 func (d *Driver) plan(st *state, main []byte, items []item) *plan {
 	p := &plan{main: main, old: map[string]storedFile{}}
-	p.cfgChanged = !bytes.Equal(stripVersion(st.config), main)
+	p.cfgChanged = !sameConfig(stripHeader(st.config), main)
 	if !p.cfgChanged {
 		p.unchanged++
 	}
@@ -64,14 +66,33 @@ func (p *plan) empty() bool {
 	return !p.cfgChanged && len(p.creates)+len(p.updates)+len(p.stale) == 0
 }
 
-// stripVersion drops the "# _version=N" line the API puts at the top of the
-// configuration it stores.
-func stripVersion(b []byte) []byte {
-	first, rest, ok := bytes.Cut(b, []byte("\n"))
-	if ok && bytes.HasPrefix(bytes.TrimSpace(first), []byte("# _version")) {
-		return rest
+// stripHeader drops the "# _md5hash=..." and "# _version=N" lines the API
+// puts at the top of the configuration it stores.
+func stripHeader(b []byte) []byte {
+	for {
+		first, rest, ok := bytes.Cut(b, []byte("\n"))
+		t := bytes.TrimSpace(first)
+		if !ok || !(bytes.HasPrefix(t, []byte("# _version")) || bytes.HasPrefix(t, []byte("# _md5hash"))) {
+			return b
+		}
+		b = rest
 	}
-	return b
+}
+
+// sameConfig reports whether two configurations are the same once read by
+// client-native's parser: the API stores what it is given reformatted (two
+// spaces of indentation, the unnamed defaults section named
+// "unnamed_defaults_1", ...). Whole-line comments are no difference.
+func sameConfig(stored, main []byte) bool {
+	if bytes.Equal(stored, main) {
+		return true
+	}
+	a, err := parseConfig(stored)
+	if err != nil {
+		return false
+	}
+	b, err := parseConfig(main)
+	return err == nil && a.String() == b.String()
 }
 
 // runtimeOp is one change through a runtime endpoint.
@@ -94,7 +115,7 @@ func (d *Driver) decide(ctx context.Context, st *state, p *plan) (decision, erro
 	}
 	var ops []runtimeOp
 	if p.cfgChanged {
-		changes, err := diffConfig(stripVersion(st.config), p.main)
+		changes, err := diffConfig(stripHeader(st.config), p.main)
 		var se *structureError
 		if errors.As(err, &se) {
 			return decision{reason: ReasonStructure, detail: d.opts.Main + ": " + se.detail}, nil

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/haproxytech/client-native/v6/storage"
 )
@@ -25,26 +26,36 @@ type state struct {
 type storedFile struct {
 	// content of a map or general file (certificates are not served back).
 	content []byte
-	// fingerprint and size of a certificate.
-	fingerprint string
-	size        int64
+	// cert is what the API tells of a stored certificate.
+	cert *storageModel
 }
 
 // reloadModel is the API's reload object.
 type reloadModel struct {
-	ID       string `json:"id"`
-	Status   string `json:"status"`
-	Response string `json:"response"`
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	Response  string `json:"response"`
+	Timestamp int64  `json:"reload_timestamp"`
 }
 
 // storageModel is the part of the API's map, general file and certificate
-// objects the driver reads.
+// objects the driver reads. For a certificate the API reports what
+// client-native's storage.ParseCertificatesInfo finds in the stored file
+// (serial, validity, subject, issuers, names), and its size; it does not
+// report a fingerprint.
 type storageModel struct {
 	StorageName string `json:"storage_name"`
 	File        string `json:"file"`
 	Description string `json:"description"`
-	Sha256      string `json:"sha256_finger_print"`
 	Size        *int64 `json:"size"`
+	Serial      string `json:"serial"`
+	NotBefore   string `json:"not_before"`
+	NotAfter    string `json:"not_after"`
+	Subject     string `json:"subject"`
+	Issuers     string `json:"issuers"`
+	Domains     string `json:"domains"`
+	IPAddresses string `json:"ip_addresses"`
+	Sha256      string `json:"sha256_finger_print"`
 }
 
 var storagePaths = map[kind]string{
@@ -67,8 +78,8 @@ func (d *Driver) readState(ctx context.Context, items []item) (*state, error) {
 	if err := d.api.getJSON(ctx, "/services/haproxy/reloads", &reloads); err != nil {
 		return nil, err
 	}
-	if n := len(reloads); n > 0 && reloads[n-1].Status == "failed" {
-		st.failedReload = &reloads[n-1]
+	if r := latestReload(reloads); r != nil && r.Status == "failed" {
+		st.failedReload = r
 	}
 	want := map[string]bool{}
 	for _, it := range items {
@@ -128,11 +139,7 @@ func (d *Driver) readStored(ctx context.Context, k kind, name string) (storedFil
 		if err := d.api.getJSON(ctx, p, &m); err != nil {
 			return storedFile{}, err
 		}
-		f := storedFile{fingerprint: m.Sha256, size: -1}
-		if m.Size != nil {
-			f.size = *m.Size
-		}
-		return f, nil
+		return storedFile{cert: &m}, nil
 	}
 	resp, err := d.api.do(ctx, request{method: http.MethodGet, path: p, want: []int{http.StatusOK}})
 	if err != nil {
@@ -141,16 +148,62 @@ func (d *Driver) readStored(ctx context.Context, k kind, name string) (storedFil
 	return storedFile{content: resp.body}, nil
 }
 
-// sameStored reports whether the stored file holds the item's content. A
-// certificate is the same when its size and the SHA-256 fingerprint of its
-// leaf certificate (as the API computes it) are.
+// sameStored reports whether the stored file holds the item's content. The
+// API does not serve a stored certificate back, so a certificate is the same
+// when its size and what the API reports of it (serial, validity, subject,
+// issuers, names, and the SHA-256 fingerprint where one is reported) match
+// the bundle's: a certificate is named by its issuer and serial, and the key
+// beside it must be the key of that certificate.
 func sameStored(it item, f storedFile) bool {
 	if it.kind != kindCert {
 		return bytes.Equal(it.Content, f.content)
 	}
-	if f.size != int64(len(it.Content)) || f.fingerprint == "" {
+	m := f.cert
+	if m == nil || m.Size == nil || *m.Size != int64(len(it.Content)) || m.Serial == "" {
 		return false
 	}
 	info, err := storage.ParseCertificatesInfo(it.Content)
-	return err == nil && info.Sha256FingerPrint == f.fingerprint
+	if err != nil {
+		return false
+	}
+	return m.Serial == info.Serial && m.Subject == info.Subject && m.Issuers == info.Issuers &&
+		m.Domains == info.DNS && m.IPAddresses == info.IPs &&
+		sameTime(m.NotBefore, info.NotBefore) && sameTime(m.NotAfter, info.NotAfter) &&
+		(m.Sha256 == "" || m.Sha256 == info.Sha256FingerPrint)
+}
+
+// sameTime compares a date the API reports with one of the certificate.
+func sameTime(reported string, t *time.Time) bool {
+	if t == nil {
+		return reported == ""
+	}
+	r, err := time.Parse(time.RFC3339Nano, reported)
+	return err == nil && r.Equal(t.Truncate(time.Second))
+}
+
+// latestReload is the newest of the API's reloads. The list is not in
+// order (failed reloads come first, in no particular order, then the last
+// one that succeeded, then those in progress); a reload's id ends with a
+// number that grows with every reload, so the newest has the largest.
+func latestReload(list []reloadModel) *reloadModel {
+	var latest *reloadModel
+	best := int64(-1)
+	for i := range list {
+		n := reloadIndex(list[i].ID)
+		if n > best || (n == best && latest != nil && list[i].Timestamp > latest.Timestamp) {
+			latest, best = &list[i], n
+		}
+	}
+	return latest
+}
+
+// reloadIndex is the number at the end of a reload id ("2026-01-02-7"), or
+// -1.
+func reloadIndex(id string) int64 {
+	i := strings.LastIndexByte(id, '-')
+	n, err := strconv.ParseInt(id[i+1:], 10, 64)
+	if i < 0 || err != nil || n < 0 {
+		return -1
+	}
+	return n
 }

@@ -2,8 +2,6 @@ package dataplanetest
 
 import (
 	"bytes"
-	"crypto/md5"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	parser "github.com/haproxytech/client-native/v6/config-parser"
+	"github.com/haproxytech/client-native/v6/config-parser/options"
 	"github.com/haproxytech/client-native/v6/config-parser/params"
 	"github.com/haproxytech/client-native/v6/config-parser/types"
 
@@ -34,11 +33,10 @@ func (s *Server) routes() {
 	s.storageRoutes()
 }
 
-// rawText is the stored configuration as the API serves it: with its
-// version line.
-func (s *Server) rawText() string {
-	return fmt.Sprintf("# _version=%d\n%s", s.version, s.config)
-}
+// rawText is the stored configuration as the API serves it: the file as
+// it is on disk, with the "# _md5hash" and "# _version" lines the API writes
+// (none before the first write).
+func (s *Server) rawText() string { return s.config }
 
 func (s *Server) getRaw(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
@@ -48,9 +46,10 @@ func (s *Server) getRaw(w http.ResponseWriter, _ *http.Request) {
 		s.version++
 	}
 	s.mu.Unlock()
-	sum := md5.Sum([]byte(text))
 	w.Header().Set("Configuration-Version", strconv.FormatInt(v, 10))
-	w.Header().Set("Configuration-Checksum", hex.EncodeToString(sum[:]))
+	if sum := md5Line(text); sum != "" {
+		w.Header().Set("Configuration-Checksum", sum)
+	}
 	writeText(w, http.StatusOK, text)
 }
 
@@ -60,38 +59,124 @@ func writeText(w http.ResponseWriter, code int, text string) {
 	_, _ = io.WriteString(w, text)
 }
 
-// postRaw replaces the configuration: 409 when the version is not the
-// current one (unless skip_version), 201 without a reload (skip_reload),
-// else 202 with the Reload-ID.
+// Normalize returns what the API stores for a posted configuration, less
+// its "# _md5hash" and "# _version" lines: client-native's parser reads the
+// text and writes it again (two spaces of indentation, an unnamed defaults
+// section named "unnamed_defaults_1", comments kept), with the options the
+// API uses (UseMd5Hash, NoNamedDefaultsFrom).
+func Normalize(text string) (string, error) {
+	stored, err := normalize(text, 0)
+	if err != nil {
+		return "", err
+	}
+	return StripHeader(stored), nil
+}
+
+// normalize is the stored text of a posted configuration at a version,
+// header lines included.
+func normalize(text string, version int64) (string, error) {
+	p, err := haproxycfg.ParseWith(fmt.Sprintf("# _version=%d\n%s", version, StripHeader(text)),
+		options.UseMd5Hash, options.NoNamedDefaultsFrom)
+	if err != nil {
+		return "", err
+	}
+	return p.StringWithHash()
+}
+
+// StripHeader drops the "# _md5hash=..." and "# _version=N" lines at the
+// top of a stored configuration.
+func StripHeader(text string) string {
+	for {
+		first, rest, ok := strings.Cut(text, "\n")
+		t := strings.TrimSpace(first)
+		if !ok || !(strings.HasPrefix(t, "# _md5hash") || strings.HasPrefix(t, "# _version")) {
+			return text
+		}
+		text = rest
+	}
+}
+
+// md5Line is the checksum of a stored configuration's "# _md5hash" line.
+func md5Line(text string) string {
+	first, _, _ := strings.Cut(text, "\n")
+	sum, ok := strings.CutPrefix(strings.TrimSpace(first), "# _md5hash=")
+	if !ok {
+		return ""
+	}
+	return sum
+}
+
+// postRaw replaces the configuration, as the API does: 409 when the
+// version is not the current one (unless skip_version); then the text is
+// rewritten by client-native's parser and checked with haproxy -c (when
+// Options.HAProxy is set) whether or not it reloads, and a configuration
+// that fails is refused with a 400 and changes nothing; else 201 without a
+// reload (skip_reload), or 202 with the Reload-ID. The answer is the stored
+// text. Errors are the API's JSON error model, although the specification
+// says text/plain (see validate.go).
 func (s *Server) postRaw(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body) // the validating wrapper already read it
 	q := r.URL.Query()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	w.Header().Set("Configuration-Version", strconv.FormatInt(s.version, 10))
 	if q.Get("skip_version") != "true" {
 		v, err := strconv.ParseInt(q.Get("version"), 10, 64)
 		if err != nil || v != s.version {
 			s.counts.Conflicts++
-			w.Header().Set("Configuration-Version", strconv.FormatInt(s.version, 10))
-			writeText(w, http.StatusConflict, fmt.Sprintf("version mismatch: have %d, given %q", s.version, q.Get("version")))
+			writeError(w, http.StatusConflict, "version mismatch: version in configuration file is %d, given version is %s", s.version, q.Get("version"))
 			return
 		}
 	}
-	text := string(body)
-	if first, rest, ok := strings.Cut(text, "\n"); ok && strings.HasPrefix(strings.TrimSpace(first), "# _version") {
-		text = rest
+	if len(body) > 0 && !bytes.ContainsRune(body, '\n') {
+		writeError(w, http.StatusBadRequest, "invalid configuration: no newline character found")
+		return
 	}
-	s.config = text
+	stored, err := normalize(string(body), s.version+1)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if msg := s.check(stored); msg != "" {
+		s.counts.Rejected++
+		writeError(w, http.StatusBadRequest, "validation error: %s", msg)
+		return
+	}
+	s.config = stored
 	s.version++
 	s.counts.ConfigWrites++
 	s.writeConfig()
 	w.Header().Set("Configuration-Version", strconv.FormatInt(s.version, 10))
+	w.Header().Set("Configuration-Checksum", md5Line(stored))
 	if q.Get("skip_reload") == "true" {
 		writeText(w, http.StatusCreated, s.rawText())
 		return
 	}
 	w.Header().Set("Reload-ID", s.reload())
 	writeText(w, http.StatusAccepted, s.rawText())
+}
+
+// check runs haproxy -c on a configuration (when Options.HAProxy is set),
+// next to the stored one so that relative paths mean the same; it returns
+// HAProxy's answer when the configuration fails. The caller holds s.mu.
+func (s *Server) check(text string) string {
+	if msg := s.failCheck; msg != "" {
+		s.failCheck = ""
+		return msg
+	}
+	if s.opts.HAProxy == "" {
+		return ""
+	}
+	f := filepath.Join(s.dir, "haproxy.cfg.check")
+	if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+		return err.Error()
+	}
+	defer os.Remove(f)
+	out, err := exec.Command(s.opts.HAProxy, "-W", "-c", "-f", f).CombinedOutput()
+	if err != nil {
+		return strings.TrimSpace(string(out) + "\n" + err.Error())
+	}
+	return ""
 }
 
 func (s *Server) writeConfig() {
@@ -104,23 +189,27 @@ func (s *Server) writeConfig() {
 // -c when configured) and, when it passes, loads the runtime state from it.
 // It returns the reload's id. The caller holds s.mu.
 func (s *Server) reload() string {
-	rl := &Reload{ID: fmt.Sprintf("%s-%d", time.Now().UTC().Format("2006-01-02"), len(s.reloads)+1), Status: "succeeded"}
+	rl := &Reload{ID: fmt.Sprintf("%s-%d", time.Now().UTC().Format("2006-01-02"), len(s.reloads)), Status: "succeeded", at: time.Now().Unix()}
 	s.reloads = append(s.reloads, rl)
 	switch {
 	case s.failNext != "":
 		rl.Status, rl.Response = "failed", s.failNext
 		s.failNext = ""
 	case s.opts.HAProxy != "":
-		out, err := exec.Command(s.opts.HAProxy, "-c", "-f", filepath.Join(s.dir, "haproxy.cfg")).CombinedOutput()
+		out, err := exec.Command(s.opts.HAProxy, "-W", "-c", "-f", filepath.Join(s.dir, "haproxy.cfg")).CombinedOutput()
 		if err != nil {
 			rl.Status, rl.Response = "failed", string(out)+err.Error()
 		}
 	}
 	if rl.Status == "failed" {
+		// The API puts back the last configuration that loaded.
 		s.counts.FailedReloads++
+		s.config = s.lastGood
+		s.writeConfig()
 		return rl.ID
 	}
 	s.counts.Reloads++
+	s.lastGood = s.config
 	s.loadRuntime()
 	return rl.ID
 }
@@ -197,27 +286,45 @@ func parseMap(b []byte) []MapEntry {
 }
 
 type reloadJSON struct {
-	ID       string `json:"id"`
-	Status   string `json:"status"`
-	Response string `json:"response,omitempty"`
+	ID        string `json:"id,omitempty"`
+	Status    string `json:"status"`
+	Response  string `json:"response,omitempty"`
+	Timestamp int64  `json:"reload_timestamp,omitempty"`
+}
+
+func (r *Reload) done() reloadJSON {
+	return reloadJSON{ID: r.ID, Status: r.Status, Response: r.Response, Timestamp: r.at}
 }
 
 // view is what a look at a reload shows; the first look sees it in
-// progress.
+// progress, as the API shows a reload still waiting for its turn: without
+// its id.
 func (r *Reload) view() reloadJSON {
 	r.polled++
 	if r.polled == 1 {
-		return reloadJSON{ID: r.ID, Status: "in_progress"}
+		return reloadJSON{Status: "in_progress"}
 	}
-	return reloadJSON{ID: r.ID, Status: r.Status, Response: r.Response}
+	return r.done()
 }
 
+// getReloads lists the reloads the way the API keeps them: the failed ones
+// (here newest first; the API's order is that of a Go map), then only the
+// last one that succeeded.
 func (s *Server) getReloads(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]reloadJSON, 0, len(s.reloads))
-	for _, r := range s.reloads {
-		out = append(out, reloadJSON{ID: r.ID, Status: r.Status, Response: r.Response})
+	out := []reloadJSON{}
+	var last *Reload
+	for i := len(s.reloads) - 1; i >= 0; i-- {
+		switch r := s.reloads[i]; {
+		case r.Status == "failed":
+			out = append(out, r.done())
+		case last == nil:
+			last = r
+		}
+	}
+	if last != nil {
+		out = append(out, last.done())
 	}
 	writeJSON(w, http.StatusOK, out)
 }

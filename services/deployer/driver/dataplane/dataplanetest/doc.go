@@ -15,12 +15,24 @@
 // another version is refused with 409), the map, certificate and general
 // storages (also written under Dir, so that a configuration can name them),
 // the runtime state (servers, loaded maps and their entries, loaded
-// certificates) and the reloads. Posting the configuration without
-// skip_reload, or replacing a storage file without it, reloads: the reload
-// fails when FailNextReload asked for it or when Options.HAProxy is set and
-// "haproxy -c" rejects the configuration; otherwise the runtime state is
-// loaded afresh from the configuration. A reload's first look shows it
-// "in_progress". BumpVersionAfterReads moves the version behind a reader's
+// certificates) and the reloads. Its answers follow those of Dataplane API
+// v3.4.2 as observed (the list is in the dataplane package's documentation):
+// a posted configuration is stored as client-native's parser rewrites it
+// (Normalize), with "# _md5hash" and "# _version" lines; every post is
+// checked with "haproxy -W -c" when Options.HAProxy is set (or fails by
+// FailNextCheck) and refused with a 400 when it fails; errors of the raw
+// endpoint are the JSON error model although the specification says
+// text/plain; storage names are sanitized as the API does ("a.b.map" is
+// "a_b.map", ".map" is added to a map's name) and a file the configuration
+// names cannot be deleted (409); a stored certificate is described without
+// a fingerprint. Posting the configuration without skip_reload, or replacing
+// a storage file without it, reloads: the reload fails when FailNextReload
+// asked for it or when "haproxy -W -c" rejects the configuration on disk,
+// and then the last configuration that loaded is put back (the version
+// stays); otherwise the runtime state is loaded afresh from the
+// configuration. A reload's first look shows it "in_progress" without its
+// id; the list shows the failed reloads, newest first, then the last one
+// that succeeded. BumpVersionAfterReads moves the version behind a reader's
 // back, to provoke conflicts. Counts tells how many reloads and runtime
 // calls were made.
 //

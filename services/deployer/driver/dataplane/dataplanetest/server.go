@@ -21,11 +21,14 @@ type Options struct {
 	// User and Password are the basic authentication credentials the
 	// server accepts (defaults "admin" and "adminpwd").
 	User, Password string
-	// HAProxy is the haproxy binary run with "-c -f" on the configuration
-	// at every reload; a configuration it rejects makes the reload fail.
-	// Empty: every reload succeeds unless FailNextReload says otherwise.
+	// HAProxy is the haproxy binary run with "-W -c -f" on every posted
+	// configuration (one it rejects is refused with a 400) and on the
+	// configuration at every reload (one it rejects makes the reload fail).
+	// Empty: every post and reload succeeds unless FailNextCheck or
+	// FailNextReload says otherwise.
 	HAProxy string
-	// Config is the initial configuration (version 1). Default: a minimal
+	// Config is the initial configuration (version 1), stored as given, as
+	// the API serves a file it has not written yet. Default: a minimal
 	// valid one.
 	Config string
 	// Addr is the host:port the API listens on, such as "127.0.0.2:0" or
@@ -44,8 +47,9 @@ type Counts struct {
 	// failed.
 	Reloads, FailedReloads int
 	// ConfigWrites are the accepted posts of the raw configuration, with
-	// or without a reload; Conflicts the posts refused for a stale version.
-	ConfigWrites, Conflicts int
+	// or without a reload; Conflicts the posts refused for a stale version,
+	// Rejected those refused because haproxy -c failed.
+	ConfigWrites, Conflicts, Rejected int
 	// RuntimeServerCalls, RuntimeMapCalls and RuntimeCertCalls are the
 	// changes made through the runtime endpoints.
 	RuntimeServerCalls, RuntimeMapCalls, RuntimeCertCalls int
@@ -61,6 +65,7 @@ type Reload struct {
 	Response string
 	// polled counts the looks at it: the first one sees it in progress.
 	polled int
+	at     int64
 }
 
 // RuntimeServer is a server's runtime state.
@@ -90,12 +95,14 @@ type Server struct {
 	mu         sync.Mutex
 	version    int64
 	config     string
+	lastGood   string
 	storage    map[string]map[string][]byte // folder -> name -> content
 	servers    map[string]map[string]*RuntimeServer
 	loadedMaps map[string][]MapEntry // storage name -> entries
 	certs      map[string][]byte     // path HAProxy loaded -> content
 	reloads    []*Reload
 	failNext   string
+	failCheck  string
 	bumpReads  int
 	counts     Counts
 	violations []string
@@ -124,7 +131,7 @@ func New(t testing.TB, opts Options) *Server {
 	}
 	s := &Server{
 		t: t, opts: opts, router: router, mux: http.NewServeMux(), dir: t.TempDir(),
-		version: 1, config: opts.Config,
+		version: 1, config: opts.Config, lastGood: opts.Config,
 		storage: map[string]map[string][]byte{MapsDir: {}, CertsDir: {}, GeneralDir: {}},
 	}
 	for _, d := range []string{MapsDir, CertsDir, GeneralDir} {
@@ -164,12 +171,14 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) User() string     { return s.opts.User }
 func (s *Server) Password() string { return s.opts.Password }
 
-// Config returns the stored configuration (without the version line) and
-// its version.
+// Config returns the stored configuration, without its "# _md5hash" and
+// "# _version" lines, and its version. After a first write it is what
+// Normalize makes of the posted text; after a failed reload it is the last
+// configuration that loaded (the version does not go back).
 func (s *Server) Config() (string, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.config, s.version
+	return StripHeader(s.config), s.version
 }
 
 // Counts returns what the server did so far.
@@ -188,6 +197,14 @@ func (s *Server) Reloads() []Reload {
 		out[i] = *r
 	}
 	return out
+}
+
+// FailNextCheck makes the next check of a posted configuration fail with
+// msg as HAProxy's answer: the post is refused with a 400.
+func (s *Server) FailNextCheck(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failCheck = msg
 }
 
 // FailNextReload makes the next reload fail with msg as HAProxy's answer.

@@ -4,7 +4,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
+	"github.com/haproxytech/client-native/v6/misc"
 	"github.com/haproxytech/client-native/v6/storage"
 )
 
@@ -27,20 +31,57 @@ func (s *Server) storageRoutes() {
 }
 
 // model is the API's object for a storage file: map, general_file or
-// ssl_certificate.
+// ssl_certificate. For a certificate the API reports what client-native's
+// storage.ParseCertificatesInfo finds, without a fingerprint.
 func (s *Server) model(folder, name string, content []byte) map[string]any {
 	m := map[string]any{"storage_name": name, "file": s.path(folder, name), "size": len(content)}
-	if folder == CertsDir {
+	switch folder {
+	case CertsDir:
+		m["description"] = "managed SSL file"
 		if info, err := storage.ParseCertificatesInfo(content); err == nil {
-			m["sha256_finger_print"] = info.Sha256FingerPrint
-			m["sha1_finger_print"] = info.Sha1FingerPrint
-			m["serial"] = info.Serial
-			m["subject"] = info.Subject
+			for k, v := range map[string]string{
+				"serial": info.Serial, "subject": info.Subject, "issuers": info.Issuers,
+				"domains": info.DNS, "ip_addresses": info.IPs,
+			} {
+				if v != "" {
+					m[k] = v
+				}
+			}
+			for k, t := range map[string]*time.Time{"not_before": info.NotBefore, "not_after": info.NotAfter} {
+				if t != nil {
+					m[k] = t.UTC().Format("2006-01-02T15:04:05.000Z")
+				}
+			}
 		}
-	} else {
-		m["id"] = name
+	case MapsDir:
+		m["description"] = "managed but not loaded map file (no runtime ID)"
+	default:
+		m["description"] = "managed general use file"
 	}
 	return m
+}
+
+// storageName is the name the API keeps a file under: client-native's
+// SanitizeFilename (letters, digits, "_" and "-" around one extension; "a.b.map"
+// is "a_b.map"), and ".map" added to a map's name without it.
+func storageName(folder, name string) string {
+	name = misc.SanitizeFilename(name)
+	if folder == MapsDir && filepath.Ext(name) != ".map" {
+		name += ".map"
+	}
+	return name
+}
+
+// referencedAt finds a line of the configuration that names a file, as the
+// API does before it deletes one (comments aside). The caller holds s.mu.
+func (s *Server) referencedAt(file string) (int, string) {
+	for i, line := range strings.Split(StripHeader(s.config), "\n") {
+		t := strings.TrimSpace(line)
+		if strings.Contains(t, file) && !strings.HasPrefix(t, "#") {
+			return i + 1, t
+		}
+	}
+	return 0, ""
 }
 
 func (s *Server) listStorage(w http.ResponseWriter, folder string) {
@@ -61,7 +102,7 @@ func (s *Server) listStorage(w http.ResponseWriter, folder string) {
 func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, folder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	name := r.PathValue("name")
+	name := storageName(folder, r.PathValue("name"))
 	content, ok := s.storage[folder][name]
 	if !ok {
 		writeError(w, http.StatusNotFound, "%s not found", name)
@@ -76,13 +117,14 @@ func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, folder strin
 	_, _ = w.Write(content)
 }
 
-// createStorage stores an uploaded file under its file name. Only a
-// certificate reloads, unless skip_reload=true.
+// createStorage stores an uploaded file under the storage name of its file
+// name (storageName). Only a certificate reloads, unless skip_reload=true.
 func (s *Server) createStorage(w http.ResponseWriter, r *http.Request, folder string) {
 	content, name, ok := formUpload(w, r)
 	if !ok {
 		return
 	}
+	name = storageName(folder, filepath.Base(name))
 	if !cleanName(name) || (folder == CertsDir && !validCert(content)) {
 		writeError(w, http.StatusBadRequest, "bad file %q", name)
 		return
@@ -121,7 +163,7 @@ func (s *Server) replaceStorage(w http.ResponseWriter, r *http.Request, folder s
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	name := r.PathValue("name")
+	name := storageName(folder, r.PathValue("name"))
 	if _, exists := s.storage[folder][name]; !exists {
 		writeError(w, http.StatusNotFound, "%s not found", name)
 		return
@@ -154,9 +196,13 @@ func (s *Server) answerChange(w http.ResponseWriter, r *http.Request, folder, na
 func (s *Server) deleteStorage(w http.ResponseWriter, r *http.Request, folder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	name := r.PathValue("name")
+	name := storageName(folder, r.PathValue("name"))
 	if _, exists := s.storage[folder][name]; !exists {
 		writeError(w, http.StatusNotFound, "%s not found", name)
+		return
+	}
+	if n, line := s.referencedAt(s.path(folder, name)); n > 0 {
+		writeError(w, http.StatusConflict, "rejecting attempt to delete file %s referenced in haproxy conf at line %d: %s", s.path(folder, name), n, line)
 		return
 	}
 	if err := os.Remove(s.path(folder, name)); err != nil {

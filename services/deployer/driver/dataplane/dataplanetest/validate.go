@@ -96,7 +96,7 @@ func (s *Server) validating(next http.Handler) http.Handler {
 		rec := httptest.NewRecorder()
 		next.ServeHTTP(rec, r)
 		if input != nil {
-			if err := checkResponse(input, rec); err != nil {
+			if err := checkResponse(input, rec); err != nil && !knownDeviation(input, rec) {
 				s.violation("answer %d to %s %s: %v", rec.Code, r.Method, r.URL.RequestURI(), err)
 			}
 		}
@@ -138,6 +138,23 @@ func (s *Server) authenticate(_ context.Context, in *openapi3filter.Authenticati
 		return errors.New("missing or wrong basic authentication")
 	}
 	return nil
+}
+
+// knownDeviation reports an answer that differs from the specification the
+// way the real API's does. The specification says the raw configuration
+// post produces text/plain for every status; the API answers its errors
+// (400 when haproxy -c refuses the configuration, 409 for a stale version)
+// with the JSON error model, which the answer must then be.
+func knownDeviation(input *openapi3filter.RequestValidationInput, rec *httptest.ResponseRecorder) bool {
+	if input.Route.Operation == nil || input.Route.Operation.OperationID != "postHAProxyConfiguration" ||
+		rec.Code < 400 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+		return false
+	}
+	var e struct {
+		Code    *int    `json:"code"`
+		Message *string `json:"message"`
+	}
+	return json.Unmarshal(rec.Body.Bytes(), &e) == nil && e.Code != nil && *e.Code == rec.Code && e.Message != nil
 }
 
 func checkResponse(input *openapi3filter.RequestValidationInput, rec *httptest.ResponseRecorder) error {

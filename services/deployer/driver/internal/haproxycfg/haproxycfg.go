@@ -18,7 +18,12 @@ var mu sync.Mutex
 
 // Parse reads text, listen sections included, one parse at a time.
 func Parse(text string) (parser.Parser, error) {
+	return ParseWith(text, options.UseListenSectionParsers)
+}
+
+// ParseWith reads text with exactly the options given, one parse at a time.
+func ParseWith(text string, opts ...options.ParserOption) (parser.Parser, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	return parser.New(options.String(text), options.UseListenSectionParsers)
+	return parser.New(append([]options.ParserOption{options.String(text)}, opts...)...)
 }
