@@ -213,7 +213,11 @@ targets:
 	if st := status(t, bus, "pod-lb_haproxy-0", 4); st.BundleHash != b.Hash {
 		t.Fatalf("pod status %+v, want bundle %s", st, b.Hash)
 	}
-	if cfg, _ := api.Config(); cfg != "global\n  maxconn 200\n" {
-		t.Fatalf("the pod's API has %q", cfg)
+	want, err := dataplanetest.Normalize("global\n  maxconn 200\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := api.Config(); cfg != want {
+		t.Fatalf("the pod's API has %q, want %q", cfg, want)
 	}
 }
