@@ -33,14 +33,29 @@ func NewMetrics(service string, reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Messages dead-lettered, by stage.",
 		}, []string{"stage"}),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.duration, m.deadLetters} {
-		if err := reg.Register(c); err != nil {
-			var already prometheus.AlreadyRegisteredError
-			if errors.As(err, &already) {
-				continue
-			}
-			return nil, err
-		}
+	var err error
+	if m.messages, err = register(reg, m.messages); err != nil {
+		return nil, err
+	}
+	if m.duration, err = register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.deadLetters, err = register(reg, m.deadLetters); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers c with reg, or returns the collector of the same
+// description registered before (by another handler of the service), so
+// that every handler counts into the one reg serves.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var already prometheus.AlreadyRegisteredError
+	if errors.As(err, &already) {
+		if existing, ok := already.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
 }

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftio/weft/pkg/config"
@@ -170,9 +172,10 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		return nil
 	})
 	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
+	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return health.Serve(gctx, s.Listen, checks.Handler(reg), func(a net.Addr) {
+		return health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
 			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
 		})
 	})
@@ -190,16 +193,48 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			return err
 		}
 	}
-	g.Go(func() error { return runServices(gctx, env, b.Services, configs) })
+	g.Go(func() error { return runServices(gctx, env, gens, b.Services, configs) })
 	err = g.Wait()
 	log.Info("stopped", "err", err)
 	return err
 }
 
+// generations is what /metrics serves: the process's own registry and the
+// registry of the running generation of services. Each generation (the
+// services started on one configuration) registers its collectors on a
+// registry of its own, so a service that registers its metrics on every
+// start never collides with the generation before it; the counters of a
+// new generation start from zero, as after a restart.
+type generations struct {
+	base *prometheus.Registry
+	mu   sync.Mutex
+	cur  *prometheus.Registry
+}
+
+// next starts the registry of a new generation.
+func (g *generations) next() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	g.mu.Lock()
+	g.cur = r
+	g.mu.Unlock()
+	return r
+}
+
+// Gather implements prometheus.Gatherer.
+func (g *generations) Gather() ([]*dto.MetricFamily, error) {
+	g.mu.Lock()
+	gs := prometheus.Gatherers{g.base}
+	if g.cur != nil {
+		gs = append(gs, g.cur)
+	}
+	g.mu.Unlock()
+	return gs.Gather()
+}
+
 // runServices runs services on each configuration from configs, stopping
 // them before starting them again on the next, until ctx is done or one
-// fails.
-func runServices(ctx context.Context, env svc.Env, services []Service, configs <-chan *config.Config) error {
+// fails. With gens, each generation gets its own metrics registry.
+func runServices(ctx context.Context, env svc.Env, gens *generations, services []Service, configs <-chan *config.Config) error {
 	var cur *running
 	defer func() { cur.stop() }()
 	for {
@@ -225,7 +260,11 @@ func runServices(ctx context.Context, env svc.Env, services []Service, configs <
 				}
 			}
 			env.Health.Set("configuration", nil)
-			cur = start(ctx, env, services, cfg)
+			genv := env
+			if gens != nil {
+				genv.Registry = gens.next()
+			}
+			cur = start(ctx, genv, services, cfg)
 		}
 	}
 }
