@@ -169,6 +169,13 @@ func (r Render) Validate() error {
 // RenderID is the Nats-Msg-Id of a render.
 func RenderID(target string, version uint64) string { return fmt.Sprintf("%s@%d", target, version) }
 
+// DeployedID is the message id of the outcome of the deploy order with
+// stream sequence order: an outcome published again for the same order is
+// dropped as a duplicate.
+func DeployedID(target, instance string, order uint64) string {
+	return fmt.Sprintf("%s.%s#%d", target, instance, order)
+}
+
 // ValidateRequest asks every validator kind for its verdict on a bundle,
 // or on a candidate configuration (ConfigHash: a Config in ObjectBundles
 // under ConfigObject(hash); Target is then ConfigTarget).
@@ -409,6 +416,10 @@ type DeployStatus struct {
 	LastError   string           `json:"lastError,omitempty"`
 	LastErrorAt time.Time        `json:"lastErrorAt,omitzero"`
 	At          time.Time        `json:"at"`
+	// Order is the stream sequence of the last deploy order carried out:
+	// an order delivered again after a deployer died before acknowledging
+	// it is not carried out twice.
+	Order uint64 `json:"order,omitempty"`
 }
 
 func (DeployStatus) Schema() string { return SchemaDeployStatus }

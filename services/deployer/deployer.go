@@ -262,12 +262,20 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	var seq uint64
+	if meta, err := m.Metadata(); err == nil {
+		seq = meta.Sequence.Stream
+	}
+	if seq != 0 && st.Order == seq {
+		log.InfoContext(ctx, "order delivered again after it was carried out; acknowledged", "order", seq)
+		return nil
+	}
 	start := time.Now()
 	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}
 	if o.Version < st.Version && !o.Reapply() {
 		out.Outcome = msg.OutcomeSkipped
 		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version)
-		return d.finish(ctx, out, start, nil, 0)
+		return d.finish(ctx, out, seq, start, nil, 0)
 	}
 	data, err := d.bundles.GetBytes(ctx, o.BundleHash)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -300,16 +308,27 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 		log.InfoContext(ctx, "deployed", "outcome", out.Outcome, "written", res.Written, "removed", res.Removed,
 			"runtime_ops", res.RuntimeOps, "reloaded", res.Reloaded, "reload_reason", res.ReloadReason)
 	}
-	return d.finish(ctx, out, start, &st, rev)
+	return d.finish(ctx, out, seq, start, &st, rev)
 }
 
-// finish publishes the outcome and, when st is given, updates the status.
-func (d *deployer) finish(ctx context.Context, out msg.Deployed, start time.Time, st *msg.DeployStatus, rev uint64) error {
+// finish publishes the outcome of the order with stream sequence seq and
+// then, when st is given, records in the status that the order was carried
+// out. In that order, a deployer that dies between the two carries the
+// order out again (the drivers are idempotent) and its outcome is dropped
+// as a duplicate; one that dies after both finds the order in the status.
+func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, start time.Time, st *msg.DeployStatus, rev uint64) error {
 	out.Duration, out.At = time.Since(start), time.Now().UTC()
+	id := ""
+	if seq != 0 {
+		id = msg.DeployedID(out.Target, out.Instance, seq)
+	}
+	if _, err := bus.Publish(ctx, d.env.JS, msg.DeployedSubject(out.Target, out.Instance), id, out); err != nil {
+		return err
+	}
 	d.m.deploys.WithLabelValues(out.Target, out.Driver, out.Outcome).Inc()
 	d.m.dur.WithLabelValues(out.Target, out.Driver).Observe(out.Duration.Seconds())
 	if st != nil {
-		st.Driver, st.At = out.Driver, out.At
+		st.Driver, st.At, st.Order = out.Driver, out.At, seq
 		st.Deploys++
 		if out.Outcome == msg.OutcomeFailed {
 			st.LastError, st.LastErrorAt = out.Error, out.At
@@ -329,8 +348,7 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, start time.Time
 			return err
 		}
 	}
-	_, err := bus.Publish(ctx, d.env.JS, msg.DeployedSubject(out.Target, out.Instance), "", out)
-	return err
+	return nil
 }
 
 func (d *deployer) instance(target, name string) *instance { return d.instances.get(target, name) }

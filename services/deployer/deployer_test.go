@@ -26,6 +26,13 @@ type fixture struct {
 }
 
 func start(t *testing.T) *fixture {
+	f, run := prepare(t)
+	run()
+	return f
+}
+
+// prepare is start without starting the deployer: run starts it.
+func prepare(t *testing.T) (*fixture, func()) {
 	dir := t.TempDir()
 	cfg, err := config.Parse([]byte(`
 targets:
@@ -41,8 +48,9 @@ targets:
 	}
 	f := &fixture{t: t, bus: testkit.NATS(t), dest: filepath.Join(dir, "out")}
 	env := testkit.NewEnv(t, f.bus, "d1")
-	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, env.Env, cfg) })
-	return f
+	return f, func() {
+		testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, env.Env, cfg) })
+	}
 }
 
 func (f *fixture) store(cfg string) msg.Bundle {
@@ -175,5 +183,61 @@ func TestDeployFlow(t *testing.T) {
 	var viaAPI msg.StatusReport
 	if err := msg.Decode(resp.Data, &viaAPI); err != nil || len(viaAPI.Targets) != 1 {
 		t.Fatalf("api status = %+v %v", viaAPI, err)
+	}
+}
+
+// TestOrderCarriedOutIsNotRepeated: an order that the status says was
+// carried out (a deployer died after recording it, before acknowledging
+// it) is acknowledged when delivered again, not carried out twice; the
+// next order is carried out.
+func TestOrderCarriedOutIsNotRepeated(t *testing.T) {
+	f, run := prepare(t)
+	ctx := context.Background()
+	b := f.store("global # one\n")
+	order := func() uint64 {
+		out, err := msg.NewMsg(msg.DeploySubject("edge", "local"), "", msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b.Hash, Reason: msg.OrderValidated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := f.bus.JS.PublishMsg(ctx, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	done := order()
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if _, err := msg.StoreStatus(ctx, kv, msg.DeployStatusKey("edge", "local"),
+		msg.DeployStatus{Target: "edge", Instance: "local", Driver: "files", Version: 1, BundleHash: b.Hash, Deploys: 1, Order: done}, 0); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	testkit.Eventually(t, 15*time.Second, func() error {
+		c, err := f.bus.JS.Consumer(ctx, msg.StreamDeploys, deployer.InstanceConsumer("edge", "local"))
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.AckFloor.Stream < done {
+			return fmt.Errorf("order %d not acknowledged yet (ack floor %d)", done, info.AckFloor.Stream)
+		}
+		return nil
+	})
+	if got := f.file("haproxy.cfg"); got != "" {
+		t.Fatalf("the order carried out before was carried out again: haproxy.cfg = %q", got)
+	}
+	next := order()
+	if d := f.outcome(1); d.Outcome != msg.OutcomeApplied || f.file("haproxy.cfg") != "global # one\n" {
+		t.Fatalf("next order: outcome %+v, haproxy.cfg %q", d, f.file("haproxy.cfg"))
+	}
+	var st msg.DeployStatus
+	if _, err := msg.LoadStatus(ctx, kv, msg.DeployStatusKey("edge", "local"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Order != next || st.Deploys != 2 {
+		t.Fatalf("status records order %d after %d deploys, want order %d after 2", st.Order, st.Deploys, next)
 	}
 }
