@@ -1,0 +1,1101 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/tokens"
+)
+
+// The engine evaluates expressions itself where its control structures
+// (for, if, set, do, part and the outputs inside them) need a value, with
+// gonja's semantics and messages but without boxing every intermediate
+// result into an *exec.Value and calling functions through reflection.
+// Values are plain Go values; an error value is an evaluation error, as in
+// gonja. The common forms are answered directly: names, literals,
+// attributes and items of objects, dicts, namespaces and lists, calls of
+// the engine's functions and methods, string methods, the filters default,
+// replace, lower, trim and length, the tests defined, none, integer,
+// string and in, and the operators. Any other form, type or failure takes
+// gonja's own code on the values already computed, so no part of an
+// expression is evaluated twice. With autoescaping on (where gonja marks
+// values safe) everything goes to gonja.
+
+// evalAny evaluates expr in r's scope to a plain value.
+func evalAny(r *exec.Renderer, expr nodes.Node) any {
+	if r.Config.AutoEscape {
+		return plainOf(r.Eval(expr.(nodes.Expression)))
+	}
+	return eval(r, expr)
+}
+
+// safe is a value gonja marked safe (a macro's output, the safe filter):
+// the escape and indent filters read the mark, so such values keep their
+// *exec.Value and take gonja's code wherever they go.
+type safe struct{ v *exec.Value }
+
+// plainOf returns the plain value behind a gonja value.
+func plainOf(v any) any {
+	for {
+		x, ok := v.(*exec.Value)
+		if !ok {
+			if rv, ok := v.(reflect.Value); ok {
+				v = exec.ToValue(rv)
+				continue
+			}
+			return v
+		}
+		if x == nil {
+			return nil
+		}
+		if x.Safe && !x.IsNil() && !x.IsError() {
+			return safe{x}
+		}
+		v = x.Interface()
+	}
+}
+
+// toValue is exec.ToValue keeping the safe mark.
+func toValue(v any) *exec.Value {
+	if s, ok := v.(safe); ok {
+		return s.v
+	}
+	return exec.ToValue(v)
+}
+
+// bare is v without the safe mark, as gonja stores values in variables
+// and lists.
+func bare(v any) any {
+	if s, ok := v.(safe); ok {
+		return s.v.Interface()
+	}
+	return v
+}
+
+// isErr reports whether v is an evaluation error.
+func isErr(v any) bool {
+	_, ok := v.(error)
+	return ok
+}
+
+// errText is the text of v when it is an error ("" otherwise), as gonja's
+// Value.Error.
+func errText(v any) string {
+	if err, ok := v.(error); ok {
+		return err.Error()
+	}
+	return ""
+}
+
+// wrapf is gonja's errors.Wrapf(value, ...): the message, ": " and the
+// text of cause.
+func wrapf(cause any, format string, args ...any) error {
+	return errors.New(fmt.Sprintf(format, args...) + ": " + errText(cause))
+}
+
+// truth is gonja's Value.IsTrue.
+func truth(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case string:
+		return x != ""
+	case int:
+		return x != 0
+	case []any:
+		return len(x) > 0
+	case objectMap:
+		return len(x) > 0
+	case map[string]any:
+		return len(x) > 0
+	case *listValue:
+		return x != nil && len(*x) > 0
+	}
+	return toValue(v).IsTrue()
+}
+
+// str is gonja's Value.String.
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int:
+		return strconv.Itoa(x)
+	case nil:
+		return ""
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	}
+	return toValue(v).String()
+}
+
+// equal is gonja's Value.EqualValueTo.
+func equal(a, b any) bool {
+	switch x := a.(type) {
+	case string:
+		if y, ok := b.(string); ok {
+			return x == y
+		}
+	case int:
+		if y, ok := b.(int); ok {
+			return x == y
+		}
+	case nil:
+		switch b.(type) {
+		case nil:
+			return true
+		case string, int, bool:
+			return false
+		}
+	case bool:
+		switch y := b.(type) {
+		case bool:
+			return x == y
+		case nil, string:
+			return false
+		}
+	}
+	return toValue(a).EqualValueTo(toValue(b))
+}
+
+// eval is evalAny without the autoescape check.
+func eval(r *exec.Renderer, node nodes.Node) any {
+	switch n := node.(type) {
+	case *nodes.String:
+		return n.Val
+	case *nodes.Integer:
+		return n.Val
+	case *nodes.Bool:
+		return n.Val
+	case *nodes.None:
+		return nil
+	case *nodes.Name:
+		v, ok := r.Environment.Context.Get(n.Name.Val)
+		if !ok && r.Config.StrictUndefined {
+			return fmt.Errorf(`Unable to evaluate name "%s"`, n.Name.Val)
+		}
+		return plainOf(v)
+	case *nodes.GetAttribute:
+		return evalGetAttribute(r, n)
+	case *nodes.GetItem:
+		return evalGetItem(r, n)
+	case *nodes.Call:
+		return evalCall(r, n)
+	case *nodes.FilteredExpression:
+		return evalFiltered(r, n)
+	case *nodes.BinaryExpression:
+		return evalBinary(r, n)
+	case *nodes.Negation:
+		v := eval(r, n.Term)
+		if isErr(v) {
+			return v
+		}
+		return negate(v)
+	case *nodes.TestExpression:
+		return evalTest(r, n)
+	case *nodes.List:
+		l := make(exec.ValuesList, len(n.Val))
+		for i, e := range n.Val {
+			l[i] = toValue(eval(r, e))
+		}
+		return l
+	case *nodes.Dict:
+		return evalDict(r, n)
+	}
+	return plainOf(r.Eval(node.(nodes.Expression)))
+}
+
+func negate(v any) any {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case string:
+		return x == ""
+	case int:
+		if x != 0 {
+			return 0
+		}
+		return 1
+	case []any:
+		return len(x) == 0
+	case *listValue:
+		if x != nil {
+			return len(*x) == 0
+		}
+	}
+	return plainOf(toValue(v).Negate())
+}
+
+func evalDict(r *exec.Renderer, n *nodes.Dict) any {
+	d := &exec.Dict{Pairs: make([]*exec.Pair, 0, len(n.Pairs))}
+	for _, pair := range n.Pairs {
+		k := eval(r, pair.Key)
+		if isErr(k) {
+			return wrapf(wrapf(k, `Unable to evaluate key "%s"`, pair.Key), `Unable to evaluate pair "%s"`, pair)
+		}
+		v := eval(r, pair.Value)
+		if isErr(v) {
+			return wrapf(wrapf(v, `Unable to evaluate value "%s"`, pair.Value), `Unable to evaluate pair "%s"`, pair)
+		}
+		d.Pairs = append(d.Pairs, &exec.Pair{Key: toValue(k), Value: toValue(v)})
+	}
+	return d
+}
+
+// getAttr is gonja's attribute lookup (GetAttribute, then GetItem): the
+// value and whether it was found; when it was not, the value may be an
+// error.
+func getAttr(recv any, name string) (any, bool) {
+	switch x := recv.(type) {
+	case objectMap:
+		switch name {
+		case "get", "items", "keys", "values":
+		default:
+			if v, ok := x[name]; ok {
+				return wrapObject(v), true
+			}
+			return nil, false
+		}
+	case map[string]any:
+		if x != nil {
+			if v, ok := x[name]; ok {
+				return plainOf(v), true
+			}
+			return nil, false
+		}
+	case *exec.Dict:
+		switch name {
+		case "Keys", "Get", "String", "Pairs":
+		default:
+			if x != nil {
+				for _, p := range x.Pairs {
+					if k, ok := p.Key.Interface().(string); ok && k == name || !ok && p.Key.String() == name {
+						return plainOf(p.Value), true
+					}
+				}
+				return nil, false
+			}
+		}
+	case *loopInfo:
+		if x != nil {
+			if v, ok := x.GetAttribute(name); ok {
+				return plainOf(v), true
+			}
+		}
+	}
+	v := toValue(recv)
+	attr, found := v.GetAttribute(name)
+	if !found {
+		attr, found = v.GetItem(name)
+	}
+	return plainOf(attr), found
+}
+
+// getItem is gonja's Value.GetItem.
+func getItem(recv any, key any) (any, bool) {
+	switch x := recv.(type) {
+	case objectMap:
+		if k, ok := key.(string); ok {
+			if v, ok := x[k]; ok {
+				return wrapObject(v), true
+			}
+		}
+		return nil, false
+	case map[string]any:
+		if k, ok := key.(string); ok && x != nil {
+			if v, ok := x[k]; ok {
+				return plainOf(v), true
+			}
+			return nil, false
+		}
+	case []any:
+		if i, ok := key.(int); ok {
+			return listIndex(x, i)
+		}
+	case *listValue:
+		if i, ok := key.(int); ok && x != nil {
+			return listIndex(*x, i)
+		}
+	}
+	item, found := toValue(recv).GetItem(key)
+	return plainOf(item), found
+}
+
+// listIndex is gonja's item access on a list (a negative index counts from
+// the end, -len excluded).
+func listIndex(l []any, i int) (any, bool) {
+	switch {
+	case i >= 0 && len(l) > i:
+		return plainOf(l[i]), true
+	case i < 0 && len(l) > -i:
+		return plainOf(l[len(l)+i]), true
+	}
+	return nil, false
+}
+
+func evalGetAttribute(r *exec.Renderer, n *nodes.GetAttribute) any {
+	recv := eval(r, n.Node)
+	return attribute(r, n, recv)
+}
+
+// attribute is gonja's evalGetAttribute once the target is evaluated.
+func attribute(r *exec.Renderer, n *nodes.GetAttribute, recv any) any {
+	if isErr(recv) {
+		return wrapf(recv, `Unable to evaluate target %s`, n.Node)
+	}
+	var v any
+	var found bool
+	if n.Attribute != "" {
+		v, found = getAttr(recv, n.Attribute)
+		if !found {
+			if isErr(v) {
+				return wrapf(v, `Unable to evaluate %s`, n)
+			}
+			if r.Config.StrictUndefined {
+				return fmt.Errorf(`Unable to evaluate %s: attribute '%s' not found`, n, n.Attribute)
+			}
+			return nil
+		}
+		return v
+	}
+	v, found = getItem(recv, n.Index)
+	if !found {
+		if isErr(v) {
+			return wrapf(v, `Unable to evaluate %s`, n)
+		}
+		if r.Config.StrictUndefined {
+			return fmt.Errorf(`Unable to evaluate %s: item %d not found`, n, n.Index)
+		}
+		return nil
+	}
+	return v
+}
+
+func evalGetItem(r *exec.Renderer, n *nodes.GetItem) any {
+	value := eval(r, n.Node)
+	if isErr(value) {
+		return wrapf(value, `unable to evaluate target %s`, n.Node)
+	}
+	if n.Arg == nil {
+		if r.Config.StrictUndefined {
+			return wrapf(value, `argument is undefined to access: %s`, n.Node)
+		}
+		return nil
+	}
+	arg := eval(r, n.Arg)
+	var key any
+	switch a := arg.(type) {
+	case string, int:
+		key = a
+	default:
+		av := toValue(arg)
+		switch {
+		case av.IsString():
+			key = av.String()
+		case av.IsInteger():
+			key = av.Integer()
+		case av.IsNil() && r.Config.StrictUndefined:
+			return wrapf(value, `argument is undefined to access: %s`, n.Node)
+		default:
+			return wrapf(value, `argument %s does not evaluate to string or integer in: %s`, n.Arg, n.Node)
+		}
+	}
+	item, found := getItem(value, key)
+	if k, ok := key.(string); !found && ok {
+		var attr *exec.Value
+		attr, found = toValue(value).GetAttribute(k)
+		item = plainOf(attr)
+	}
+	if !found {
+		if isErr(item) {
+			return wrapf(item, `unable to evaluate %s`, n)
+		}
+		if r.Config.StrictUndefined {
+			return fmt.Errorf(`unable to evaluate %s: item '%s' not found`, n, n.Arg)
+		}
+		return nil
+	}
+	return item
+}
+
+// args evaluates the arguments of a call, a filter or a test: the first
+// error value, if any, and which argument (or keyword) failed.
+func evalArgs(r *exec.Renderer, args []nodes.Expression, kwargs map[string]nodes.Expression) (*exec.VarArgs, any, nodes.Expression, string) {
+	params := &exec.VarArgs{Args: make([]*exec.Value, 0, len(args))}
+	if len(kwargs) > 0 {
+		params.KwArgs = make(map[string]*exec.Value, len(kwargs))
+	}
+	for _, a := range args {
+		v := eval(r, a)
+		if isErr(v) {
+			return nil, v, a, ""
+		}
+		params.Args = append(params.Args, toValue(v))
+	}
+	for k, a := range kwargs {
+		v := eval(r, a)
+		if isErr(v) {
+			return nil, v, a, k
+		}
+		params.KwArgs[k] = toValue(v)
+	}
+	return params, nil, nil, ""
+}
+
+func evalCall(r *exec.Renderer, n *nodes.Call) any {
+	ga, ok := n.Func.(*nodes.GetAttribute)
+	if !ok || ga.Attribute == "" {
+		return call(r, n, eval(r, n.Func), nil, false)
+	}
+	recv := eval(r, ga.Node)
+	if !isErr(recv) {
+		if v, ok := method(r, n, recv, ga.Attribute); ok {
+			return v
+		}
+	}
+	return call(r, n, attribute(r, ga, recv), recv, n.Parent == ga.Node)
+}
+
+// method answers the methods the engine knows on recv's type directly;
+// ok is false for anything else.
+func method(r *exec.Renderer, n *nodes.Call, recv any, name string) (any, bool) {
+	switch x := recv.(type) {
+	case objectMap:
+		if name != "get" || len(n.Args) < 1 || len(n.Args) > 2 || len(n.Kwargs) > 0 {
+			return nil, false
+		}
+		k := eval(r, n.Args[0])
+		if isErr(k) {
+			return wrapf(k, "unable to evaluate parameters"), true
+		}
+		var def any
+		if len(n.Args) == 2 {
+			if def = eval(r, n.Args[1]); isErr(def) {
+				return wrapf(def, "unable to evaluate parameters"), true
+			}
+		}
+		if v, ok := x[str(k)]; ok {
+			return wrapObject(v), true
+		}
+		return bare(def), true
+	case *listValue:
+		if name != "append" || x == nil || len(n.Args) != 1 || len(n.Kwargs) > 0 {
+			return nil, false
+		}
+		v := eval(r, n.Args[0])
+		if isErr(v) {
+			return wrapf(v, "unable to evaluate parameters"), true
+		}
+		*x = append(*x, bare(v))
+		return nil, true
+	case string:
+		m, ok := r.Environment.Methods.Str.Get(name)
+		if !ok {
+			return nil, false
+		}
+		params, failed, arg, kw := evalArgs(r, n.Args, n.Kwargs)
+		if params == nil {
+			if kw != "" {
+				return wrapf(failed, "unable to evaluate parameter %s=%s", kw, arg), true
+			}
+			return wrapf(failed, "unable to evaluate parameter %s", arg), true
+		}
+		res, err := m(x, exec.AsValue(x), params)
+		if err != nil {
+			return fmt.Errorf("invalid call to method '%s' of %s: %s", name, x, err.Error()), true
+		}
+		return plainOf(res), true
+	}
+	return nil, false
+}
+
+// call is gonja's evalCall once the function is evaluated. parent is the
+// evaluated receiver of a method call when haveParent is set.
+func call(r *exec.Renderer, n *nodes.Call, fn any, parent any, haveParent bool) any {
+	if !callable(fn) {
+		ga, ok := n.Func.(*nodes.GetAttribute)
+		if n.Parent == nil || !ok {
+			return fmt.Errorf(`%s is not callable`, n.Func)
+		}
+		if !haveParent {
+			parent = eval(r, n.Parent)
+		}
+		return callMethod(r, n, parent, ga.Attribute)
+	}
+	if isErr(fn) {
+		return wrapf(fn, `unable to evaluate function '%s'`, n.Func)
+	}
+	name := func() string {
+		if nameNode, ok := n.Func.(*nodes.Name); ok {
+			return nameNode.Name.Val
+		}
+		return runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+	}
+	switch f := fn.(type) {
+	case func(*exec.VarArgs) (any, error):
+		params, failed, _, _ := evalArgs(r, n.Args, n.Kwargs)
+		if params == nil {
+			return wrapf(failed, "unable to evaluate parameters")
+		}
+		res, err := f(params)
+		if err != nil {
+			return fmt.Errorf("invalid call to function '%s': %s", name(), err.Error())
+		}
+		return callResult(res, name)
+	case exec.Macro:
+		params, failed, _, _ := evalArgs(r, n.Args, n.Kwargs)
+		if params == nil {
+			return wrapf(failed, "unable to evaluate parameters")
+		}
+		return callResult(plainOf(f(params)), name)
+	}
+	return plainOf(r.Eval(n))
+}
+
+// callResult is gonja's handling of a function's result.
+func callResult(res any, name func() string) any {
+	switch x := res.(type) {
+	case nil:
+		return nil
+	case error:
+		return fmt.Errorf("invalid call to function '%s': %s", name(), x.Error())
+	}
+	return res
+}
+
+// callable is gonja's Value.IsCallable.
+func callable(fn any) bool {
+	switch fn.(type) {
+	case nil, string, int, bool, error, objectMap, map[string]any, []any:
+		return false
+	case func(*exec.VarArgs) (any, error), exec.Macro:
+		return true
+	}
+	return toValue(fn).IsCallable()
+}
+
+// callMethod is gonja's evalMethod with the receiver evaluated.
+func callMethod(r *exec.Renderer, n *nodes.Call, parentValue any, method string) any {
+	if isErr(parentValue) {
+		return wrapf(parentValue, "unable to evaluate '%s'", n.Parent)
+	}
+	params, failed, arg, kw := evalArgs(r, n.Args, n.Kwargs)
+	if params == nil {
+		if kw != "" {
+			return wrapf(failed, "unable to evaluate parameter %s=%s", kw, arg)
+		}
+		return wrapf(failed, "unable to evaluate parameter %s", arg)
+	}
+	parent := toValue(parentValue)
+	var result any
+	err := fmt.Errorf("unknown method '%s' for '%s'", method, parent.String())
+	methods := r.Environment.Methods
+	switch {
+	case parent.IsString():
+		if m, ok := methods.Str.Get(method); ok {
+			result, err = m(parent.String(), parent, params)
+		}
+	case parent.IsBool():
+		if m, ok := methods.Bool.Get(method); ok {
+			result, err = m(parent.Bool(), parent, params)
+		}
+	case parent.IsFloat():
+		if m, ok := methods.Float.Get(method); ok {
+			result, err = m(parent.Float(), parent, params)
+		}
+	case parent.IsInteger():
+		if m, ok := methods.Int.Get(method); ok {
+			result, err = m(parent.Integer(), parent, params)
+		}
+	case parent.IsDict():
+		if m, ok := methods.Dict.Get(method); ok {
+			dict := parent.ToGoSimpleType(false)
+			if err, ok := dict.(error); err != nil && ok {
+				return fmt.Errorf("failed to cast '%s' to a Go type: %s", parent.String(), err)
+			}
+			goMap, ok := dict.(map[string]any)
+			if !ok {
+				return fmt.Errorf("failed to cast '%s' to map[string]interface{}: %s", parent.String(), err)
+			}
+			result, err = m(goMap, parent, params)
+		}
+	case parent.IsList():
+		if m, ok := methods.List.Get(method); ok {
+			list := parent.ToGoSimpleType(false)
+			if err, ok := list.(error); err != nil && ok {
+				return fmt.Errorf("failed to cast '%s' to a Go type: %s", parent.String(), err)
+			}
+			goList, ok := list.([]any)
+			if !ok {
+				return fmt.Errorf("failed to cast '%s' to []interface{}: %s", parent.String(), err)
+			}
+			result, err = m(goList, parent, params)
+		}
+	default:
+		err = exec.AsValue(fmt.Errorf(`'%s' is not callable on %s`, method, parent))
+	}
+	if err != nil {
+		return fmt.Errorf("invalid call to method '%s' of %s: %s", method, parent.String(), err.Error())
+	}
+	if name, ok := n.Parent.(*nodes.Name); ok && r.Environment.Context.Has(name.Name.Val) {
+		r.Environment.Context.Set(name.Name.Val, parent.Interface())
+	}
+	return plainOf(result)
+}
+
+func evalFiltered(r *exec.Renderer, n *nodes.FilteredExpression) any {
+	v := eval(r, n.Expression)
+	for _, f := range n.Filters {
+		v = filter(r, f, v)
+		if isErr(v) {
+			return wrapf(v, "unable to evaluate filter %s", f)
+		}
+	}
+	return v
+}
+
+// filter is gonja's ExecuteFilter on an evaluated input.
+func filter(r *exec.Renderer, f *nodes.FilterCall, in any) any {
+	if v, ok := fastFilter(r, f, in); ok {
+		return v
+	}
+	params, failed, arg, kw := evalArgs(r, f.Args, f.Kwargs)
+	if params == nil {
+		if kw != "" {
+			return wrapf(failed, "unable to evaluate parameter %s=%s", kw, arg)
+		}
+		return wrapf(failed, "unable to evaluate parameter %s", arg)
+	}
+	fn, ok := r.Environment.Filters.Get(f.Name)
+	if !ok {
+		return fmt.Errorf("filter '%s' not found", f.Name)
+	}
+	res := plainOf(fn(r.Evaluator(), toValue(in), params))
+	if err, ok := res.(error); ok {
+		return fmt.Errorf("invalid call to filter '%s': %s", f.Name, err.Error())
+	}
+	return res
+}
+
+// fastFilter answers the filters default, replace, lower, trim, length and
+// count on the common types; ok is false otherwise. The engine's filter
+// set never replaces these names but for length and count, whose
+// replacement only differs for stores.
+func fastFilter(r *exec.Renderer, f *nodes.FilterCall, in any) (any, bool) {
+	if len(f.Kwargs) > 0 || isErr(in) {
+		return nil, false
+	}
+	switch f.Name {
+	case "default", "d":
+		if len(f.Args) < 1 || len(f.Args) > 2 {
+			return nil, false
+		}
+		boolean := false
+		if len(f.Args) == 2 {
+			b, ok := f.Args[1].(*nodes.Bool)
+			if !ok {
+				return nil, false
+			}
+			boolean = b.Val
+		}
+		// gonja evaluates the default first; a literal cannot fail.
+		lazy := literal(f.Args[0])
+		var d any
+		if !lazy {
+			if d = eval(r, f.Args[0]); isErr(d) {
+				return wrapf(d, "unable to evaluate parameter %s", f.Args[0]), true
+			}
+		}
+		if in == nil || boolean && !truth(in) {
+			if lazy {
+				d = eval(r, f.Args[0])
+			}
+			return d, true
+		}
+		return in, true
+	case "replace":
+		s, ok := in.(string)
+		if !ok || len(f.Args) != 2 {
+			return nil, false
+		}
+		o, ok1 := f.Args[0].(*nodes.String)
+		w, ok2 := f.Args[1].(*nodes.String)
+		if !ok1 || !ok2 {
+			return nil, false
+		}
+		return strings.ReplaceAll(s, o.Val, w.Val), true
+	case "lower":
+		if s, ok := in.(string); ok && len(f.Args) == 0 {
+			return strings.ToLower(s), true
+		}
+	case "trim":
+		if s, ok := in.(string); ok && len(f.Args) == 0 {
+			return strings.TrimSpace(s), true
+		}
+	case "length", "count":
+		if len(f.Args) > 0 {
+			return nil, false
+		}
+		switch x := in.(type) {
+		case string:
+			return utf8.RuneCountInString(x), true
+		case []any:
+			return len(x), true
+		case *listValue:
+			if x != nil {
+				return len(*x), true
+			}
+		case []string:
+			return len(x), true
+		}
+	}
+	return nil, false
+}
+
+// literal reports whether e is a constant or an empty list or dict.
+func literal(e nodes.Expression) bool {
+	switch x := e.(type) {
+	case *nodes.String, *nodes.Integer, *nodes.Bool, *nodes.None:
+		return true
+	case *nodes.Dict:
+		return len(x.Pairs) == 0
+	case *nodes.List:
+		return len(x.Val) == 0
+	}
+	return false
+}
+
+func evalTest(r *exec.Renderer, n *nodes.TestExpression) any {
+	v := eval(r, n.Expression)
+	t := n.Test
+	if len(t.Kwargs) == 0 {
+		switch t.Name {
+		case "defined":
+			if len(t.Args) == 0 {
+				return !(v == nil || isErr(v))
+			}
+		case "none":
+			if len(t.Args) == 0 && !isErr(v) {
+				if v == nil {
+					return true
+				}
+				switch v.(type) {
+				case string, int, bool, objectMap, []any, *listValue, map[string]any:
+					return false
+				}
+			}
+		case "integer":
+			if len(t.Args) == 0 {
+				switch v.(type) {
+				case int:
+					return true
+				case string, nil, bool, objectMap, []any, *listValue, map[string]any:
+					return false
+				}
+			}
+		case "string":
+			if len(t.Args) == 0 {
+				switch v.(type) {
+				case string:
+					return true
+				case int, nil, bool, objectMap, []any, *listValue, map[string]any:
+					return false
+				}
+			}
+		case "in":
+			if len(t.Args) == 1 {
+				seq := eval(r, t.Args[0])
+				if isErr(seq) {
+					return wrapf(seq, `Unable to evaluate parameter %s`, t.Args[0])
+				}
+				if res, ok := contains(seq, v); ok {
+					return res
+				}
+				return toValue(seq).Contains(toValue(v))
+			}
+		}
+	}
+	params := &exec.VarArgs{Args: make([]*exec.Value, 0, len(t.Args)), KwArgs: map[string]*exec.Value{}}
+	for _, a := range t.Args {
+		x := eval(r, a)
+		if isErr(x) {
+			return wrapf(x, `Unable to evaluate parameter %s`, a)
+		}
+		params.Args = append(params.Args, toValue(x))
+	}
+	for k, a := range t.Kwargs {
+		x := eval(r, a)
+		if isErr(x) {
+			return wrapf(x, `Unable to evaluate parameter %s`, a)
+		}
+		params.KwArgs[k] = toValue(x)
+	}
+	return plainOf(r.Evaluator().ExecuteTestByName(t.Name, toValue(v), params))
+}
+
+// contains answers `item in seq` for a string item in a list or string;
+// ok is false for other types.
+func contains(seq, item any) (bool, bool) {
+	s, ok := item.(string)
+	if !ok {
+		return false, false
+	}
+	var list []any
+	switch x := seq.(type) {
+	case string:
+		return strings.Contains(x, s), true
+	case []any:
+		list = x
+	case *listValue:
+		if x == nil {
+			return false, false
+		}
+		list = *x
+	case exec.ValuesList:
+		for _, e := range x {
+			if e == nil {
+				return false, false
+			}
+			es, ok := e.Interface().(string)
+			if !ok {
+				return false, false
+			}
+			if es == s {
+				return true, true
+			}
+		}
+		return false, true
+	default:
+		return false, false
+	}
+	for _, e := range list {
+		es, ok := e.(string)
+		if !ok {
+			return false, false
+		}
+		if es == s {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+func evalBinary(r *exec.Renderer, n *nodes.BinaryExpression) any {
+	left := eval(r, n.Left)
+	if isErr(left) {
+		return wrapf(left, `Unable to evaluate left parameter %s`, n.Left)
+	}
+	op := n.Operator.Token
+	switch op.Type {
+	case tokens.And:
+		if !truth(left) {
+			return left
+		}
+		right := eval(r, n.Right)
+		if isErr(right) {
+			return wrapf(right, `Unable to evaluate right parameter %s`, n.Right)
+		}
+		return right
+	case tokens.Or:
+		if truth(left) {
+			return left
+		}
+		right := eval(r, n.Right)
+		if isErr(right) {
+			return wrapf(right, `Unable to evaluate right parameter %s`, n.Right)
+		}
+		return right
+	}
+	switch op.Val {
+	case "and", "or":
+		// gonja evaluates neither side again for these operator names.
+		return plainOf(r.Eval(n))
+	}
+	right := eval(r, n.Right)
+	if isErr(right) {
+		return wrapf(right, `Unable to evaluate right parameter %s`, n.Right)
+	}
+	switch op.Type {
+	case tokens.Tilde:
+		return str(left) + str(right)
+	case tokens.Equals:
+		return equal(left, right)
+	case tokens.Ne:
+		return !equal(left, right)
+	}
+	if a, ok := left.(int); ok {
+		if b, ok := right.(int); ok {
+			switch op.Type {
+			case tokens.Addition:
+				return a + b
+			case tokens.Subtraction:
+				return a - b
+			case tokens.Multiply:
+				return a * b
+			case tokens.Modulo:
+				if b != 0 {
+					return a % b
+				}
+			case tokens.LowerThan:
+				return a < b
+			case tokens.LowerThanOrEqual:
+				return a <= b
+			case tokens.GreaterThan:
+				return a > b
+			case tokens.GreaterThanOrEqual:
+				return a >= b
+			}
+		}
+	}
+	return plainOf(binary(n, toValue(left), toValue(right)))
+}
+
+// binary is gonja's evalBinaryExpression once both sides are evaluated,
+// for the operators other than and, or, ~, == and !=.
+func binary(node *nodes.BinaryExpression, left, right *exec.Value) *exec.Value {
+	switch node.Operator.Token.Type {
+	case tokens.Addition:
+		if left.IsList() {
+			if !right.IsList() {
+				return exec.AsValue(wrapf(right, `Unable to concatenate list to %s`, node.Right))
+			}
+			out := make([]any, 0, left.Len()+right.Len())
+			lr, rr := resolved(left), resolved(right)
+			for i := 0; i < lr.Len(); i++ {
+				out = append(out, lr.Index(i).Interface())
+			}
+			for i := 0; i < rr.Len(); i++ {
+				out = append(out, rr.Index(i).Interface())
+			}
+			return exec.AsValue(out)
+		}
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(left.Float() + right.Float())
+		}
+		if left.IsString() || right.IsString() {
+			return exec.AsValue(left.String() + right.String())
+		}
+		return exec.AsValue(left.Integer() + right.Integer())
+	case tokens.Subtraction:
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(left.Float() - right.Float())
+		}
+		return exec.AsValue(left.Integer() - right.Integer())
+	case tokens.Multiply:
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(left.Float() * right.Float())
+		}
+		if left.IsString() {
+			return exec.AsValue(strings.Repeat(left.String(), right.Integer()))
+		}
+		return exec.AsValue(left.Integer() * right.Integer())
+	case tokens.Division:
+		return exec.AsValue(left.Float() / right.Float())
+	case tokens.FloorDivision:
+		return exec.AsValue(int(left.Float() / right.Float()))
+	case tokens.Modulo:
+		return exec.AsValue(left.Integer() % right.Integer())
+	case tokens.Power:
+		return exec.AsValue(math.Pow(left.Float(), right.Float()))
+	case tokens.LowerThanOrEqual:
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(left.Float() <= right.Float())
+		}
+		if left.IsString() || right.IsString() {
+			return exec.AsValue(left.String() <= right.String())
+		}
+		return exec.AsValue(left.Integer() <= right.Integer())
+	case tokens.GreaterThanOrEqual:
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(left.Float() >= right.Float())
+		}
+		if left.IsString() || right.IsString() {
+			return exec.AsValue(left.String() >= right.String())
+		}
+		return exec.AsValue(left.Integer() >= right.Integer())
+	case tokens.GreaterThan:
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(left.Float() > right.Float())
+		}
+		if left.IsString() || right.IsString() {
+			return exec.AsValue(left.String() > right.String())
+		}
+		return exec.AsValue(left.Integer() > right.Integer())
+	case tokens.LowerThan:
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(left.Float() < right.Float())
+		}
+		if left.IsString() || right.IsString() {
+			return exec.AsValue(left.String() < right.String())
+		}
+		return exec.AsValue(left.Integer() < right.Integer())
+	case tokens.In:
+		return exec.AsValue(right.Contains(left))
+	}
+	return exec.AsValue(fmt.Errorf(`Unknown operator "%s"`, node.Operator.Token))
+}
+
+func resolved(v *exec.Value) reflect.Value {
+	if v.Val.IsValid() && v.Val.Kind() == reflect.Pointer {
+		return v.Val.Elem()
+	}
+	return v.Val
+}
+
+// walk renders the nodes of w with r.
+func walk(r *exec.Renderer, w *nodes.Wrapper) error {
+	for _, n := range w.Nodes {
+		if o, ok := n.(*nodes.Output); ok && !r.Config.AutoEscape {
+			if err := writeOutput(r, o); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := nodes.Walk(r, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeOutput is gonja's rendering of `{{ ... }}`.
+func writeOutput(r *exec.Renderer, n *nodes.Output) error {
+	var v any
+	if n.Condition != nil {
+		cond := eval(r, n.Condition)
+		if isErr(cond) {
+			return wrapf(cond, `Unable to render condition at line %d: %s`, n.Condition.Position().Line, n.Condition)
+		}
+		switch {
+		case truth(cond):
+			v = eval(r, n.Expression)
+		case n.Alternative != nil:
+			v = eval(r, n.Alternative)
+		default:
+			return nil
+		}
+	} else {
+		v = eval(r, n.Expression)
+	}
+	if isErr(v) {
+		return wrapf(v, `Unable to render expression at line %d: %s`, n.Expression.Position().Line, n.Expression)
+	}
+	_, err := io.WriteString(r.Output, str(v))
+	return err
+}
