@@ -244,7 +244,9 @@ func negate(v any) any {
 
 func evalDict(r *exec.Renderer, n *nodes.Dict) any {
 	d := &exec.Dict{Pairs: make([]*exec.Pair, 0, len(n.Pairs))}
-	for _, pair := range n.Pairs {
+	pairs := make([]exec.Pair, len(n.Pairs))
+	values := make([]exec.Value, 2*len(n.Pairs))
+	for i, pair := range n.Pairs {
 		k := eval(r, pair.Key)
 		if isErr(k) {
 			return wrapf(wrapf(k, `Unable to evaluate key "%s"`, pair.Key), `Unable to evaluate pair "%s"`, pair)
@@ -253,9 +255,20 @@ func evalDict(r *exec.Renderer, n *nodes.Dict) any {
 		if isErr(v) {
 			return wrapf(wrapf(v, `Unable to evaluate value "%s"`, pair.Value), `Unable to evaluate pair "%s"`, pair)
 		}
-		d.Pairs = append(d.Pairs, &exec.Pair{Key: toValue(k), Value: toValue(v)})
+		pairs[i] = exec.Pair{Key: valueAt(values, 2*i, k), Value: valueAt(values, 2*i+1, v)}
+		d.Pairs = append(d.Pairs, &pairs[i])
 	}
 	return d
+}
+
+// valueAt is toValue(v) stored in values[i] where v is a plain value
+// (exec.ToValue(v) is then &exec.Value{Val: reflect.ValueOf(v)}).
+func valueAt(values []exec.Value, i int, v any) *exec.Value {
+	if _, ok := v.(safe); ok {
+		return toValue(v)
+	}
+	values[i] = exec.Value{Val: reflect.ValueOf(v)}
+	return &values[i]
 }
 
 // getAttr is gonja's attribute lookup (GetAttribute, then GetItem): the
@@ -480,9 +493,15 @@ func method(r *exec.Renderer, n *nodes.Call, recv any, name string) (any, bool) 
 		if name != "get" || len(n.Args) < 1 || len(n.Args) > 2 || len(n.Kwargs) > 0 {
 			return nil, false
 		}
-		k := eval(r, n.Args[0])
-		if isErr(k) {
-			return wrapf(k, "unable to evaluate parameters"), true
+		var key string
+		if lit, ok := n.Args[0].(*nodes.String); ok {
+			key = lit.Val
+		} else {
+			k := eval(r, n.Args[0])
+			if isErr(k) {
+				return wrapf(k, "unable to evaluate parameters"), true
+			}
+			key = str(k)
 		}
 		var def any
 		if len(n.Args) == 2 {
@@ -490,7 +509,7 @@ func method(r *exec.Renderer, n *nodes.Call, recv any, name string) (any, bool) 
 				return wrapf(def, "unable to evaluate parameters"), true
 			}
 		}
-		if v, ok := x[str(k)]; ok {
+		if v, ok := x[key]; ok {
 			return wrapObject(v), true
 		}
 		return bare(def), true
@@ -896,7 +915,40 @@ func contains(seq, item any) (bool, bool) {
 	return false, true
 }
 
+// concat appends to parts the strings that the `~` chain n joins, each
+// side evaluated and wrapped on failure as gonja does; nil or the error.
+func concat(r *exec.Renderer, n nodes.Node, parts *[]string) error {
+	b, ok := n.(*nodes.BinaryExpression)
+	if !ok || b.Operator.Token.Type != tokens.Tilde {
+		if lit, ok := n.(*nodes.String); ok {
+			*parts = append(*parts, lit.Val)
+			return nil
+		}
+		v := eval(r, n)
+		if err, ok := v.(error); ok {
+			return err
+		}
+		*parts = append(*parts, str(v))
+		return nil
+	}
+	if err := concat(r, b.Left, parts); err != nil {
+		return wrapf(err, `Unable to evaluate left parameter %s`, b.Left)
+	}
+	if err := concat(r, b.Right, parts); err != nil {
+		return wrapf(err, `Unable to evaluate right parameter %s`, b.Right)
+	}
+	return nil
+}
+
 func evalBinary(r *exec.Renderer, n *nodes.BinaryExpression) any {
+	if n.Operator.Token.Type == tokens.Tilde {
+		var buf [8]string
+		parts := buf[:0]
+		if err := concat(r, n, &parts); err != nil {
+			return err
+		}
+		return strings.Join(parts, "")
+	}
 	left := eval(r, n.Left)
 	if isErr(left) {
 		return wrapf(left, `Unable to evaluate left parameter %s`, n.Left)
@@ -921,6 +973,14 @@ func evalBinary(r *exec.Renderer, n *nodes.BinaryExpression) any {
 			return wrapf(right, `Unable to evaluate right parameter %s`, n.Right)
 		}
 		return right
+	}
+	switch op.Type {
+	case tokens.Equals, tokens.Ne:
+		if lit, ok := n.Right.(*nodes.String); ok {
+			if s, ok := left.(string); ok {
+				return (s == lit.Val) == (op.Type == tokens.Equals)
+			}
+		}
 	}
 	switch op.Val {
 	case "and", "or":

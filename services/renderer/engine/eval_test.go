@@ -62,6 +62,10 @@ func TestExpressionsMatchGonja(t *testing.T) {
 		"method kwargs":     `{{ 'aaa'.replace('a', 'b', 1) }}{{ 'a b c'.split(maxsplit=1) }}`,
 		"set undefined":     `{% set x.y = 1 %}`,
 		"list of dicts":     `{% for d in [{'a': 1}, {'a': 2}] %}{{ d.a }}{{ d['a'] }}{{ d.b }}{% endfor %}{{ [1, 2][5] }}{{ [1, 2][-1] }}`,
+		"concat":            `{{ 'a' ~ 1 ~ ('b' ~ none) ~ [1] ~ values.obj.k }}{% macro m() %}<m>{% endmacro %}{{ 'x' ~ m() }}{{ {'a': none, 'b': m(), 'c': 'd'} }}{{ 1 == 'a' }}{{ none != 'a' }}{{ 'a' == 'a' }}{{ 'a' != 'b' }}`,
+		"concat left error": `{{ 'a' ~ none.x ~ 'b' }}`,
+		"concat nested err": `{{ 'a' ~ ('b' ~ none.y) }}`,
+		"dict error":        `{{ {'a': none.x} }}`,
 		"loop filter error": `{% for x in [1, 2] if x.y.z %}{{ x }}{% else %}none{% endfor %}`,
 	}
 	in := testInput(t)
