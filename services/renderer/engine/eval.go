@@ -7,10 +7,12 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/nikolalohinski/gonja/v2/builtins/methods/pystring"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/nodes"
 	"github.com/nikolalohinski/gonja/v2/tokens"
@@ -524,6 +526,9 @@ func method(r *exec.Renderer, n *nodes.Call, recv any, name string) (any, bool) 
 		*x = append(*x, bare(v))
 		return nil, true
 	case string:
+		if v, ok := strMethod(n, x, name); ok {
+			return v, true
+		}
 		m, ok := r.Environment.Methods.Str.Get(name)
 		if !ok {
 			return nil, false
@@ -540,6 +545,38 @@ func method(r *exec.Renderer, n *nodes.Call, recv any, name string) (any, bool) 
 			return fmt.Errorf("invalid call to method '%s' of %s: %s", name, x, err.Error()), true
 		}
 		return plainOf(res), true
+	}
+	return nil, false
+}
+
+// strMethod answers isalnum(), isascii() and startswith, endswith and
+// rstrip with one literal argument as gonja's string methods do; ok is
+// false for anything else.
+func strMethod(n *nodes.Call, s string, name string) (any, bool) {
+	if len(n.Kwargs) > 0 {
+		return nil, false
+	}
+	if len(n.Args) == 0 {
+		switch name {
+		case "isalnum":
+			return pystring.PyString(s).IsAlnum(), true
+		case "isascii":
+			return pystring.PyString(s).IsASCII(), true
+		}
+		return nil, false
+	}
+	lit, ok := n.Args[0].(*nodes.String)
+	if !ok || len(n.Args) != 1 {
+		return nil, false
+	}
+	start, end := 0, len(s)
+	switch name {
+	case "startswith":
+		return pystring.PyString(s).StartsWith(lit.Val, &start, &end), true
+	case "endswith":
+		return pystring.PyString(s).EndsWith(pystring.New(lit.Val), &start, &end), true
+	case "rstrip":
+		return pystring.PyString(s).RStrip(lit.Val), true
 	}
 	return nil, false
 }
@@ -767,6 +804,58 @@ func fastFilter(r *exec.Renderer, f *nodes.FilterCall, in any) (any, bool) {
 		if s, ok := in.(string); ok && len(f.Args) == 0 {
 			return strings.TrimSpace(s), true
 		}
+	case "join":
+		d := ""
+		if len(f.Args) > 1 {
+			return nil, false
+		}
+		if len(f.Args) == 1 {
+			lit, ok := f.Args[0].(*nodes.String)
+			if !ok {
+				return nil, false
+			}
+			d = lit.Val
+		}
+		if l, ok := stringList(in); ok {
+			return strings.Join(l, d), true
+		}
+	case "unique":
+		if l, ok := stringList(in); ok && len(f.Args) == 0 {
+			out := make([]any, 0, len(l))
+			seen := make(map[string]bool, len(l))
+			for _, s := range l {
+				if k := strings.ToLower(s); !seen[k] {
+					seen[k] = true
+					out = append(out, s)
+				}
+			}
+			return out, true
+		}
+	case "list":
+		if l, ok := stringList(in); ok && len(f.Args) == 0 {
+			out := make([]any, len(l))
+			for i, s := range l {
+				out[i] = s
+			}
+			return out, true
+		}
+	case "sort":
+		if l, ok := stringList(in); ok && len(f.Args) == 0 {
+			keys := make([]string, len(l))
+			for i, s := range l {
+				keys[i] = strings.ToLower(s)
+			}
+			idx := make([]int, len(l))
+			for i := range idx {
+				idx[i] = i
+			}
+			sort.SliceStable(idx, func(i, j int) bool { return keys[idx[i]] < keys[idx[j]] })
+			out := make([]any, len(l))
+			for i, k := range idx {
+				out[i] = l[k]
+			}
+			return out, true
+		}
 	case "length", "count":
 		if len(f.Args) > 0 {
 			return nil, false
@@ -785,6 +874,33 @@ func fastFilter(r *exec.Renderer, f *nodes.FilterCall, in any) (any, bool) {
 		}
 	}
 	return nil, false
+}
+
+// stringList returns the items of a list whose items are all strings.
+func stringList(in any) ([]string, bool) {
+	var items []any
+	switch x := in.(type) {
+	case []string:
+		return x, true
+	case []any:
+		items = x
+	case *listValue:
+		if x == nil {
+			return nil, false
+		}
+		items = *x
+	default:
+		return nil, false
+	}
+	out := make([]string, len(items))
+	for i, e := range items {
+		s, ok := e.(string)
+		if !ok {
+			return nil, false
+		}
+		out[i] = s
+	}
+	return out, true
 }
 
 // literal reports whether e is a constant or an empty list or dict.

@@ -66,6 +66,8 @@ func TestExpressionsMatchGonja(t *testing.T) {
 		"concat left error": `{{ 'a' ~ none.x ~ 'b' }}`,
 		"concat nested err": `{{ 'a' ~ ('b' ~ none.y) }}`,
 		"dict error":        `{{ {'a': none.x} }}`,
+		"list filters":      `{{ ['b', 'A', 'a', 'B', 'c'] | unique | list }}{{ ['b', 'A', 'a', 'B'] | sort }}{{ ['x', 'y'] | join(', ') }}{{ ['x', 'y'] | join }}{{ [1, 'a'] | join('-') }}{{ [2, 1] | sort }}{{ [1, 1] | unique }}{{ 'ab' | list }}{{ values.list | list }}{% set l = ['q', 'p'] %}{{ l | sort | join }}`,
+		"string methods":    `{{ 'aé1'.isalnum() }}{{ 'é'.isascii() }}{{ ''.isalnum() }}{{ 'éa'.startswith('é') }}{{ 'aé'.endswith('é') }}{{ 'a//'.rstrip('/') == 'a' }}{{ 'a//'.rstrip('/') ~ '|' }}{{ 'abc'.startswith('abc', 1) }}{{ 'x'.isalnum(1) }}`,
 		"loop filter error": `{% for x in [1, 2] if x.y.z %}{{ x }}{% else %}none{% endfor %}`,
 	}
 	in := testInput(t)
