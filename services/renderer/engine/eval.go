@@ -249,15 +249,23 @@ func evalDict(r *exec.Renderer, n *nodes.Dict) any {
 	pairs := make([]exec.Pair, len(n.Pairs))
 	values := make([]exec.Value, 2*len(n.Pairs))
 	for i, pair := range n.Pairs {
-		k := eval(r, pair.Key)
-		if isErr(k) {
-			return wrapf(wrapf(k, `Unable to evaluate key "%s"`, pair.Key), `Unable to evaluate pair "%s"`, pair)
+		var key *exec.Value
+		if lit, ok := pair.Key.(*nodes.String); ok {
+			// The literal's own string: nothing writes to dict keys.
+			values[2*i] = exec.Value{Val: reflect.ValueOf(&lit.Val).Elem()}
+			key = &values[2*i]
+		} else {
+			k := eval(r, pair.Key)
+			if isErr(k) {
+				return wrapf(wrapf(k, `Unable to evaluate key "%s"`, pair.Key), `Unable to evaluate pair "%s"`, pair)
+			}
+			key = valueAt(values, 2*i, k)
 		}
 		v := eval(r, pair.Value)
 		if isErr(v) {
 			return wrapf(wrapf(v, `Unable to evaluate value "%s"`, pair.Value), `Unable to evaluate pair "%s"`, pair)
 		}
-		pairs[i] = exec.Pair{Key: valueAt(values, 2*i, k), Value: valueAt(values, 2*i+1, v)}
+		pairs[i] = exec.Pair{Key: key, Value: valueAt(values, 2*i+1, v)}
 		d.Pairs = append(d.Pairs, &pairs[i])
 	}
 	return d
@@ -272,6 +280,8 @@ func valueAt(values []exec.Value, i int, v any) *exec.Value {
 	values[i] = exec.Value{Val: reflect.ValueOf(v)}
 	return &values[i]
 }
+
+var stringType = reflect.TypeFor[string]()
 
 // getAttr is gonja's attribute lookup (GetAttribute, then GetItem): the
 // value and whether it was found; when it was not, the value may be an
@@ -300,7 +310,11 @@ func getAttr(recv any, name string) (any, bool) {
 		default:
 			if x != nil {
 				for _, p := range x.Pairs {
-					if k, ok := p.Key.Interface().(string); ok && k == name || !ok && p.Key.String() == name {
+					if k := p.Key.Val; k.IsValid() && k.Type() == stringType {
+						if k.String() == name {
+							return plainOf(p.Value), true
+						}
+					} else if p.Key.String() == name {
 						return plainOf(p.Value), true
 					}
 				}
@@ -614,6 +628,12 @@ func call(r *exec.Renderer, n *nodes.Call, fn any, parent any, haveParent bool) 
 			return fmt.Errorf("invalid call to function '%s': %s", name(), err.Error())
 		}
 		return callResult(res, name)
+	case func(*exec.Evaluator, *exec.VarArgs) map[string]any: // namespace()
+		params, failed, _, _ := evalArgs(r, n.Args, n.Kwargs)
+		if params == nil {
+			return wrapf(failed, "unable to evaluate parameters")
+		}
+		return callResult(f(r.Evaluator(), params), name)
 	case exec.Macro:
 		params, failed, _, _ := evalArgs(r, n.Args, n.Kwargs)
 		if params == nil {
@@ -640,7 +660,7 @@ func callable(fn any) bool {
 	switch fn.(type) {
 	case nil, string, int, bool, error, objectMap, map[string]any, []any:
 		return false
-	case func(*exec.VarArgs) (any, error), exec.Macro:
+	case func(*exec.VarArgs) (any, error), exec.Macro, func(*exec.Evaluator, *exec.VarArgs) map[string]any:
 		return true
 	}
 	return toValue(fn).IsCallable()
@@ -717,13 +737,60 @@ func callMethod(r *exec.Renderer, n *nodes.Call, parentValue any, method string)
 
 func evalFiltered(r *exec.Renderer, n *nodes.FilteredExpression) any {
 	v := eval(r, n.Expression)
+	// A string passes through the string filters unboxed: v holds s
+	// while boxed is set.
+	s, isStr := v.(string)
+	boxed := true
 	for _, f := range n.Filters {
+		if isStr {
+			if res, ok := stringFilter(f, s); ok {
+				s, boxed = res, false
+				continue
+			}
+			if !boxed {
+				v = s
+			}
+			isStr = false
+		}
 		v = filter(r, f, v)
 		if isErr(v) {
 			return wrapf(v, "unable to evaluate filter %s", f)
 		}
+		s, isStr = v.(string)
+		boxed = true
+	}
+	if isStr && !boxed {
+		return s
 	}
 	return v
+}
+
+// stringFilter answers replace with literal arguments, lower and trim on
+// a string; ok is false otherwise.
+func stringFilter(f *nodes.FilterCall, s string) (string, bool) {
+	if len(f.Kwargs) > 0 {
+		return "", false
+	}
+	switch f.Name {
+	case "replace":
+		if len(f.Args) != 2 {
+			return "", false
+		}
+		o, ok1 := f.Args[0].(*nodes.String)
+		w, ok2 := f.Args[1].(*nodes.String)
+		if ok1 && ok2 {
+			return strings.ReplaceAll(s, o.Val, w.Val), true
+		}
+	case "lower":
+		if len(f.Args) == 0 {
+			return strings.ToLower(s), true
+		}
+	case "trim":
+		if len(f.Args) == 0 {
+			return strings.TrimSpace(s), true
+		}
+	}
+	return "", false
 }
 
 // filter is gonja's ExecuteFilter on an evaluated input.
@@ -916,9 +983,39 @@ func literal(e nodes.Expression) bool {
 	return false
 }
 
+// inString is gonja's `item in seq` test for a string item.
+func inString(r *exec.Renderer, item string, seqNode nodes.Expression) any {
+	if l, ok := seqNode.(*nodes.List); ok {
+		all := true
+		found := false
+		for _, e := range l.Val {
+			lit, ok := e.(*nodes.String)
+			if !ok {
+				all = false
+				break
+			}
+			found = found || lit.Val == item
+		}
+		if all {
+			return found
+		}
+	}
+	seq := eval(r, seqNode)
+	if isErr(seq) {
+		return wrapf(seq, `Unable to evaluate parameter %s`, seqNode)
+	}
+	if res, ok := contains(seq, item); ok {
+		return res
+	}
+	return toValue(seq).Contains(exec.AsValue(item))
+}
+
 func evalTest(r *exec.Renderer, n *nodes.TestExpression) any {
-	v := eval(r, n.Expression)
 	t := n.Test
+	if lit, ok := n.Expression.(*nodes.String); ok && t.Name == "in" && len(t.Args) == 1 && len(t.Kwargs) == 0 {
+		return inString(r, lit.Val, t.Args[0])
+	}
+	v := eval(r, n.Expression)
 	if len(t.Kwargs) == 0 {
 		switch t.Name {
 		case "defined":
@@ -954,6 +1051,9 @@ func evalTest(r *exec.Renderer, n *nodes.TestExpression) any {
 				}
 			}
 		case "in":
+			if s, ok := v.(string); ok && len(t.Args) == 1 {
+				return inString(r, s, t.Args[0])
+			}
 			if len(t.Args) == 1 {
 				seq := eval(r, t.Args[0])
 				if isErr(seq) {
@@ -1031,39 +1131,58 @@ func contains(seq, item any) (bool, bool) {
 	return false, true
 }
 
-// concat appends to parts the strings that the `~` chain n joins, each
-// side evaluated and wrapped on failure as gonja does; nil or the error.
-func concat(r *exec.Renderer, n nodes.Node, parts *[]string) error {
-	b, ok := n.(*nodes.BinaryExpression)
-	if !ok || b.Operator.Token.Type != tokens.Tilde {
-		if lit, ok := n.(*nodes.String); ok {
-			*parts = append(*parts, lit.Val)
-			return nil
+// concatString is the string of one operand of a `~` chain.
+func concatString(r *exec.Renderer, n nodes.Node) (string, error) {
+	if lit, ok := n.(*nodes.String); ok {
+		return lit.Val, nil
+	}
+	v := eval(r, n)
+	if err, ok := v.(error); ok {
+		return "", err
+	}
+	return str(v), nil
+}
+
+// concat joins the `~` chain n: the operands of its left spine are
+// evaluated left to right and joined once, and a failure is wrapped by
+// every level above it as gonja's nested evaluation wraps it.
+func concat(r *exec.Renderer, n *nodes.BinaryExpression) any {
+	var spineBuf [8]*nodes.BinaryExpression
+	spine := spineBuf[:0] // spine[0] is n, the last the innermost level
+	var leaf nodes.Node = n
+	for {
+		b, ok := leaf.(*nodes.BinaryExpression)
+		if !ok || b.Operator.Token.Type != tokens.Tilde {
+			break
 		}
-		v := eval(r, n)
-		if err, ok := v.(error); ok {
-			return err
+		spine = append(spine, b)
+		leaf = b.Left
+	}
+	var partsBuf [9]string
+	parts := partsBuf[:0]
+	s, err := concatString(r, leaf)
+	level := len(spine)
+	for err == nil && level > 0 {
+		parts = append(parts, s)
+		level--
+		s, err = concatString(r, spine[level].Right)
+		if err != nil {
+			err = wrapf(err, `Unable to evaluate right parameter %s`, spine[level].Right)
 		}
-		*parts = append(*parts, str(v))
-		return nil
 	}
-	if err := concat(r, b.Left, parts); err != nil {
-		return wrapf(err, `Unable to evaluate left parameter %s`, b.Left)
+	if err != nil {
+		for level--; level >= 0; level-- {
+			err = wrapf(err, `Unable to evaluate left parameter %s`, spine[level].Left)
+		}
+		return err
 	}
-	if err := concat(r, b.Right, parts); err != nil {
-		return wrapf(err, `Unable to evaluate right parameter %s`, b.Right)
-	}
-	return nil
+	parts = append(parts, s)
+	return strings.Join(parts, "")
 }
 
 func evalBinary(r *exec.Renderer, n *nodes.BinaryExpression) any {
 	if n.Operator.Token.Type == tokens.Tilde {
-		var buf [8]string
-		parts := buf[:0]
-		if err := concat(r, n, &parts); err != nil {
-			return err
-		}
-		return strings.Join(parts, "")
+		return concat(r, n)
 	}
 	left := eval(r, n.Left)
 	if isErr(left) {
