@@ -45,6 +45,37 @@ func scope(r *exec.Renderer) *exec.Renderer {
 // forNode is `{% for %}`. Recursive loops keep gonja's implementation.
 type forNode struct {
 	*controlStructures.ForControlStructure
+	// reuse is set when nothing in the body (outside nested scopes) can
+	// keep the iteration's renderer past the iteration (a macro or call
+	// block captures it): the iterations then share one renderer, each
+	// with a fresh variable scope.
+	reuse bool
+}
+
+// reusableScope reports whether the nodes of w, run in one scope, keep no
+// reference to their renderer.
+func reusableScope(w *nodes.Wrapper) bool {
+	if w == nil {
+		return true
+	}
+	for _, n := range w.Nodes {
+		b, ok := n.(*nodes.ControlStructureBlock)
+		if !ok {
+			continue
+		}
+		switch cs := b.ControlStructure.(type) {
+		case *ifNode:
+			for _, w := range cs.Wrappers {
+				if !reusableScope(w) {
+					return false
+				}
+			}
+		case *forNode, *fastSetNode, *setNode, *doNode, *partNode, *includeNode, *fragmentsOutput:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func forParser(builtin parser.ControlStructureParser) parser.ControlStructureParser {
@@ -60,7 +91,7 @@ func forParser(builtin parser.ControlStructureParser) parser.ControlStructurePar
 		if fcs.Recursive {
 			return fcs, nil
 		}
-		return &forNode{fcs}, nil
+		return &forNode{ForControlStructure: fcs, reuse: reusableScope(fcs.BodyWrapper)}, nil
 	}
 }
 
@@ -164,8 +195,13 @@ func (n *forNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) erro
 		}
 	}
 	loop := &loopInfo{items: items, depth: depth}
+	var sub *exec.Renderer
 	for idx, it := range items {
-		sub := scope(r)
+		if sub == nil || !n.reuse {
+			sub = scope(r)
+		} else {
+			sub.Environment.Context = r.Environment.Context.Inherit()
+		}
 		ctx := sub.Environment.Context
 		ctx.Set(n.Key, it.key)
 		if it.value != nil {

@@ -1356,9 +1356,20 @@ func resolved(v *exec.Value) reflect.Value {
 // walk renders the nodes of w with r.
 func walk(r *exec.Renderer, w *nodes.Wrapper) error {
 	for _, n := range w.Nodes {
-		if o, ok := n.(*nodes.Output); ok && !r.Config.AutoEscape {
-			if err := writeOutput(r, o); err != nil {
-				return err
+		switch x := n.(type) {
+		case *nodes.Output:
+			if !r.Config.AutoEscape {
+				if err := writeOutput(r, x); err != nil {
+					return err
+				}
+				continue
+			}
+		case *nodes.ControlStructureBlock:
+			// As gonja's Renderer.Visit.
+			if cs, ok := x.ControlStructure.(exec.ControlStructure); ok {
+				if err := cs.Execute(r, x); err != nil {
+					return fmt.Errorf("Unable to execute controlStructure at line %d: %s: %w", x.ControlStructure.Position().Line, x.ControlStructure, err)
+				}
 			}
 			continue
 		}
