@@ -19,18 +19,22 @@ import (
 )
 
 // The engine evaluates expressions itself where its control structures
-// (for, if, set, do, part and the outputs inside them) need a value, with
-// gonja's semantics and messages but without boxing every intermediate
-// result into an *exec.Value and calling functions through reflection.
-// Values are plain Go values; an error value is an evaluation error, as in
-// gonja. The common forms are answered directly: names, literals,
-// attributes and items of objects, dicts, namespaces and lists, calls of
-// the engine's functions and methods, string methods, the filters default,
-// replace, lower, trim and length, the tests defined, none, integer,
-// string and in, and the operators. Any other form, type or failure takes
-// gonja's own code on the values already computed, so no part of an
-// expression is evaluated twice. With autoescaping on (where gonja marks
-// values safe) everything goes to gonja.
+// (for, if, set, do, include, and the outputs in their bodies and in
+// parts) need a value, with gonja's semantics and messages but without
+// boxing every intermediate result into an *exec.Value and calling
+// functions through reflection. Values are plain Go values; an error
+// value is an evaluation error, as in gonja. The common forms are answered
+// directly: names, literals, attributes and items of objects, dicts,
+// namespaces and lists, calls of the engine's functions and methods and of
+// namespace(), the string methods isalnum, isascii, startswith, endswith
+// and rstrip, the filters default, replace, lower, trim, length, join,
+// unique, list and sort, the tests defined, none, integer, string and in,
+// and the operators. Any other form, type or failure takes gonja's own
+// code on the values already computed, so no part of an expression is
+// evaluated twice (gonja evaluates the receiver of a string method twice:
+// `l.pop().upper()` pops two items there, one here and in Jinja2). With
+// autoescaping on (where gonja marks values safe) everything goes to
+// gonja.
 
 // evalAny evaluates expr in r's scope to a plain value.
 func evalAny(r *exec.Renderer, expr nodes.Node) any {
@@ -641,7 +645,105 @@ func call(r *exec.Renderer, n *nodes.Call, fn any, parent any, haveParent bool) 
 		}
 		return callResult(plainOf(f(params)), name)
 	}
-	return plainOf(r.Eval(n))
+	return reflectCall(r, n, toValue(fn), name)
+}
+
+var (
+	typeOfVarArgs   = reflect.TypeFor[*exec.VarArgs]()
+	typeOfEvaluator = reflect.TypeFor[*exec.Evaluator]()
+	typeOfValuePtr  = reflect.TypeFor[*exec.Value]()
+)
+
+// reflectCall is the rest of gonja's evalCall: a function of any other
+// type, called through reflection.
+func reflectCall(r *exec.Renderer, n *nodes.Call, fn *exec.Value, name func() string) any {
+	t := fn.Val.Type()
+	var in []reflect.Value
+	switch {
+	case t.NumIn() == 1 && t.In(0) == typeOfVarArgs,
+		t.NumIn() == 2 && t.In(0) == typeOfEvaluator && t.In(1) == typeOfVarArgs:
+		params, failed, _, _ := evalArgs(r, n.Args, n.Kwargs)
+		if params == nil {
+			return wrapf(failed, "unable to evaluate parameters")
+		}
+		if params.KwArgs == nil {
+			params.KwArgs = map[string]*exec.Value{}
+		}
+		if t.NumIn() == 2 {
+			in = append(in, reflect.ValueOf(r.Evaluator()))
+		}
+		in = append(in, reflect.ValueOf(params))
+	default:
+		var err error
+		if in, err = reflectParams(r, n, t); err != nil {
+			return wrapf(err, "unable to evaluate parameters")
+		}
+	}
+	out := fn.Val.Call(in)
+	rv := out[0]
+	if t.NumOut() == 2 {
+		if e := out[1].Interface(); e != nil {
+			err, ok := e.(error)
+			if !ok {
+				return fmt.Errorf("second return value of function '%s' is not an error", name())
+			}
+			return fmt.Errorf("invalid call to function '%s': %s", name(), err.Error())
+		}
+	}
+	var v *exec.Value
+	if rv.Type() != typeOfValuePtr {
+		v = &exec.Value{Val: reflect.ValueOf(rv.Interface())}
+	} else {
+		res := rv.Interface().(*exec.Value)
+		v = &exec.Value{Val: res.Val, Safe: res.Safe}
+	}
+	if !v.Val.IsValid() {
+		return nil
+	}
+	if v.IsError() {
+		return fmt.Errorf("invalid call to function '%s': %s", name(), v.Error())
+	}
+	return plainOf(v)
+}
+
+// reflectParams is gonja's evalParams: the arguments of a function that
+// takes them one by one.
+func reflectParams(r *exec.Renderer, n *nodes.Call, t reflect.Type) ([]reflect.Value, error) {
+	if len(n.Args) != t.NumIn() && !(len(n.Args) >= t.NumIn()-1 && t.IsVariadic()) {
+		return nil, fmt.Errorf("function input argument count (%d) of '%s' must be equal to the calling argument count (%d)", t.NumIn(), n.String(), len(n.Args))
+	}
+	if t.NumOut() != 1 && t.NumOut() != 2 {
+		return nil, fmt.Errorf("'%s' must have exactly 1 or 2 output arguments, the second argument must be of type error", n.String())
+	}
+	var params []reflect.Value
+	for i, a := range n.Args {
+		v := eval(r, a)
+		if err, ok := v.(error); ok {
+			return nil, err
+		}
+		arg := toValue(v)
+		want := t.In(min(i, t.NumIn()-1))
+		if t.IsVariadic() && i >= t.NumIn()-1 {
+			want = t.In(t.NumIn() - 1).Elem()
+		}
+		if want == typeOfValuePtr {
+			params = append(params, reflect.ValueOf(arg))
+			continue
+		}
+		if want != reflect.TypeOf(arg.Interface()) && want.Kind() != reflect.Interface {
+			if !t.IsVariadic() {
+				return nil, fmt.Errorf("function input argument %d of '%s' must be of type %s or *gonja.Value (not %T)", i, n.String(), want.String(), arg.Interface())
+			}
+			return nil, fmt.Errorf("function variadic input argument of '%s' must be of type %s or *gonja.Value (not %T)", n.String(), want.String(), arg.Interface())
+		}
+		params = append(params, reflect.ValueOf(arg.Interface()))
+	}
+	for _, p := range params {
+		if p.Kind() == reflect.Invalid {
+			return nil, errors.New("calling a function using an invalid parameter")
+		}
+	}
+	return params, nil
 }
 
 // callResult is gonja's handling of a function's result.
@@ -1217,12 +1319,13 @@ func evalBinary(r *exec.Renderer, n *nodes.BinaryExpression) any {
 			}
 		}
 	}
+	var right any
 	switch op.Val {
 	case "and", "or":
-		// gonja evaluates neither side again for these operator names.
-		return plainOf(r.Eval(n))
+		// gonja does not evaluate the right side for these names.
+		return plainOf(binary(n, toValue(left), exec.AsValue(nil)))
 	}
-	right := eval(r, n.Right)
+	right = eval(r, n.Right)
 	if isErr(right) {
 		return wrapf(right, `Unable to evaluate right parameter %s`, n.Right)
 	}

@@ -74,6 +74,7 @@ func TestExpressionsMatchGonja(t *testing.T) {
 		"loop scopes":       `{% for x in [1, 2, 3] %}{% if x == 1 %}{% set y = 'one' %}{% endif %}{{ y }}{% set z = x %}{% endfor %}{{ z }}`,
 		"macro kept":        `{% set ns = namespace() %}{% for x in [1, 2] %}{% macro m() %}{{ x }}{% endmacro %}{% if loop.first %}{% set ns.m = m %}{% endif %}{% endfor %}{{ ns.m() }}`,
 		"break in if":       `{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}`,
+		"other functions":   `{% for x in [1, 1, 2] %}{{ loop.cycle('a', 'b') }}{{ loop.changed(x) }}{% endfor %}{{ gettext('hi') }}{{ dict(a=1) }}{% set c = cycler('p', 'q') %}{{ c.next() }}{{ c.next() }}{% set j = joiner('/') %}{{ j() }}x{{ j() }}`,
 		"dict error":        `{{ {'a': none.x} }}`,
 		"list filters":      `{{ ['b', 'A', 'a', 'B', 'c'] | unique | list }}{{ ['b', 'A', 'a', 'B'] | sort }}{{ ['x', 'y'] | join(', ') }}{{ ['x', 'y'] | join }}{{ [1, 'a'] | join('-') }}{{ [2, 1] | sort }}{{ [1, 1] | unique }}{{ 'ab' | list }}{{ values.list | list }}{% set l = ['q', 'p'] %}{{ l | sort | join }}`,
 		"string methods":    `{{ 'aé1'.isalnum() }}{{ 'é'.isascii() }}{{ ''.isalnum() }}{{ 'éa'.startswith('é') }}{{ 'aé'.endswith('é') }}{{ 'a//'.rstrip('/') == 'a' }}{{ 'a//'.rstrip('/') ~ '|' }}{{ 'abc'.startswith('abc', 1) }}{{ 'x'.isalnum(1) }}`,
@@ -109,5 +110,18 @@ func TestExpressionsMatchGonja(t *testing.T) {
 				t.Errorf("errors differ:\nweft:  %v\ngonja: %v", errs[0], errs[1])
 			}
 		})
+	}
+}
+
+// TestMethodReceiverEvaluatedOnce: where gonja evaluates the receiver of a
+// string method twice (so `l.pop().upper()` pops two items), the engine
+// evaluates it once, as Jinja2 does.
+func TestMethodReceiverEvaluatedOnce(t *testing.T) {
+	got, err := render(t, nil, `{% if true %}{% set l = ['a', 'b'] %}{{ l.pop().upper() }}{{ l }}{% endif %}`, testInput(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "B['a']"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }
