@@ -107,7 +107,7 @@ func listItems(obj any) ([]loopItem, bool) {
 	case []any:
 		items = make([]loopItem, len(x))
 		for i, v := range x {
-			items[i].key = plainOf(v)
+			items[i].key = v
 		}
 	case *listValue:
 		if x == nil {
@@ -115,7 +115,7 @@ func listItems(obj any) ([]loopItem, bool) {
 		}
 		items = make([]loopItem, len(*x))
 		for i, v := range *x {
-			items[i].key = plainOf(v)
+			items[i].key = v
 		}
 	case []string:
 		items = make([]loopItem, len(x))

@@ -75,6 +75,7 @@ func TestExpressionsMatchGonja(t *testing.T) {
 		"macro kept":        `{% set ns = namespace() %}{% for x in [1, 2] %}{% macro m() %}{{ x }}{% endmacro %}{% if loop.first %}{% set ns.m = m %}{% endif %}{% endfor %}{{ ns.m() }}`,
 		"break in if":       `{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}`,
 		"other functions":   `{% for x in [1, 1, 2] %}{{ loop.cycle('a', 'b') }}{{ loop.changed(x) }}{% endfor %}{{ gettext('hi') }}{{ dict(a=1) }}{% set c = cycler('p', 'q') %}{{ c.next() }}{{ c.next() }}{% set j = joiner('/') %}{{ j() }}x{{ j() }}`,
+		"safe items":        `{% macro m() %}<b>{% endmacro %}{% for x in [m()] + ['<i>'] %}{{ x | escape }}{{ x }}{% endfor %}`,
 		"dict error":        `{{ {'a': none.x} }}`,
 		"list filters":      `{{ ['b', 'A', 'a', 'B', 'c'] | unique | list }}{{ ['b', 'A', 'a', 'B'] | sort }}{{ ['x', 'y'] | join(', ') }}{{ ['x', 'y'] | join }}{{ [1, 'a'] | join('-') }}{{ [2, 1] | sort }}{{ [1, 1] | unique }}{{ 'ab' | list }}{{ values.list | list }}{% set l = ['q', 'p'] %}{{ l | sort | join }}`,
 		"string methods":    `{{ 'aé1'.isalnum() }}{{ 'é'.isascii() }}{{ ''.isalnum() }}{{ 'éa'.startswith('é') }}{{ 'aé'.endswith('é') }}{{ 'a//'.rstrip('/') == 'a' }}{{ 'a//'.rstrip('/') ~ '|' }}{{ 'abc'.startswith('abc', 1) }}{{ 'x'.isalnum(1) }}`,
