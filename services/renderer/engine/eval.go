@@ -918,10 +918,11 @@ func filter(r *exec.Renderer, f *nodes.FilterCall, in any) any {
 	return res
 }
 
-// fastFilter answers the filters default, replace, lower, trim, length and
-// count on the common types; ok is false otherwise. The engine's filter
-// set never replaces these names but for length and count, whose
-// replacement only differs for stores.
+// fastFilter answers the filters default, join, unique, list, sort,
+// length and count on the common types (replace, lower and trim on strings
+// are stringFilter's); ok is false otherwise. The engine's filter set
+// replaces none of these but length and count, whose replacement only
+// differs for stores.
 func fastFilter(r *exec.Renderer, f *nodes.FilterCall, in any) (any, bool) {
 	if len(f.Kwargs) > 0 || isErr(in) {
 		return nil, false
@@ -954,25 +955,6 @@ func fastFilter(r *exec.Renderer, f *nodes.FilterCall, in any) (any, bool) {
 			return d, true
 		}
 		return in, true
-	case "replace":
-		s, ok := in.(string)
-		if !ok || len(f.Args) != 2 {
-			return nil, false
-		}
-		o, ok1 := f.Args[0].(*nodes.String)
-		w, ok2 := f.Args[1].(*nodes.String)
-		if !ok1 || !ok2 {
-			return nil, false
-		}
-		return strings.ReplaceAll(s, o.Val, w.Val), true
-	case "lower":
-		if s, ok := in.(string); ok && len(f.Args) == 0 {
-			return strings.ToLower(s), true
-		}
-	case "trim":
-		if s, ok := in.(string); ok && len(f.Args) == 0 {
-			return strings.TrimSpace(s), true
-		}
 	case "join":
 		d := ""
 		if len(f.Args) > 1 {
