@@ -8,6 +8,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/nodes"
 	"github.com/nikolalohinski/gonja/v2/parser"
+	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
 // The for, if and macro control structures below replace gonja's with the
@@ -41,19 +42,40 @@ func scope(r *exec.Renderer) *exec.Renderer {
 	return &s.r
 }
 
-// walk renders the nodes of w with r.
-func walk(r *exec.Renderer, w *nodes.Wrapper) error {
-	for _, n := range w.Nodes {
-		if err := nodes.Walk(r, n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // forNode is `{% for %}`. Recursive loops keep gonja's implementation.
 type forNode struct {
 	*controlStructures.ForControlStructure
+	// reuse is set when nothing in the body (outside nested scopes) can
+	// keep the iteration's renderer past the iteration (a macro or call
+	// block captures it): the iterations then share one renderer, each
+	// with a fresh variable scope.
+	reuse bool
+}
+
+// reusableScope reports whether the nodes of w, run in one scope, keep no
+// reference to their renderer.
+func reusableScope(w *nodes.Wrapper) bool {
+	if w == nil {
+		return true
+	}
+	for _, n := range w.Nodes {
+		b, ok := n.(*nodes.ControlStructureBlock)
+		if !ok {
+			continue
+		}
+		switch cs := b.ControlStructure.(type) {
+		case *ifNode:
+			for _, w := range cs.Wrappers {
+				if !reusableScope(w) {
+					return false
+				}
+			}
+		case *forNode, *fastSetNode, *setNode, *doNode, *partNode, *includeNode, *fragmentsOutput:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func forParser(builtin parser.ControlStructureParser) parser.ControlStructureParser {
@@ -69,53 +91,96 @@ func forParser(builtin parser.ControlStructureParser) parser.ControlStructurePar
 		if fcs.Recursive {
 			return fcs, nil
 		}
-		return &forNode{fcs}, nil
+		return &forNode{ForControlStructure: fcs, reuse: reusableScope(fcs.BodyWrapper)}, nil
 	}
 }
 
 type loopItem struct {
-	key, value *exec.Value
+	key, value any
+}
+
+// listItems returns the items of the lists the engine iterates itself
+// (ok is false for other values): gonja's Iterate boxes every item.
+func listItems(obj any) ([]loopItem, bool) {
+	var items []loopItem
+	switch x := obj.(type) {
+	case []any:
+		items = make([]loopItem, len(x))
+		for i, v := range x {
+			items[i].key = v
+		}
+	case *listValue:
+		if x == nil {
+			return nil, false
+		}
+		items = make([]loopItem, len(*x))
+		for i, v := range *x {
+			items[i].key = v
+		}
+	case []string:
+		items = make([]loopItem, len(x))
+		for i, v := range x {
+			items[i].key = v
+		}
+	case []int:
+		items = make([]loopItem, len(x))
+		for i, v := range x {
+			items[i].key = v
+		}
+	default:
+		return nil, false
+	}
+	return items, true
 }
 
 func (n *forNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
-	obj := r.Eval(n.ObjectEvaluator)
-	if obj.IsError() {
-		return obj
+	objAny := evalAny(r, n.ObjectEvaluator)
+	if err, ok := objAny.(error); ok {
+		return err
 	}
 	// Materialise the items first, applying the loop's if filter, as
 	// gonja does: loop.length and loop.last count the filtered items.
 	var items []loopItem
-	obj.Iterate(func(_, count int, key, value *exec.Value) bool {
-		if items == nil {
-			items = make([]loopItem, 0, count)
-		}
-		it := loopItem{key: key}
-		if n.Value != "" && !key.IsString() && key.Len() == 2 {
-			key.Iterate(func(idx, _ int, k, _ *exec.Value) bool {
-				if idx == 0 {
-					it.key = k
-				} else {
-					it.value = k
-				}
-				return true
-			}, func() {})
-		} else if value != nil {
-			it.value = value
-		}
-		if n.IfCondition != nil {
+	if all, ok := listItems(objAny); ok && n.Value == "" {
+		items = all
+	} else {
+		obj := toValue(objAny)
+		obj.Iterate(func(_, count int, key, value *exec.Value) bool {
+			if items == nil {
+				items = make([]loopItem, 0, count)
+			}
+			it := loopItem{key: key}
+			if n.Value != "" && !key.IsString() && key.Len() == 2 {
+				key.Iterate(func(idx, _ int, k, _ *exec.Value) bool {
+					if idx == 0 {
+						it.key = k
+					} else {
+						it.value = k
+					}
+					return true
+				}, func() {})
+			} else if value != nil {
+				it.value = value
+			}
+			items = append(items, it)
+			return true
+		}, func() {})
+	}
+	if n.IfCondition != nil {
+		kept := items[:0]
+		for _, it := range items {
 			filter := scope(r)
 			ctx := filter.Environment.Context
 			ctx.Set(n.Key, it.key)
 			if it.value != nil {
 				ctx.Set(n.Value, it.value)
 			}
-			if !filter.Eval(n.IfCondition).IsTrue() {
-				return true
+			if truth(evalAny(filter, n.IfCondition)) {
+				kept = append(kept, it)
 			}
 		}
-		items = append(items, it)
-		return true
-	}, func() {})
+		items = kept
+	}
 
 	if len(items) == 0 {
 		if n.EmptyWrapper != nil {
@@ -130,8 +195,13 @@ func (n *forNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) erro
 		}
 	}
 	loop := &loopInfo{items: items, depth: depth}
+	var sub *exec.Renderer
 	for idx, it := range items {
-		sub := scope(r)
+		if sub == nil || !n.reuse {
+			sub = scope(r)
+		} else {
+			sub.Environment.Context = r.Environment.Context.Inherit()
+		}
 		ctx := sub.Environment.Context
 		ctx.Set(n.Key, it.key)
 		if it.value != nil {
@@ -186,9 +256,9 @@ func (l *loopInfo) item(i int) *exec.Value {
 	}
 	it := l.items[i]
 	if it.value != nil {
-		return exec.AsValue([2]*exec.Value{it.key, it.value})
+		return exec.AsValue([2]*exec.Value{toValue(it.key), toValue(it.value)})
 	}
-	return it.key
+	return toValue(it.key)
 }
 
 // GetAttribute implements exec.AttributeGetter.
@@ -267,11 +337,11 @@ func ifParser(builtin parser.ControlStructureParser) parser.ControlStructurePars
 
 func (n *ifNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
 	for i, cond := range n.Conditions {
-		v := r.Eval(cond)
-		if v.IsError() {
-			return v
+		v := evalAny(r, cond)
+		if err, ok := v.(error); ok {
+			return err
 		}
-		if v.IsTrue() {
+		if truth(v) {
 			return walk(r, n.Wrappers[i])
 		}
 		if i == len(n.Conditions)-1 && len(n.Wrappers) > i+1 {
@@ -385,4 +455,178 @@ kwargs:
 		return exec.AsValue(fmt.Errorf("Unable to execute macro '%s': %w", n.Name, err))
 	}
 	return exec.AsSafeValue(out.String())
+}
+
+// fastSetNode is `{% set %}` evaluated by the engine (see eval.go), with
+// gonja's semantics and messages plus setNode's: a list bound to a name
+// becomes a listValue, and resource data and values are read-only.
+type fastSetNode struct {
+	location    *tokens.Token
+	base        string // root name of an attribute or item target
+	target      nodes.Expression
+	expression  nodes.Expression
+	condition   nodes.Expression
+	alternative nodes.Expression
+	body        *nodes.Wrapper
+}
+
+func (n *fastSetNode) Position() *tokens.Token { return n.location }
+func (n *fastSetNode) String() string {
+	return fmt.Sprintf("SetControlStructure(Line=%d Col=%d)", n.location.Line, n.location.Col)
+}
+
+// fastSetParser is gonja's set parser building a fastSetNode.
+func fastSetParser(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+	n := &fastSetNode{location: p.Current()}
+	if tok := args.Current(tokens.Name); tok != nil && args.Peek(tokens.Dot, tokens.LeftBracket) != nil {
+		n.base = tok.Val
+	}
+	ident, err := args.ParseVariableOrLiteral()
+	if err != nil {
+		return nil, fmt.Errorf("unable to parse identifier: %w", err)
+	}
+	switch ident.(type) {
+	case *nodes.Name, *nodes.Call, *nodes.GetItem, *nodes.GetAttribute:
+		n.target = ident
+	default:
+		return nil, fmt.Errorf(`unexpected set target %s`, ident)
+	}
+	if args.Match(tokens.Assign) == nil {
+		if !args.End() {
+			return nil, args.Error("Expected '=' or end of tag for block-set.", args.Current())
+		}
+		wrapper, endargs, err := p.WrapUntil("endset")
+		if err != nil {
+			return nil, err
+		}
+		if !endargs.End() {
+			return nil, endargs.Error("endset takes no arguments", nil)
+		}
+		n.body = wrapper
+		return n, nil
+	}
+	if n.expression, err = args.ParseExpression(); err != nil {
+		return nil, err
+	}
+	condition, alternative, err := args.ParseCondition()
+	if err != nil {
+		return nil, err
+	}
+	if condition != nil {
+		n.condition = condition
+		if alternative == nil {
+			return nil, args.Error("Malformed 'set' if else condition", args.Current())
+		}
+		n.alternative = alternative
+	}
+	if !args.End() {
+		return nil, args.Error("Malformed 'set' tag args.", args.Current())
+	}
+	return n, nil
+}
+
+func (n *fastSetNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	if n.base != "" {
+		v, _ := r.Environment.Context.Get(n.base)
+		switch v.(type) {
+		case objectMap, resourcesMap, *storeValue, valuesView:
+			return fmt.Errorf("cannot set an attribute or item of %q: resource data and values are read-only (use namespace())", n.base)
+		}
+	}
+	var value any
+	switch {
+	case n.body != nil:
+		var buf strings.Builder
+		sub := r.Inherit()
+		sub.Output = &buf
+		if err := sub.ExecuteWrapper(n.body); err != nil {
+			return err
+		}
+		value = buf.String()
+	case n.condition != nil && n.alternative != nil:
+		cond := evalAny(r, n.condition)
+		if err, ok := cond.(error); ok {
+			return err
+		}
+		if truth(cond) {
+			value = evalAny(r, n.expression)
+		} else {
+			value = evalAny(r, n.alternative)
+		}
+	default:
+		value = evalAny(r, n.expression)
+	}
+	if err, ok := value.(error); ok {
+		return err
+	}
+	value = bare(value)
+	switch t := n.target.(type) {
+	case *nodes.Name:
+		if l, ok := newList(value); ok {
+			value = l
+		}
+		r.Environment.Context.Set(t.Name.Val, value)
+	case *nodes.GetAttribute:
+		target := evalAny(r, t.Node)
+		if isErr(target) {
+			return wrapf(target, `Unable to evaluate target %s`, t)
+		}
+		if m, ok := target.(map[string]any); ok && m != nil && t.Attribute != "" {
+			if value == nil {
+				delete(m, t.Attribute)
+			} else {
+				m[t.Attribute] = value
+			}
+			return nil
+		}
+		if err := toValue(target).Set(exec.AsValue(t.Attribute), value); err != nil {
+			return fmt.Errorf(`Unable to set value on "%s": %w`, t.Attribute, err)
+		}
+	case *nodes.GetItem:
+		target := evalAny(r, t.Node)
+		if isErr(target) {
+			return wrapf(target, `Unable to evaluate target %s`, t)
+		}
+		arg := evalAny(r, t.Arg)
+		if isErr(arg) {
+			return wrapf(target, `Unable to evaluate argument %s`, t.Arg)
+		}
+		if err := toValue(target).Set(toValue(arg), value); err != nil {
+			return fmt.Errorf(`Unable to set value on "%s": %w`, t.Arg, err)
+		}
+	default:
+		return fmt.Errorf(`Illegal set target node %s`, t)
+	}
+	return nil
+}
+
+// doNode is `{% do expr %}` evaluated by the engine.
+type doNode struct {
+	location   *tokens.Token
+	expression nodes.Expression
+}
+
+func (n *doNode) Position() *tokens.Token { return n.location }
+func (n *doNode) String() string {
+	return fmt.Sprintf("DoControlStructure(Line=%d Col=%d)", n.location.Line, n.location.Col)
+}
+
+func doParser(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+	n := &doNode{location: p.Current()}
+	expr, err := args.ParseExpression()
+	if err != nil {
+		return nil, err
+	}
+	n.expression = expr
+	if !args.End() {
+		return nil, args.Error("Malformed do-tag args.", args.Current())
+	}
+	return n, nil
+}
+
+func (n *doNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	if err, ok := evalAny(r, n.expression).(error); ok {
+		return err
+	}
+	return nil
 }

@@ -90,10 +90,13 @@
 // drops its final newline like a Jinja2 template without
 // keep_trailing_newline, so `{% include %}` can be used mid-line.
 //
-// Speed: gonja's for, if and macro are replaced by implementations with
-// the same semantics that allocate less (see control.go), and an include
-// of a snippet without blocks skips gonja's per-renderer setup; a full
-// render allocates about half as much as with gonja's own.
+// Speed: gonja's for, if, macro, set and do are replaced by
+// implementations with the same semantics that allocate less (see
+// control.go), the expressions they evaluate and the `{{ }}` in their
+// bodies are evaluated by the engine on plain values, falling back to
+// gonja's code for the forms and types it does not answer itself (see
+// eval.go), and an include of a snippet without blocks skips gonja's
+// per-renderer setup.
 //
 // Data should be plain map[string]any / []any with integers as int (see
 // index.Decode): gonja prints a float64 80 as "80.0", and `2 ** 3` as

@@ -63,6 +63,8 @@ func newEnvironment(s *Set, snippets map[string]string, fast bool) *exec.Environ
 	mustDo(controls.Replace("set", setParser(builtinSet)))
 	mustDo(controls.Register("part", partParser))
 	if fast {
+		mustDo(controls.Replace("set", fastSetParser))
+		mustDo(controls.Replace("do", doParser))
 		builtinFor, _ := builtins.ControlStructures.Get("for")
 		mustDo(controls.Replace("for", forParser(builtinFor)))
 		builtinIf, _ := builtins.ControlStructures.Get("if")
@@ -207,11 +209,11 @@ func (n *includeNode) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) 
 	if err := st.ctx.Err(); err != nil {
 		return err
 	}
-	nameValue := r.Eval(n.name)
-	if nameValue.IsError() {
-		return nameValue
+	nameValue := evalAny(r, n.name)
+	if err, ok := nameValue.(error); ok {
+		return err
 	}
-	name := nameValue.String()
+	name := str(nameValue)
 	tpl := n.set.snippets[name]
 	if tpl == nil {
 		if n.ignoreMissing {

@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"context"
+	"testing"
+)
+
+// TestExpressionsMatchGonja renders expressions with the engine's own
+// evaluation (eval.go, with the engine's set and do) and with gonja's, and
+// requires the same output or the same error.
+func TestExpressionsMatchGonja(t *testing.T) {
+	snippets := map[string]string{
+		"inc": `{% if true %}{{ item.name }}{% set inner = item.name ~ '!' %}{{ inner }}{% endif %}`,
+	}
+	cases := map[string]string{
+		"literals":          `{{ 'a' }}{{ 1 }}{{ true }}{{ none }}{{ [1, 'b', none] }}{{ {'a': 1, 'b': [2]} }}{{ 1.5 }}`,
+		"names":             `{{ undefined }}{{ values.n }}{{ values['n'] }}{{ values.none }}{{ values.missing }}`,
+		"object attributes": `{{ values.obj.k }}{{ values.obj['n'] }}{{ values.obj.missing }}{{ values.obj.get('k') }}{{ values.obj.get('x', 'dflt') }}{{ values.obj.get('x') }}{{ values.withkeys['items'] }}{{ values.obj.keys() }}`,
+		"object get errors": `{{ values.obj.get() }}`,
+		"store":             `{% for i in resources.ingresses.get_indexed('default') %}{{ i.metadata.name }}{{ i.spec.rules[0].host }}{{ i.get('spec').get('rules')[0].get('host') }}{{ i.spec.rules[-1].http.paths[0].path }}{% endfor %}{{ resources.nope }}{{ resources.get('nope', 'x') }}`,
+		"none attribute":    `{{ none.attr }}`,
+		"none item":         `{{ none['k'] }}`,
+		"none method":       `{{ values.none.get('x') }}`,
+		"bad item key":      `{{ values.obj[values.obj] }}`,
+		"dicts":             `{% set d = {'a': 1, 'b': [1, 2], 'c': none} %}{{ d.a }}{{ d['b'][1] }}{{ d.b[-1] }}{{ d.b[-2] }}{{ d.c }}{{ d.z }}{{ d }}{{ d.get('a') }}{{ d.items() }}`,
+		"lists":             `{% set l = [] %}{% do l.append('x') %}{% do l.append(3) %}{{ l }}{{ l | length }}{{ l[0] }}{{ l[-1] }}{{ l[5] }}{{ 'x' in l }}{{ 'y' not in l }}{{ 3 in l }}{{ l.count('x') }}{{ l.index(3) }}{% for x in l %}{{ x }}{{ loop.index }}{% endfor %}`,
+		"list copies":       `{% set a = [1] %}{% set b = a %}{% do b.append(2) %}{% set c = values.list %}{% do c.append('z') %}{{ a }}{{ b }}{{ c }}{{ values.list }}`,
+		"list literal in":   `{{ 'IPv4' in ['IPv4', 'IPv6'] }}{{ 'IPv5' in ['IPv4', 'IPv6'] }}{{ 1 in [1, 2] }}{{ 'a' in 'cat' }}{{ 'k' in values.obj }}{{ 'x' in values.list }}{{ none in [none] }}`,
+		"strings":           `{{ 'a-b.c' | replace('-', '') | replace('.', '') }}{{ 'ABC' | lower }}{{ '  x ' | trim }}{{ 'abc'.startswith('ab') }}{{ 'abc'.isalnum() }}{{ 'a-c'.isalnum() }}{{ 'a//'.rstrip('/') }}{{ 'abc' | length }}{{ 'é' | length }}{{ 'a b'.split() }}{{ 'abc'.upper() }}{{ 'x'.isascii() }}`,
+		"string method err": `{{ 'abc'.nope() }}`,
+		"string arg err":    `{{ 'abc'.startswith() }}`,
+		"filters":           `{{ none | default('d') }}{{ '' | default('d', true) }}{{ '' | default('d') }}{{ 0 | default(5, true) }}{{ undefined | default({}) }}{{ [] | default([1], true) }}{{ 'x' | default(undefined.y) }}{{ 5 | string }}{{ [3, 1, 2] | sort | join(',') }}{{ ['a', 'a'] | unique | list }}{{ values.list | length }}{{ resources.ingresses | length }}`,
+		"default error":     `{{ 'x' | default }}`,
+		"default arg error": `{{ 'x' | default(none.a) }}`,
+		"filter error":      `{{ 'x' | log }}`,
+		"unknown method":    `{{ values.n.nope() }}`,
+		"operators":         `{{ 1 + 2 }}{{ 'a' ~ 1 ~ none ~ true }}{{ 7 % 3 }}{{ 2 * 3 }}{{ 5 - 7 }}{{ 1 < 2 }}{{ 2 <= 1 }}{{ 3 > 2.5 }}{{ 'a' < 'b' }}{{ 'b' >= 'a' }}{{ 1 == 1.0 }}{{ 'a' == 'a' }}{{ 'a' == 1 }}{{ none == none }}{{ none == 0 }}{{ true != false }}{{ true == 1 }}{{ 1 and 'x' }}{{ 0 or 'y' }}{{ '' and 1 }}{{ not 5 }}{{ not 0 }}{{ not '' }}{{ not [1] }}{{ 2 ** 3 }}{{ 7 / 2 }}{{ 7 // 2 }}{{ [1] + [2] }}{{ 'ab' * 2 }}{{ 'a' + 'b' }}{{ -3 }}`,
+		"operator error":    `{{ 1 + none.x }}`,
+		"right error":       `{{ 1 == none.x }}`,
+		"tests":             `{{ undefined is defined }}{{ 1 is defined }}{{ none is defined }}{{ 1 is integer }}{{ 'a' is integer }}{{ 'a' is string }}{{ 1 is string }}{{ none is none }}{{ 1 is none }}{{ 3 is odd }}{{ 3 is not integer }}{{ values.obj is mapping }}{{ resources.ingresses is defined }}{{ resources.nope is defined }}`,
+		"namespace":         `{% set ns = namespace(a=1, s='x') %}{% set ns.a = ns.a + 1 %}{% set ns.b = none %}{% set ns.s = ns.s ~ 'y' %}{{ ns.a }}{{ ns.b }}{{ ns.b is defined }}{{ ns.s }}`,
+		"set forms":         `{% set a = 1 if false else 2 %}{{ a }}{% set b %}blk{{ a }}{% endset %}{{ b }}{% set c = 'x' if a == 2 else 'y' %}{{ c }}`,
+		"set item":          `{% set d = {} %}{% set d['k'] = 1 %}{{ d }}`,
+		"set read-only":     `{% set values.x = 1 %}`,
+		"set error":         `{% set x = 'a' | log %}`,
+		"set list item":     `{% set l = [1, 2] %}{% set l[0] = 5 %}{{ l }}`,
+		"do error":          `{% do undefined_fn() %}`,
+		"do not callable":   `{% do values.n() %}`,
+		"calls":             `{{ range(3) }}{{ namespace(a=1).a }}{% set l = [] %}{{ l.append(1) }}{{ l }}{{ register_error('t', 'i', 'm') }}`,
+		"call error":        `{{ range('a') }}`,
+		"call arg error":    `{{ range(none.x) }}`,
+		"macros and safe":   `{% macro m(x) %}<b>{{ x }}</b>{% endmacro %}{{ m(1) | escape }}{{ m('<') }}{{ '<i>' | escape }}{{ '<i>' | safe | escape }}{% set s = m(2) %}{{ s | escape }}{% for x in [m(3)] %}{{ x | escape }}{% endfor %}`,
+		"loops":             `{% for x in values.list %}{{ x }}{% endfor %}{% for x in ['a', 'b'] if x != 'a' %}{{ x }}{{ loop.length }}{% endfor %}{% for c in 'ab' %}{{ c }}{% endfor %}{% for k, v in values.obj.items() %}{{ k }}{{ v }}{% endfor %}{% for x in range(3) %}{{ x }}{{ loop.previtem }}{% endfor %}{% for x in none %}{{ x }}{% else %}none{% endfor %}`,
+		"include":           `{% for item in [{'name': 'p'}, {'name': 'q'}] %}{% include "inc" %}{{ inner }}{% endfor %}`,
+		"if error":          `{% if none.x.y %}y{% endif %}`,
+		"output condition":  `{{ 'a' if true else 'b' }}{{ 'a' if false else 'b' }}{{ 'a' if false }}`,
+		"slices":            `{{ values.list[1:] }}{{ 'abc'[:2] }}`,
+		"modulo by zero":    `{{ 1 % 0 }}`,
+		"get default error": `{{ values.obj.get('k', none.x) }}`,
+		"append error":      `{% set l = [] %}{% do l.append(none.x) %}`,
+		"method arg error":  `{{ 'abc'.startswith(none.x) }}`,
+		"method kwargs":     `{{ 'aaa'.replace('a', 'b', 1) }}{{ 'a b c'.split(maxsplit=1) }}`,
+		"set undefined":     `{% set x.y = 1 %}`,
+		"list of dicts":     `{% for d in [{'a': 1}, {'a': 2}] %}{{ d.a }}{{ d['a'] }}{{ d.b }}{% endfor %}{{ [1, 2][5] }}{{ [1, 2][-1] }}`,
+		"concat":            `{{ 'a' ~ 1 ~ ('b' ~ none) ~ [1] ~ values.obj.k }}{% macro m() %}<m>{% endmacro %}{{ 'x' ~ m() }}{{ {'a': none, 'b': m(), 'c': 'd'} }}{{ 1 == 'a' }}{{ none != 'a' }}{{ 'a' == 'a' }}{{ 'a' != 'b' }}`,
+		"concat left error": `{{ 'a' ~ none.x ~ 'b' }}`,
+		"concat nested err": `{{ 'a' ~ ('b' ~ none.y) }}`,
+		"concat mid error":  `{{ 'a' ~ 'b' ~ none.x ~ 'c' }}`,
+		"concat leaf error": `{{ none.x ~ 'a' ~ 'b' }}`,
+		"concat long":       `{{ 1 ~ 2 ~ 3 ~ 4 ~ 5 ~ 6 ~ 7 ~ 8 ~ 9 ~ 10 ~ 11 }}`,
+		"in literals":       `{{ 'a' in ['a', 'b'] }}{{ 'c' in ['a', 'b'] }}{{ 'a' in ['a', 1] }}{{ 'a' in 'cat' }}{{ values.obj.k in ['v'] }}{{ 'k' in values.obj }}{{ 'x' not in values.list }}{{ 'a' in none.x }}`,
+		"filter chains":     `{{ 'A-b.C' | replace('-', '') | lower | replace('.', '') | length }}{{ ' Ab ' | trim | lower }}{{ 'x' | replace('x', 'y') | default('z') }}{{ 'a' | upper | lower }}`,
+		"dict keys":         `{% set d = {'a': 1, 'items': 2} %}{{ d.a }}{{ d['items'] }}{{ d.items() }}{{ d | length }}{% for k in d %}{{ k }}{% endfor %}{{ 'a' in d }}`,
+		"loop scopes":       `{% for x in [1, 2, 3] %}{% if x == 1 %}{% set y = 'one' %}{% endif %}{{ y }}{% set z = x %}{% endfor %}{{ z }}`,
+		"macro kept":        `{% set ns = namespace() %}{% for x in [1, 2] %}{% macro m() %}{{ x }}{% endmacro %}{% if loop.first %}{% set ns.m = m %}{% endif %}{% endfor %}{{ ns.m() }}`,
+		"break in if":       `{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}`,
+		"other functions":   `{% for x in [1, 1, 2] %}{{ loop.cycle('a', 'b') }}{{ loop.changed(x) }}{% endfor %}{{ gettext('hi') }}{{ dict(a=1) }}{% set c = cycler('p', 'q') %}{{ c.next() }}{{ c.next() }}{% set j = joiner('/') %}{{ j() }}x{{ j() }}`,
+		"safe items":        `{% macro m() %}<b>{% endmacro %}{% for x in [m()] + ['<i>'] %}{{ x | escape }}{{ x }}{% endfor %}`,
+		"dict error":        `{{ {'a': none.x} }}`,
+		"list filters":      `{{ ['b', 'A', 'a', 'B', 'c'] | unique | list }}{{ ['b', 'A', 'a', 'B'] | sort }}{{ ['x', 'y'] | join(', ') }}{{ ['x', 'y'] | join }}{{ [1, 'a'] | join('-') }}{{ [2, 1] | sort }}{{ [1, 1] | unique }}{{ 'ab' | list }}{{ values.list | list }}{% set l = ['q', 'p'] %}{{ l | sort | join }}`,
+		"string methods":    `{{ 'aé1'.isalnum() }}{{ 'é'.isascii() }}{{ ''.isalnum() }}{{ 'éa'.startswith('é') }}{{ 'aé'.endswith('é') }}{{ 'a//'.rstrip('/') == 'a' }}{{ 'a//'.rstrip('/') ~ '|' }}{{ 'abc'.startswith('abc', 1) }}{{ 'x'.isalnum(1) }}`,
+		"loop filter error": `{% for x in [1, 2] if x.y.z %}{{ x }}{% else %}none{% endfor %}`,
+	}
+	in := testInput(t)
+	for name, text := range cases {
+		t.Run(name, func(t *testing.T) {
+			// In an if body: the engine evaluates what its control
+			// structures render, gonja the template's top level.
+			text := "{% if true %}" + text + "{% endif %}"
+			spec := Spec{Snippets: snippets, Outputs: []Template{{Kind: KindMap, Name: "m", Text: text}}}
+			var outs [2]string
+			var errs [2]error
+			for i, fast := range []bool{true, false} {
+				set, err := compile(spec, fast)
+				if err != nil {
+					t.Fatalf("fast=%v: %v", fast, err)
+				}
+				out, err := set.Render(context.Background(), in)
+				errs[i] = err
+				if err == nil {
+					outs[i] = string(out.Files[0].Content)
+					for _, e := range out.Errors {
+						outs[i] += "|" + e.Message
+					}
+				}
+			}
+			if (errs[0] == nil) != (errs[1] == nil) || outs[0] != outs[1] {
+				t.Fatalf("weft: %q %v\ngonja: %q %v", outs[0], errs[0], outs[1], errs[1])
+			}
+			if errs[0] != nil && errs[0].Error() != errs[1].Error() {
+				t.Errorf("errors differ:\nweft:  %v\ngonja: %v", errs[0], errs[1])
+			}
+		})
+	}
+}
+
+// TestMethodReceiverEvaluatedOnce: where gonja evaluates the receiver of a
+// string method twice (so `l.pop().upper()` pops two items), the engine
+// evaluates it once, as Jinja2 does.
+func TestMethodReceiverEvaluatedOnce(t *testing.T) {
+	got, err := render(t, nil, `{% if true %}{% set l = ['a', 'b'] %}{{ l.pop().upper() }}{{ l }}{% endif %}`, testInput(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "B['a']"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
