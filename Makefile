@@ -2,7 +2,7 @@
 # the tests need (haproxy, socat) when it is missing.
 SHELL := /bin/bash
 GO ?= go
-MODULES := pkg/msg pkg/config pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft
+MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft
 CONFIG ?= examples/quickstart/weft.yaml
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 BENCH ?= .

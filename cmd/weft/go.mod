@@ -162,3 +162,7 @@ require (
 replace github.com/weftio/weft/pkg/testkit => ../../pkg/testkit
 
 replace github.com/haproxytech/go-method-gen => github.com/haproxytech/go-method-gen v0.1.1
+
+require github.com/weftio/weft/pkg/haproxycfg v0.0.0 // indirect
+
+replace github.com/weftio/weft/pkg/haproxycfg => ../../pkg/haproxycfg

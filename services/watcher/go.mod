@@ -157,3 +157,7 @@ require (
 replace github.com/weftio/weft/services/renderer => ../../services/renderer
 
 replace github.com/haproxytech/go-method-gen => github.com/haproxytech/go-method-gen v0.1.1
+
+require github.com/weftio/weft/pkg/haproxycfg v0.0.0 // indirect
+
+replace github.com/weftio/weft/pkg/haproxycfg => ../../pkg/haproxycfg

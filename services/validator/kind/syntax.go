@@ -13,8 +13,8 @@ import (
 
 	parser "github.com/haproxytech/client-native/v6/config-parser"
 	"github.com/haproxytech/client-native/v6/config-parser/common"
-	"github.com/haproxytech/client-native/v6/config-parser/options"
 
+	"github.com/weftio/weft/pkg/haproxycfg"
 	"github.com/weftio/weft/pkg/msg"
 )
 
@@ -286,10 +286,6 @@ func (c *haproxyConfig) sectionOf(d directive) *section {
 	return &c.sections[d.sec]
 }
 
-// parseMu serializes the parser: it writes a package-level variable (the
-// last defaults section's name) while reading, so concurrent reads race.
-var parseMu sync.Mutex
-
 // keywordParser holds one section of every type, to ask which keywords a
 // section type has.
 var keywordParser = sync.OnceValues(func() (parser.Parser, error) {
@@ -297,9 +293,7 @@ var keywordParser = sync.OnceValues(func() (parser.Parser, error) {
 	for t := range sectionTypes {
 		fmt.Fprintf(&b, "%s x\n", t)
 	}
-	parseMu.Lock()
-	defer parseMu.Unlock()
-	return parser.New(options.String(b.String()), options.UseListenSectionParsers)
+	return haproxycfg.Parse(b.String())
 })
 
 type syntaxRun struct {
@@ -313,10 +307,7 @@ func (s *syntaxRun) add(line int, sev, f string, args ...any) {
 }
 
 func (s *syntaxRun) parse() error {
-	in := s.cfg.parserInput()
-	parseMu.Lock()
-	defer parseMu.Unlock()
-	p, err := parser.New(options.String(in), options.UseListenSectionParsers)
+	p, err := haproxycfg.Parse(s.cfg.parserInput())
 	if err != nil {
 		return fmt.Errorf("parse %s: %w", s.cfg.file, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/haproxytech/client-native/v6/config-parser/params"
 	"github.com/haproxytech/client-native/v6/config-parser/types"
 
-	"github.com/weftio/weft/services/deployer/driver/internal/haproxycfg"
+	"github.com/weftio/weft/pkg/haproxycfg"
 )
 
 // serverState is what the runtime endpoints can change on a server line.

@@ -18,7 +18,7 @@ import (
 	"github.com/haproxytech/client-native/v6/config-parser/params"
 	"github.com/haproxytech/client-native/v6/config-parser/types"
 
-	"github.com/weftio/weft/services/deployer/driver/internal/haproxycfg"
+	"github.com/weftio/weft/pkg/haproxycfg"
 )
 
 const api = "/v3/services/haproxy"

@@ -1,10 +1,12 @@
 // Package haproxycfg parses HAProxy configurations with client-native's
-// configuration parser, for the deploy drivers and dataplanetest. That
-// parser writes a package-level variable (the name of the last defaults
-// section it read) while it reads, so two parses at once race, as when a
-// target's instances deploy in parallel. Parse serializes every parse made
-// through it; the Parser it returns belongs to the caller, and reading it
-// touches no shared state.
+// configuration parser, for every part of weft that does: the validator's
+// syntax kind, the deploy drivers and dataplanetest. That parser writes a
+// package-level variable (the name of the last defaults section it read)
+// while it reads, so two parses at once race, as when a target's
+// instances deploy in parallel, or when the validator checks a bundle
+// while the deployer in the same process compares another. Every parse in
+// the process goes through this one lock; the Parser returned belongs to
+// the caller, and reading it touches no shared state.
 package haproxycfg
 
 import (
