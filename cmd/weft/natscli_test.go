@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // natsCLI returns the path of the real NATS CLI, built by `go tool` from the
@@ -26,24 +25,6 @@ func natsCLI(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestNATSCLI(t *testing.T) {
 	cli := natsCLI(t)
 	s := deployedOnce(t, nil)
@@ -56,7 +37,7 @@ func TestNATSCLI(t *testing.T) {
 
 	// Everyone can watch everything: a subscriber on weft.> sees the forced
 	// render and the stages after it.
-	var subOut syncBuffer
+	var subOut testkit.SyncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sub := exec.CommandContext(ctx, cli, "--server", s.bus.URL, "sub", "weft.>", "--count", "4")

@@ -24,7 +24,7 @@ const asWeft = "WEFT_TEST_BINARY_IS_WEFT"
 // weftProcess is weft running as a process of its own.
 type weftProcess struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testkit.SyncBuffer
 	done chan error
 }
 
@@ -32,7 +32,7 @@ type weftProcess struct {
 // TestMain) until the test ends.
 func startWeft(t *testing.T, args ...string) *weftProcess {
 	t.Helper()
-	p := &weftProcess{cmd: exec.Command(os.Args[0], args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &weftProcess{cmd: exec.Command(os.Args[0], args...), out: &testkit.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), asWeft+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -40,7 +40,7 @@ func GoBuild(t testing.TB, pkg string) string {
 // fails. It is killed when the test ends, if it still runs.
 type Process struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *SyncBuffer
 	done chan struct{}
 	err  error // of Wait, once done is closed
 }
@@ -48,7 +48,7 @@ type Process struct {
 // StartProcess starts bin with args.
 func StartProcess(t testing.TB, bin string, args ...string) *Process {
 	t.Helper()
-	p := &Process{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &Process{cmd: exec.Command(bin, args...), out: &SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
@@ -97,18 +97,20 @@ func (p *Process) Exited() (bool, error) {
 // Output returns what the process wrote so far.
 func (p *Process) Output() string { return p.out.String() }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a process (or any writer) can write
+// while the test reads it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(b []byte) (int, error) {
+func (s *SyncBuffer) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(b)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

@@ -37,16 +37,11 @@ func putPod(t *testing.T, bus *testkit.Bus, name, ip, app string, ready bool) {
 	}
 }
 
-// TestPodsAreInstances follows Pods in the resources bucket: a ready Pod
-// the selector picks is an instance that gets the last accepted bundle
-// through its Dataplane API; other Pods are not; a Pod that stops being
-// ready is removed with its status, and gets the bundle again when it
-// comes back.
-func TestPodsAreInstances(t *testing.T) {
-	api := dataplanetest.New(t, dataplanetest.Options{HAProxy: testkit.HAProxy(t)})
+// podsYAML is a target edge delivering through the Dataplane APIs of
+// the ready Pods labelled app=haproxy, on api's port.
+func podsYAML(api *dataplanetest.Server) string {
 	u, _ := url.Parse(api.URL())
-	bus := testkit.NATS(t)
-	yaml := fmt.Sprintf(`
+	return fmt.Sprintf(`
 watched_resources:
   pods: {api_version: v1, kind: Pod}
 targets:
@@ -58,6 +53,17 @@ targets:
       pods: {type: pods, label_selector: "app=haproxy", port: %s}
     haproxy_config: {template: unused}
 `, api.Dir(), api.User(), api.Password(), u.Port())
+}
+
+// TestPodsAreInstances follows Pods in the resources bucket: a ready Pod
+// the selector picks is an instance that gets the last accepted bundle
+// through its Dataplane API; other Pods are not; a Pod that stops being
+// ready is removed with its status, and gets the bundle again when it
+// comes back.
+func TestPodsAreInstances(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{HAProxy: testkit.HAProxy(t)})
+	bus := testkit.NATS(t)
+	yaml := podsYAML(api)
 	f, _ := run(t, bus, t.TempDir(), api.Dir(), yaml)
 	b := f.store("global\n  maxconn 100\n\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 5s\n  timeout server 5s\n\nfrontend f\n  bind 127.0.0.1:18099\n")
 	kv, _ := bus.JS.KeyValue(context.Background(), msg.BucketStatus)
@@ -103,21 +109,9 @@ targets:
 // consumer of another target.
 func TestGonePodsAreRemovedAtStart(t *testing.T) {
 	api := dataplanetest.New(t, dataplanetest.Options{})
-	u, _ := url.Parse(api.URL())
 	bus := testkit.NATS(t)
 	ctx := context.Background()
-	yaml := fmt.Sprintf(`
-watched_resources:
-  pods: {api_version: v1, kind: Pod}
-targets:
-  edge:
-    base: %s
-    deploy:
-      driver: dataplane
-      dataplane: {user: %s, password: %s}
-      pods: {type: pods, label_selector: "app=haproxy", port: %s}
-    haproxy_config: {template: unused}
-`, api.Dir(), api.User(), api.Password(), u.Port())
+	yaml := podsYAML(api)
 	f, stop := run(t, bus, t.TempDir(), api.Dir(), yaml)
 	b := f.store("global\n  maxconn 100\n")
 	kv, _ := bus.JS.KeyValue(ctx, msg.BucketStatus)
@@ -171,21 +165,9 @@ targets:
 // stored it as the last accepted bundle: the Pod still gets that bundle.
 func TestPodReadyAsAVerdictIsPublished(t *testing.T) {
 	api := dataplanetest.New(t, dataplanetest.Options{})
-	u, _ := url.Parse(api.URL())
 	bus := testkit.NATS(t)
 	ctx := context.Background()
-	yaml := fmt.Sprintf(`
-watched_resources:
-  pods: {api_version: v1, kind: Pod}
-targets:
-  edge:
-    base: %s
-    deploy:
-      driver: dataplane
-      dataplane: {user: %s, password: %s}
-      pods: {type: pods, label_selector: "app=haproxy", port: %s}
-    haproxy_config: {template: unused}
-`, api.Dir(), api.User(), api.Password(), u.Port())
+	yaml := podsYAML(api)
 	f, _ := run(t, bus, t.TempDir(), api.Dir(), yaml)
 	old, b := f.store("global\n  maxconn 100\n"), f.store("global\n  maxconn 200\n")
 	kv, _ := bus.JS.KeyValue(ctx, msg.BucketStatus)

@@ -1,7 +1,6 @@
 package library_test
 
 import (
-	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -288,29 +286,11 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// syncBuffer is a buffer safe for HAProxy's output and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startHAProxy runs HAProxy in the foreground on the bundle in dir until
 // the test ends, and waits until it accepts connections on port.
 func startHAProxy(t *testing.T, dir string, port int) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testkit.SyncBuffer{}
 	cmd := exec.Command(testkit.HAProxy(t), "-db", "-f", filepath.Join(dir, target.MainFile))
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = out, out

@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -41,26 +40,7 @@ type process struct {
 	args []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	out  *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's output copier and a
-// reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	out  *testkit.SyncBuffer
 }
 
 func (p *process) start() {
@@ -71,7 +51,7 @@ func (p *process) start() {
 		p.t.Fatalf("%s already running", p.name)
 	}
 	cmd := exec.Command(p.args[0], p.args[1:]...)
-	p.out = &syncBuffer{}
+	p.out = &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("start %s: %v", p.name, err)
