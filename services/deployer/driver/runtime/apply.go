@@ -48,16 +48,7 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 	res.Unchanged = len(p.unchanged)
 
 	if len(p.changed) == 0 && len(p.stale) == 0 && len(p.drifted) == 0 && m.Pending == "" {
-		// Nothing to deliver; the manifest may still have to adopt files
-		// that were already as wanted.
-		next := p.nextManifest(m)
-		if !found || !maps.Equal(next.Files, m.Files) {
-			if err := d.writeManifest(root, next); err != nil {
-				return res, err
-			}
-		}
-		res.Reloads, err = d.reloadCount(ctx)
-		return res, err
+		return res, d.applyNothing(ctx, root, p, m, found, &res)
 	}
 
 	reason, detail, ops, err := d.decide(ctx, p, m, found)
@@ -76,6 +67,37 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 		res.RuntimeError = detail
 	}
 	return res, d.applyReload(ctx, root, p, m, reason, &res)
+}
+
+// applyNothing finishes an Apply whose files are all as wanted: the
+// manifest adopts files already in place, and the running servers are set
+// back to the configuration if someone changed them (drift.go).
+func (d *Driver) applyNothing(ctx context.Context, root *os.Root, p *plan, m manifest, found bool, res *Result) error {
+	next := p.nextManifest(m)
+	if !found || !maps.Equal(next.Files, m.Files) {
+		if err := d.writeManifest(root, next); err != nil {
+			return err
+		}
+	}
+	if d.runtimeEnabled() {
+		done, refused, err := d.repairServers(ctx, p.content(d.opts.Main))
+		res.RuntimeOps = done
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("runtime: %w", ctx.Err())
+		case err != nil:
+			// What runs cannot be read. The files are as wanted, and a
+			// reload for that alone would repeat on every Apply: it is
+			// said in the result, not failed.
+			res.RuntimeError = err.Error()
+		case refused != "":
+			res.ReloadReason, res.ReloadDetail, res.RuntimeError = ReasonRuntimeDrift, refused, refused
+			return d.applyReload(ctx, root, p, next, ReasonRuntimeDrift, res)
+		}
+	}
+	var err error
+	res.Reloads, err = d.reloadCount(ctx)
+	return err
 }
 
 // Drift returns, sorted, the bundle paths whose file in Dir is missing or

@@ -44,9 +44,18 @@
 // the disk), "pending" (an earlier Apply did not complete),
 // "runtime-disabled" (no admin socket, or Options.DisableRuntime), and
 // "runtime-failed" (HAProxy refused a runtime command; Result.RuntimeError
-// has its answer). Files that merely left the bundle are removed without a
-// reload: HAProxy has them in memory, and a valid configuration no longer
-// names them.
+// has its answer) and "runtime-drift" (see below). Files that merely left
+// the bundle are removed without a reload: HAProxy has them in memory, and
+// a valid configuration no longer names them.
+//
+// When every file is already as the bundle wants, Apply still compares the
+// running servers ("show servers state") with the configuration: an
+// address, port or weight changed, or a server put in maintenance, made
+// ready or drained through the Runtime API by someone else, is set back
+// with the same commands a configuration change uses, with no reload
+// (Result.RuntimeOps lists them); if HAProxy refuses one, Apply reloads
+// with reason "runtime-drift". Map entries changed only through the
+// Runtime API are not compared.
 //
 // The driver trusts that bundles are valid (the validator checks them); if
 // HAProxy rejects a configuration on reload, its previous worker keeps

@@ -63,6 +63,10 @@ const (
 	// ReasonRuntimeDisabled: Options.DisableRuntime is set, or no admin
 	// socket is configured, and the bundle changed.
 	ReasonRuntimeDisabled = "runtime-disabled"
+	// ReasonRuntimeDrift: the files were as wanted but a running server
+	// was not (changed through the Runtime API by someone else), and
+	// HAProxy refused a command that would set it back.
+	ReasonRuntimeDrift = "runtime-drift"
 )
 
 // Defaults for Options.

@@ -743,3 +743,47 @@ func TestBadBundle(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeDrift: servers changed through the Runtime API behind the
+// driver's back (an address, a weight, maintenance, drain) are set back by
+// the next Apply of the same bundle, through the Runtime API and without
+// a reload; the Apply after that has nothing to do.
+func TestRuntimeDrift(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, baseSpec)
+	bundle := r.bundle(baseSpec(r))
+	want := r.running().servers
+	cPort := r.echo["C"][strings.LastIndex(r.echo["C"], ":")+1:]
+	for _, cmd := range []string{
+		"set server be_app/SRV_1 addr 127.0.0.1 port " + cPort,
+		"set server be_app/SRV_1 weight 77",
+		"set server be_other/SRV_1 state maint",
+		"set server be_default/SRV_1 state drain",
+		"set server be_down/SRV_1 state ready",
+	} {
+		r.adminDo(cmd)
+	}
+	if got := r.get("app.example", "/"); got != "C" {
+		t.Fatalf("app.example answered by %q after the address change, want C", got)
+	}
+	before := r.reloads()
+	res := r.apply(bundle)
+	if res.Reloaded || r.reloads() != before {
+		t.Fatalf("Apply reloaded (%+v); want the servers set back through the Runtime API", res)
+	}
+	if len(res.RuntimeOps) != 5 {
+		t.Errorf("RuntimeOps = %q, want five commands", res.RuntimeOps)
+	}
+	if got := r.running().servers; !slices.Equal(got, want) {
+		t.Errorf("servers after the repair:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := r.get("app.example", "/"); got != "B" {
+		t.Errorf("app.example answered by %q, want B", got)
+	}
+	if got := r.get("other.example", "/"); got != "C" {
+		t.Errorf("other.example answered by %q, want C", got)
+	}
+	if res := r.apply(bundle); len(res.RuntimeOps) != 0 || res.Reloaded {
+		t.Errorf("second Apply = %+v, want nothing to do", res)
+	}
+}
