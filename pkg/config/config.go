@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/weftio/weft/pkg/config/confdir"
@@ -594,6 +596,12 @@ func (c *Config) check() error {
 				bad(f+".index_by", "%v", err)
 			}
 		}
+		if _, err := labels.Parse(r.LabelSelector); err != nil {
+			bad(f+".label_selector", "%v", err)
+		}
+		if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
+			bad(f+".field_selector", "%v", err)
+		}
 	}
 	for _, name := range sortedKeys(c.Targets) {
 		t := c.Targets[name]
@@ -720,6 +728,9 @@ func checkPods(f string, d Deploy, bad func(field, f string, args ...any)) {
 	}
 	if p.Scheme != "" && p.Scheme != "http" && p.Scheme != "https" {
 		bad(f+".scheme", "must be http or https, got %q", p.Scheme)
+	}
+	if _, err := labels.Parse(p.LabelSelector); err != nil {
+		bad(f+".label_selector", "%v", err)
 	}
 }
 
