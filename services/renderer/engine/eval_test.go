@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"testing"
 )
 
@@ -87,29 +86,7 @@ func TestExpressionsMatchGonja(t *testing.T) {
 			// In an if body: the engine evaluates what its control
 			// structures render, gonja the template's top level.
 			text := "{% if true %}" + text + "{% endif %}"
-			spec := Spec{Snippets: snippets, Outputs: []Template{{Kind: KindMap, Name: "m", Text: text}}}
-			var outs [2]string
-			var errs [2]error
-			for i, fast := range []bool{true, false} {
-				set, err := compile(spec, fast)
-				if err != nil {
-					t.Fatalf("fast=%v: %v", fast, err)
-				}
-				out, err := set.Render(context.Background(), in)
-				errs[i] = err
-				if err == nil {
-					outs[i] = string(out.Files[0].Content)
-					for _, e := range out.Errors {
-						outs[i] += "|" + e.Message
-					}
-				}
-			}
-			if (errs[0] == nil) != (errs[1] == nil) || outs[0] != outs[1] {
-				t.Fatalf("weft: %q %v\ngonja: %q %v", outs[0], errs[0], outs[1], errs[1])
-			}
-			if errs[0] != nil && errs[0].Error() != errs[1].Error() {
-				t.Errorf("errors differ:\nweft:  %v\ngonja: %v", errs[0], errs[1])
-			}
+			matchGonja(t, Spec{Snippets: snippets, Outputs: []Template{{Kind: KindMap, Name: "m", Text: text}}}, in)
 		})
 	}
 }

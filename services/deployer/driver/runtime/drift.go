@@ -136,7 +136,8 @@ func serverDrift(main []byte, state string) ([]op, error) {
 
 // repairServers sets the running servers back to the configuration main
 // through the Runtime API. It reports the commands HAProxy accepted and,
-// when it refused one, the refusal.
+// when it refused one, the refusal; err is set when the running servers
+// could not be read.
 func (d *Driver) repairServers(ctx context.Context, main []byte) (done []string, refused string, err error) {
 	state, err := d.admin.do(ctx, "show servers state")
 	if err != nil {
@@ -148,9 +149,6 @@ func (d *Driver) repairServers(ctx context.Context, main []byte) (done []string,
 	}
 	done, err = d.runOps(ctx, ops)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return done, "", fmt.Errorf("runtime: %w (%w)", cerr, err)
-		}
 		return done, err.Error(), nil
 	}
 	return done, "", nil

@@ -14,22 +14,10 @@ import (
 	"time"
 )
 
+// send sends a request and returns the answer, its body read.
 func (s *Server) send(t *testing.T, method, path, contentType, body string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, s.URL()+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.SetBasicAuth(s.User(), s.Password())
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp, _ := s.exchange(t, method, path, contentType, body)
 	return resp
 }
 
@@ -134,19 +122,9 @@ func TestAddr(t *testing.T) {
 		t.Fatalf("URL %s, want %s", b.URL(), want)
 	}
 	for s, want := range map[*Server]string{a: "# a", b: "# b"} {
-		req, err := http.NewRequestWithContext(t.Context(), "GET", s.URL()+"/v3/services/haproxy/configuration/raw", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.SetBasicAuth(s.User(), s.Password())
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
-			t.Fatalf("%s answered %s %q (%v), want %q in it", s.URL(), resp.Status, body, err, want)
+		resp, body := s.exchange(t, "GET", "/v3/services/haproxy/configuration/raw", "", "")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("%s answered %s %q, want %q in it", s.URL(), resp.Status, body, want)
 		}
 	}
 }
