@@ -28,6 +28,17 @@ type BundleFile struct {
 	Content []byte `json:"content"`
 }
 
+// privateKeyPEM ends the first line of every PEM private key ("-----BEGIN
+// PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY-----", ...).
+var privateKeyPEM = []byte("PRIVATE KEY-----")
+
+// Secret reports whether the file is key material that must never be
+// world-readable where it is deployed: a certificate (Kind FileCert), or any
+// file that holds a PEM private key.
+func (f BundleFile) Secret() bool {
+	return f.Kind == FileCert || bytes.Contains(f.Content, privateKeyPEM)
+}
+
 // FileRef describes a bundle file without its content (render messages).
 type FileRef struct {
 	Path string `json:"path"`

@@ -270,8 +270,10 @@ const (
 	OrderTrigger = "trigger"
 	// OrderDriftCheck: the periodic re-apply that repairs drift.
 	OrderDriftCheck = "drift-check"
-	// OrderCatchUp: a deployer found at start that an instance is behind
-	// the last accepted bundle (new instance, lost order).
+	// OrderCatchUp: a starting deployer re-applies the last accepted bundle
+	// to every instance, which brings up to date one that is behind (new
+	// instance, lost order) and repairs one whose files or program changed
+	// while no deployer ran.
 	OrderCatchUp = "catch-up"
 )
 
@@ -310,6 +312,9 @@ type Deployed struct {
 	Error        string        `json:"error,omitempty"`
 	Duration     time.Duration `json:"durationNs"`
 	At           time.Time     `json:"at"`
+	// Attempt, on a failed outcome of an order that is retried (the
+	// order not carried out), counts its failed attempts so far.
+	Attempt uint64 `json:"attempt,omitempty"`
 }
 
 func (Deployed) Schema() string { return SchemaDeployed }
@@ -420,6 +425,9 @@ type DeployStatus struct {
 	// an order delivered again after a deployer died before acknowledging
 	// it is not carried out twice.
 	Order uint64 `json:"order,omitempty"`
+	// Failures counts the failed attempts, in a row, of an order the
+	// deployer keeps retrying (LastError says why); 0 once one succeeds.
+	Failures uint64 `json:"failures,omitempty"`
 }
 
 func (DeployStatus) Schema() string { return SchemaDeployStatus }

@@ -35,9 +35,9 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 	}
 	defer d.unlock()
 
-	root, err := os.OpenRoot(d.opts.Dest)
+	root, err := d.openDest()
 	if err != nil {
-		return Result{}, fmt.Errorf("files: open destination: %w", err)
+		return Result{}, err
 	}
 	defer root.Close()
 
@@ -86,6 +86,14 @@ func (d *Driver) Drift(files []File) ([]string, error) {
 	defer d.unlock()
 
 	root, err := os.OpenRoot(d.opts.Dest)
+	if errors.Is(err, fs.ErrNotExist) {
+		drifted := make([]string, len(files))
+		for i, f := range files {
+			drifted[i] = f.Path
+		}
+		slices.Sort(drifted)
+		return drifted, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("files: open destination: %w", err)
 	}
@@ -104,6 +112,20 @@ func (d *Driver) Drift(files []File) ([]string, error) {
 	}
 	slices.Sort(drifted)
 	return drifted, nil
+}
+
+// openDest opens Dest, creating it (and its parents) with DirMode when it
+// is missing: a destination removed behind the driver's back is delivered
+// again, not an error.
+func (d *Driver) openDest() (*os.Root, error) {
+	if err := os.MkdirAll(d.opts.Dest, d.opts.DirMode); err != nil {
+		return nil, fmt.Errorf("files: create destination: %w", err)
+	}
+	root, err := os.OpenRoot(d.opts.Dest)
+	if err != nil {
+		return nil, fmt.Errorf("files: open destination: %w", err)
+	}
+	return root, nil
 }
 
 // mainFile returns the bundle path passed to the check command.
@@ -144,7 +166,7 @@ func (d *Driver) compare(root *os.Root, f File, buf []byte) (diskState, error) {
 	case fi.IsDir():
 		return stateDir, nil
 	case !fi.Mode().IsRegular(),
-		fi.Mode()&modeBits != d.opts.Mode,
+		fi.Mode()&modeBits != d.modeOf(f),
 		fi.Size() != int64(len(f.Content)),
 		!d.ownerMatches(fi):
 		return stateDiffers, nil
@@ -503,14 +525,14 @@ func (d *Driver) stageFiles(root *os.Root, stage string, files []File, p *plan) 
 			}
 			made[a] = true
 		}
-		if err := d.stageFile(root, stage+"/"+f.Path, f.Content, install[i]); err != nil {
+		if err := d.stageFile(root, stage+"/"+f.Path, f.Content, d.modeOf(f), install[i]); err != nil {
 			return fmt.Errorf("files: stage %s: %w", f.Path, err)
 		}
 	}
 	return nil
 }
 
-func (d *Driver) stageFile(root *os.Root, name string, content []byte, sync bool) error {
+func (d *Driver) stageFile(root *os.Root, name string, content []byte, mode fs.FileMode, sync bool) error {
 	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -525,7 +547,7 @@ func (d *Driver) stageFile(root *os.Root, name string, content []byte, sync bool
 			}
 		}
 		// Explicitly, so that the umask does not matter.
-		if err := f.Chmod(d.opts.Mode); err != nil {
+		if err := f.Chmod(mode); err != nil {
 			return err
 		}
 		if sync {

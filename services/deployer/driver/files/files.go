@@ -37,6 +37,7 @@ var (
 // Defaults for Options.
 const (
 	DefaultMode       fs.FileMode   = 0o644
+	DefaultKeyMode    fs.FileMode   = 0o600
 	DefaultDirMode    fs.FileMode   = 0o755
 	DefaultCmdTimeout time.Duration = 30 * time.Second
 )
@@ -46,12 +47,16 @@ type File struct {
 	// Path is relative to Dest and slash-separated, e.g. "maps/hosts.map".
 	Path    string
 	Content []byte
+	// Secret marks key material (a certificate with its private key, any
+	// file holding one): it is delivered with Options.KeyMode.
+	Secret bool
 }
 
 // Options configure a Driver.
 type Options struct {
-	// Dest is the folder the bundle is delivered into; required. It must
-	// exist when Apply runs. A relative path is made absolute by New.
+	// Dest is the folder the bundle is delivered into; required. Apply
+	// creates it (with DirMode) when it is missing. A relative path is made
+	// absolute by New.
 	Dest string
 	// Owner and Group are names or numeric ids given to every delivered file
 	// and every directory the driver creates; empty leaves them as is.
@@ -61,6 +66,9 @@ type Options struct {
 	// Only permission bits are allowed.
 	Mode    fs.FileMode
 	DirMode fs.FileMode
+	// KeyMode is the permission of the files marked Secret (default
+	// 0600); it must not give others any access.
+	KeyMode fs.FileMode
 	// CheckCmd validates the staged bundle before anything is installed. It
 	// is a text/template: {{.src}} is the staged Main file and {{.dir}} the
 	// staging directory, both absolute.
@@ -135,6 +143,12 @@ func New(opts Options) (*Driver, error) {
 	if opts.Mode&^fs.ModePerm != 0 {
 		return nil, fmt.Errorf("%w: Mode %v: only permission bits are allowed", ErrConfig, opts.Mode)
 	}
+	if opts.KeyMode == 0 {
+		opts.KeyMode = DefaultKeyMode
+	}
+	if opts.KeyMode&^fs.ModePerm != 0 || opts.KeyMode&0o007 != 0 {
+		return nil, fmt.Errorf("%w: KeyMode %v: only permission bits are allowed, and key material must not be world-readable", ErrConfig, opts.KeyMode)
+	}
 	if opts.DirMode == 0 {
 		opts.DirMode = DefaultDirMode
 	}
@@ -185,6 +199,14 @@ func New(opts Options) (*Driver, error) {
 
 // Options returns the options in effect, defaults filled in.
 func (d *Driver) Options() Options { return d.opts }
+
+// modeOf is the permission f is delivered with.
+func (d *Driver) modeOf(f File) fs.FileMode {
+	if f.Secret {
+		return d.opts.KeyMode
+	}
+	return d.opts.Mode
+}
 
 func checkVars(src, dir string) map[string]string {
 	return map[string]string{"src": shellQuote(src), "dir": shellQuote(dir)}

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weftio/weft/services/deployer/driver/internal/mapfile"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/weftio/weft/services/deployer/driver/internal/mapfile"
 )
 
 // Apply delivers the bundle; see the package documentation for the
@@ -31,9 +33,9 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 	}
 	defer d.unlock()
 
-	root, err := os.OpenRoot(d.opts.Dir)
+	root, err := d.openDir()
 	if err != nil {
-		return res, fmt.Errorf("runtime: open Dir: %w", err)
+		return res, err
 	}
 	defer root.Close()
 
@@ -46,6 +48,11 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 		return res, err
 	}
 	res.Unchanged = len(p.unchanged)
+	// HAProxy does not see permissions: a file with the right content
+	// and the wrong mode (a key left world-readable) is set back in place.
+	if err := d.fixModes(root, p, &res); err != nil {
+		return res, err
+	}
 
 	if len(p.changed) == 0 && len(p.stale) == 0 && len(p.drifted) == 0 && m.Pending == "" {
 		return res, d.applyNothing(ctx, root, p, m, found, &res)
@@ -111,6 +118,15 @@ func (d *Driver) Drift(files []File) ([]string, error) {
 	defer d.unlock()
 
 	root, err := os.OpenRoot(d.opts.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Every file is missing; Apply creates Dir.
+		drifted := make([]string, len(files))
+		for i, f := range files {
+			drifted[i] = f.Path
+		}
+		slices.Sort(drifted)
+		return drifted, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("runtime: open Dir: %w", err)
 	}
@@ -121,7 +137,7 @@ func (d *Driver) Drift(files []File) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !exists || !bytes.Equal(disk, f.Content) {
+		if !exists || !bytes.Equal(disk, f.Content) || d.modeDiffers(root, f) {
 			drifted = append(drifted, f.Path)
 		}
 	}
@@ -193,6 +209,22 @@ func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
 	}
 	slices.Sort(p.drifted)
 	return p, nil
+}
+
+// fixModes sets the permission of the unchanged files whose mode on disk
+// is not the one they are delivered with, and adds them to res.Written.
+func (d *Driver) fixModes(root *os.Root, p *plan, res *Result) error {
+	for _, f := range p.files {
+		if !slices.Contains(p.unchanged, f.Path) || !d.modeDiffers(root, f) {
+			continue
+		}
+		if err := root.Chmod(f.Path, d.modeOf(f)); err != nil {
+			return fmt.Errorf("runtime: chmod %s: %w", f.Path, err)
+		}
+		res.Written = append(res.Written, f.Path)
+	}
+	slices.Sort(res.Written)
+	return nil
 }
 
 // nextManifest is m owning the bundle, with its hashes, and the stale files

@@ -194,7 +194,14 @@ func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				tb.Fatal(err)
 			}
-			if err := os.WriteFile(p, f.Content, 0o644); err != nil {
+			mode := os.FileMode(0o644)
+			if f.Secret {
+				mode = 0o600 // as the driver delivers key material
+			}
+			if err := os.WriteFile(p, f.Content, mode); err != nil {
+				tb.Fatal(err)
+			}
+			if err := os.Chmod(p, mode); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -288,7 +295,7 @@ frontend tls
 		{Path: "maps/host.map", Content: []byte(s.hostMap)},
 		{Path: "maps/path.map", Content: []byte(s.pathMap)},
 		{Path: "maps/prefix.map", Content: []byte(s.pfxMap)},
-		{Path: "certs/site.pem", Content: s.cert},
+		{Path: "certs/site.pem", Content: s.cert, Secret: true},
 		{Path: "files/503.http", Content: []byte(s.errPage)},
 	}
 	return append(files, s.extra...)
@@ -308,7 +315,8 @@ func (r *rig) start() error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(haproxyBin, "-W", "-db", "-f", filepath.Join(r.dir, "haproxy.cfg"), "-S", r.master)
-	cmd.Dir = r.dir
+	// Not in r.dir, which a test may remove with HAProxy running.
+	cmd.Dir = filepath.Dir(r.dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -73,6 +73,7 @@ const (
 const (
 	DefaultMain                         = "haproxy.cfg"
 	DefaultMode           fs.FileMode   = 0o644
+	DefaultKeyMode        fs.FileMode   = 0o600
 	DefaultDirMode        fs.FileMode   = 0o755
 	DefaultReloadTimeout  time.Duration = 30 * time.Second
 	DefaultCommandTimeout time.Duration = 10 * time.Second
@@ -83,13 +84,16 @@ type File struct {
 	// Path is relative to Dir and slash-separated, e.g. "maps/host.map".
 	Path    string
 	Content []byte
+	// Secret marks key material (a certificate with its private key, any
+	// file holding one): it is written with Options.KeyMode.
+	Secret bool
 }
 
 // Options configure a Driver.
 type Options struct {
 	// Dir is the folder HAProxy reads haproxy.cfg, maps/, files/ and certs/
-	// from, as this process sees it; required. A relative path is made
-	// absolute by New.
+	// from, as this process sees it; required. Apply creates it (with
+	// DirMode) when it is missing. A relative path is made absolute by New.
 	Dir string
 	// HAProxyDir is the same folder as HAProxy's configuration names it
 	// (the bundle's base), when HAProxy sees the shared volume at another
@@ -116,6 +120,9 @@ type Options struct {
 	// 0700).
 	Mode    fs.FileMode
 	DirMode fs.FileMode
+	// KeyMode is the permission of the files marked Secret (default
+	// 0600); it must not give others any access.
+	KeyMode fs.FileMode
 	// DisableRuntime makes every change a reload.
 	DisableRuntime bool
 }
@@ -123,7 +130,9 @@ type Options struct {
 // Result describes what Apply did. On error it still describes what was done
 // before the error.
 type Result struct {
-	// Written are the bundle paths written (new or changed content), sorted.
+	// Written are the bundle paths written (new or changed content), or
+	// whose permission was set back to the one they are delivered with,
+	// sorted.
 	Written []string
 	// Removed are the paths removed because they left the bundle, sorted.
 	Removed []string
@@ -197,6 +206,12 @@ func New(opts Options) (*Driver, error) {
 	if opts.Mode&^fs.ModePerm != 0 {
 		return nil, fmt.Errorf("%w: Mode %v: only permission bits are allowed", ErrConfig, opts.Mode)
 	}
+	if opts.KeyMode == 0 {
+		opts.KeyMode = DefaultKeyMode
+	}
+	if opts.KeyMode&^fs.ModePerm != 0 || opts.KeyMode&0o007 != 0 {
+		return nil, fmt.Errorf("%w: KeyMode %v: only permission bits are allowed, and key material must not be world-readable", ErrConfig, opts.KeyMode)
+	}
 	if opts.DirMode == 0 {
 		opts.DirMode = DefaultDirMode
 	}
@@ -213,6 +228,14 @@ func New(opts Options) (*Driver, error) {
 
 // Options returns the options in effect, defaults filled in.
 func (d *Driver) Options() Options { return d.opts }
+
+// modeOf is the permission f is written with.
+func (d *Driver) modeOf(f File) fs.FileMode {
+	if f.Secret {
+		return d.opts.KeyMode
+	}
+	return d.opts.Mode
+}
 
 // runtimeEnabled reports whether changes may go through the Runtime API.
 func (d *Driver) runtimeEnabled() bool {

@@ -197,10 +197,31 @@ func (d *Driver) writeFile(root *os.Root, m *manifest, f File) error {
 		}
 		m.Dirs = append(m.Dirs, a)
 	}
-	if err := writeAtomic(root, f.Path, f.Content, d.opts.Mode, true); err != nil {
+	if err := writeAtomic(root, f.Path, f.Content, d.modeOf(f), true); err != nil {
 		return fmt.Errorf("runtime: write %s: %w", f.Path, err)
 	}
 	return nil
+}
+
+// openDir opens Dir, creating it (and its parents) with DirMode when it is
+// missing: a folder removed behind the driver's back is delivered again,
+// not an error.
+func (d *Driver) openDir() (*os.Root, error) {
+	if err := os.MkdirAll(d.opts.Dir, d.opts.DirMode); err != nil {
+		return nil, fmt.Errorf("runtime: create Dir: %w", err)
+	}
+	root, err := os.OpenRoot(d.opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: open Dir: %w", err)
+	}
+	return root, nil
+}
+
+// modeDiffers reports whether the file at name is there with another
+// permission than f is written with.
+func (d *Driver) modeDiffers(root *os.Root, f File) bool {
+	fi, err := root.Lstat(f.Path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() != d.modeOf(f)
 }
 
 // writeAtomic writes data to a temporary file in the directory of name,
