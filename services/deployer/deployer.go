@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -123,7 +124,8 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	}
 	orders, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamValidated, jetstream.ConsumerConfig{
 		Durable: OrdersConsumer, Description: "turns accepted verdicts into deploy orders",
-		FilterSubject: msg.ValidatedAll, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 20,
+		// No MaxDeliver: a verdict is retried until it is turned into orders.
+		FilterSubject: msg.ValidatedAll, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
 	})
 	if err != nil {
 		return fmt.Errorf("deployer: consumer: %w", err)
@@ -195,8 +197,9 @@ func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, h
 }
 
 // onTrigger re-deploys to every instance of a target the bundle it should
-// have: the one last deployed there, else the last accepted one. This
-// repairs drift (someone changed the instance).
+// have: the last one the validator accepted, whatever was deployed last.
+// This repairs drift (someone changed the instance) and delivers a bundle
+// an instance missed.
 func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 	defer func() {
 		if m.Reply == "" {
@@ -218,36 +221,53 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 		return msg.Permanent(fmt.Errorf("unknown target %q", name))
 	}
 	d.env.Log.InfoContext(ctx, "re-deploy requested", "target", name, "reason", t.Reason)
-	for _, in := range ins {
-		st, _, err := d.readStatus(ctx, in)
-		if err != nil {
-			return err
-		}
-		version, hash := st.Version, st.BundleHash
-		if hash == "" {
-			if version, hash, err = d.lastAccepted(ctx, name); err != nil {
-				return err
-			}
-		}
-		if err := d.order(ctx, []*instance{in}, version, hash, msg.OrderTrigger, false); err != nil {
-			return err
-		}
+	version, hash, err := d.lastAccepted(ctx, name)
+	if err != nil {
+		return err
 	}
-	return nil
+	return d.order(ctx, ins, version, hash, msg.OrderTrigger, false)
 }
 
+// lastAccepted is the bundle every instance of target should hold: the
+// last one the validator stored as accepted, or the last verdict when it
+// is a newer acceptance (the validator publishes a verdict before it
+// stores it). A target with nothing accepted yet is a permanent error.
 func (d *deployer) lastAccepted(ctx context.Context, target string) (uint64, string, error) {
 	var vs msg.ValidationStatus
 	if _, err := msg.LoadStatus(ctx, d.status, msg.ValidationStatusKey(target), &vs); err != nil {
 		return 0, "", err
 	}
-	if vs.LastGood == "" {
+	version, hash := vs.LastGoodVersion, vs.LastGood
+	if v, ok := d.lastVerdict(ctx, target); ok && v.OK && (hash == "" || v.Version > version) {
+		version, hash = v.Version, v.BundleHash
+	}
+	if hash == "" {
 		return 0, "", msg.Permanent(fmt.Errorf("no accepted bundle for %s yet", target))
 	}
-	return vs.LastGoodVersion, vs.LastGood, nil
+	return version, hash, nil
 }
 
-// onOrder carries out one deploy order.
+// lastVerdict is the newest verdict on target in the stream, if any.
+func (d *deployer) lastVerdict(ctx context.Context, target string) (msg.Validated, bool) {
+	var v msg.Validated
+	st, err := d.env.JS.Stream(ctx, msg.StreamValidated)
+	if err != nil {
+		return v, false
+	}
+	m, err := st.GetLastMsgForSubject(ctx, msg.ValidatedSubject(target))
+	if err != nil {
+		return v, false
+	}
+	return v, msg.Decode(m.Data, &v) == nil
+}
+
+// onOrder carries out one deploy order. An order that cannot be carried
+// out (anything but a driver's refusal: a folder that cannot be written, an
+// unreachable program, a missing bundle) is reported (failing) and tried
+// again in place, after a delay that grows up to a maximum, until it is
+// carried out or a newer order for the instance supersedes it. The order
+// stays in flight meanwhile (MaxAckPending 1), so the instance's orders
+// keep their order and none is dropped.
 func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 	var o msg.DeployOrder
 	if err := msg.Decode(m.Data(), &o); err != nil {
@@ -258,13 +278,37 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 		return msg.Permanent(fmt.Errorf("order for unknown instance %s/%s", o.Target, o.Instance))
 	}
 	log := d.env.Log.With("target", o.Target, "instance", o.Instance, "version", o.Version)
-	st, rev, err := d.readStatus(ctx, in)
-	if err != nil {
-		return err
-	}
 	var seq uint64
 	if meta, err := m.Metadata(); err == nil {
 		seq = meta.Sequence.Stream
+	}
+	for attempt := uint64(1); ; attempt++ {
+		err := d.carryOut(ctx, log, in, o, seq)
+		if err == nil {
+			d.recovered(ctx, log, in)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err // stopping: the order is delivered again
+		}
+		d.failed(ctx, log, in, o, attempt, err)
+		superseded, werr := d.waitRetry(ctx, in, seq, retryDelay(attempt))
+		if werr != nil {
+			return err
+		}
+		if superseded {
+			log.InfoContext(ctx, "failing order superseded by a newer one", "order", seq, "attempts", attempt)
+			return nil
+		}
+	}
+}
+
+// carryOut brings the instance to the order's bundle and records the
+// outcome; an error means the order was not carried out.
+func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance, o msg.DeployOrder, seq uint64) error {
+	st, rev, err := d.readStatus(ctx, in)
+	if err != nil {
+		return err
 	}
 	if seq != 0 && st.Order == seq {
 		log.InfoContext(ctx, "order delivered again after it was carried out; acknowledged", "order", seq)
@@ -277,17 +321,7 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version)
 		return d.finish(ctx, out, seq, start, nil, 0)
 	}
-	data, err := d.bundles.GetBytes(ctx, o.BundleHash)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return msg.Permanent(fmt.Errorf("bundle %s is not in the object store", o.BundleHash))
-	}
-	if err != nil {
-		return fmt.Errorf("read bundle: %w", err)
-	}
-	b, err := msg.DecodeBundle(data)
-	if err == nil && in.relocate != "" {
-		b, err = b.Relocate(in.relocate)
-	}
+	b, err := d.bundle(ctx, in, o.BundleHash)
 	if err != nil {
 		return err
 	}
@@ -311,6 +345,25 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 	return d.finish(ctx, out, seq, start, &st, rev)
 }
 
+// bundle reads a bundle from the object store, relocated for in.
+func (d *deployer) bundle(ctx context.Context, in *instance, hash string) (msg.Bundle, error) {
+	data, err := d.bundles.GetBytes(ctx, hash)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return msg.Bundle{}, fmt.Errorf("bundle %s is not in the object store", hash)
+	}
+	if err != nil {
+		return msg.Bundle{}, fmt.Errorf("read bundle: %w", err)
+	}
+	b, err := msg.DecodeBundle(data)
+	if err == nil && in.relocate != "" {
+		b, err = b.Relocate(in.relocate)
+	}
+	if err != nil {
+		return msg.Bundle{}, fmt.Errorf("bundle %s: %w", hash, err)
+	}
+	return b, nil
+}
+
 // finish publishes the outcome of the order with stream sequence seq and
 // then, when st is given, records in the status that the order was carried
 // out. In that order, a deployer that dies between the two carries the
@@ -330,6 +383,7 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 	if st != nil {
 		st.Driver, st.At, st.Order = out.Driver, out.At, seq
 		st.Deploys++
+		st.Failures = 0 // carried out: a failure streak ends
 		if out.Outcome == msg.OutcomeFailed {
 			st.LastError, st.LastErrorAt = out.Error, out.At
 		} else {

@@ -17,11 +17,17 @@ import (
 	"github.com/weftio/weft/services/deployer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
+func TestMain(m *testing.M) {
+	// Failing orders are retried within milliseconds; a reminder of a
+	// failure that lasts never comes within a test.
+	deployer.SetRetry(5*time.Millisecond, 50*time.Millisecond, time.Hour)
+	goleak.VerifyTestMain(m, testkit.LeakOptions()...)
+}
 
 type fixture struct {
 	t    *testing.T
 	bus  *testkit.Bus
+	env  *testkit.Env
 	dest string
 }
 
@@ -48,6 +54,7 @@ targets:
 	}
 	f := &fixture{t: t, bus: testkit.NATS(t), dest: filepath.Join(dir, "out")}
 	env := testkit.NewEnv(t, f.bus, "d1")
+	f.env = env
 	return f, func() {
 		testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, env.Env, cfg) })
 	}
@@ -62,12 +69,18 @@ func (f *fixture) store(cfg string) msg.Bundle {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.put(b)
+	return b
+}
+
+// put stores a bundle in the object store.
+func (f *fixture) put(b msg.Bundle) {
+	f.t.Helper()
 	obs, _ := f.bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
 	data, _ := msg.EncodeBundle(b)
 	if _, err := obs.PutBytes(context.Background(), b.Hash, data); err != nil {
 		f.t.Fatal(err)
 	}
-	return b
 }
 
 func (f *fixture) publish(subject string, m msg.Message) {

@@ -41,13 +41,12 @@ func newApplier(target, main string, d config.Deploy) (Applier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
 	}
-	if err := os.MkdirAll(d.Dest, 0o755); err != nil {
-		return nil, fmt.Errorf("deployer: target %s: %w", target, err)
-	}
+	// Both drivers create dest when they deliver, and a dest that cannot
+	// be made is then a failed deploy, reported and retried.
 	switch d.Driver {
 	case config.DriverFiles:
 		drv, err := files.New(files.Options{
-			Dest: d.Dest, Owner: d.Owner, Group: d.Group, Mode: mode,
+			Dest: d.Dest, Owner: d.Owner, Group: d.Group, Mode: mode, KeyMode: keyMode(mode),
 			CheckCmd: d.CheckCmd, ReloadCmd: d.ReloadCmd, MinReloadInterval: d.MinReloadInterval.D(),
 			CmdTimeout: d.CmdTimeout.D(), Main: main, Name: d.Name,
 		})
@@ -57,7 +56,7 @@ func newApplier(target, main string, d config.Deploy) (Applier, error) {
 		return filesApplier{drv}, nil
 	case config.DriverRuntime:
 		drv, err := runtime.New(runtime.Options{
-			Dir: d.Dest, HAProxyDir: d.HAProxyDir, MasterSocket: d.MasterSocket, AdminSocket: d.AdminSocket, Mode: mode,
+			Dir: d.Dest, HAProxyDir: d.HAProxyDir, MasterSocket: d.MasterSocket, AdminSocket: d.AdminSocket, Mode: mode, KeyMode: keyMode(mode),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("deployer: target %s: %w", target, err)
@@ -67,12 +66,22 @@ func newApplier(target, main string, d config.Deploy) (Applier, error) {
 	return nil, fmt.Errorf("deployer: target %s: unknown driver %q", target, d.Driver)
 }
 
+// keyMode is the permission of key material for a configured mode: the
+// mode when it gives others nothing, else (or when unset) the drivers'
+// default, 0600. Key material is never world-readable.
+func keyMode(mode os.FileMode) os.FileMode {
+	if mode&0o007 != 0 {
+		return 0
+	}
+	return mode
+}
+
 type filesApplier struct{ d *files.Driver }
 
 func (a filesApplier) Apply(ctx context.Context, b msg.Bundle) (Outcome, error) {
 	fs := make([]files.File, len(b.Files))
 	for i, f := range b.Files {
-		fs[i] = files.File{Path: f.Path, Content: f.Content}
+		fs[i] = files.File{Path: f.Path, Content: f.Content, Secret: f.Secret()}
 	}
 	res, err := a.d.Apply(ctx, fs)
 	o := Outcome{Written: res.Written, Removed: res.Removed, Reloaded: res.Reloaded, Detail: res.CheckOutput + res.ReloadOutput}
@@ -92,7 +101,7 @@ type runtimeApplier struct{ d *runtime.Driver }
 func (a runtimeApplier) Apply(ctx context.Context, b msg.Bundle) (Outcome, error) {
 	fs := make([]runtime.File, len(b.Files))
 	for i, f := range b.Files {
-		fs[i] = runtime.File{Path: f.Path, Content: f.Content}
+		fs[i] = runtime.File{Path: f.Path, Content: f.Content, Secret: f.Secret()}
 	}
 	res, err := a.d.Apply(ctx, fs)
 	return Outcome{Written: res.Written, Removed: res.Removed, Reloaded: res.Reloaded, ReloadReason: res.ReloadReason,

@@ -23,6 +23,8 @@ type instance struct {
 	// relocate is the folder the instance sees its files in, when it is
 	// not the target's base: bundles are relocated there before applying.
 	relocate string
+	// streak is the instance's current run of failed deploys.
+	streak failureStreak
 }
 
 // newInstances builds the instances of a target: the one default instance,
@@ -128,7 +130,9 @@ func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetst
 	cons, err := d.env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
 		Durable: InstanceConsumer(in.target, in.name), Description: "deploy orders of " + in.target + "/" + in.name,
 		FilterSubject: msg.DeploySubject(in.target, in.name), AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: deployAckWait, MaxDeliver: 20, MaxAckPending: 1, DeliverPolicy: deliver,
+		// No MaxDeliver: an order is never dropped (onOrder retries one
+		// that fails; a stopped deployer's comes back).
+		AckWait: deployAckWait, MaxDeliver: -1, MaxAckPending: 1, DeliverPolicy: deliver,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deployer: consumer of %s/%s: %w", in.target, in.name, err)
@@ -136,10 +140,15 @@ func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetst
 	return cons, nil
 }
 
-// catchUp orders the last accepted bundle for every instance that has an
-// older one (an instance added to the configuration, an order lost with a
-// deployer that died before publishing it). The order's id is the one an
-// accepted verdict gives, so an order already given is not given twice.
+// catchUp orders the last accepted bundle for every instance, through the
+// same apply path as any order: an instance behind it (added to the
+// configuration, an order lost with a deployer that died before publishing
+// it) is brought up to date, and one whose files or program changed while
+// no deployer ran (its folder removed, HAProxy restarted on other files) is
+// repaired; the drivers change nothing where nothing differs. The order of
+// an instance behind has the id an accepted verdict gives, so an order
+// already given is not given twice; the others have one per carried-out
+// order (DeployStatus.Order), so replicas starting together give one.
 func (d *deployer) catchUp(ctx context.Context) error {
 	for target, ins := range d.instances.all() {
 		version, hash, err := d.lastAccepted(ctx, target)
@@ -154,20 +163,25 @@ func (d *deployer) catchUp(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			id := fmt.Sprintf("%s.%s@%d", target, in.name, version)
 			if st.Version < version {
 				d.env.Log.InfoContext(ctx, "instance behind the last accepted bundle", "target", target, "instance", in.name, "has", st.Version, "accepted", version)
-				if err := d.order(ctx, []*instance{in}, version, hash, msg.OrderCatchUp, true); err != nil {
-					return err
-				}
+			} else {
+				id = fmt.Sprintf("%s.%s.start-%d-%d", target, in.name, st.Order, version)
+			}
+			o := msg.DeployOrder{Target: target, Instance: in.name, Version: version, BundleHash: hash, Reason: msg.OrderCatchUp}
+			if _, err := bus.Publish(ctx, d.env.JS, msg.DeploySubject(target, in.name), id, o); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-// checkDrift re-applies, every interval, what each instance of target has,
-// until ctx is done. Replicas publish the same order id per interval, so
-// each instance gets one check per interval however many deployers run.
+// checkDrift re-applies, every interval, the bundle each instance of
+// target should have (the last accepted one), until ctx is done. Replicas
+// publish the same order id per interval, so each instance gets one check
+// per interval however many deployers run.
 func (d *deployer) checkDrift(ctx context.Context, target string, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -187,11 +201,14 @@ func (d *deployer) checkDrift(ctx context.Context, target string, every time.Dur
 }
 
 func (d *deployer) orderDriftCheck(ctx context.Context, in *instance, period int64) error {
-	st, _, err := d.readStatus(ctx, in)
-	if err != nil || st.BundleHash == "" {
+	version, hash, err := d.lastAccepted(ctx, in.target)
+	if msg.IsPermanent(err) {
+		return nil // nothing accepted yet: nothing to compare with
+	}
+	if err != nil {
 		return err
 	}
-	o := msg.DeployOrder{Target: in.target, Instance: in.name, Version: st.Version, BundleHash: st.BundleHash, Reason: msg.OrderDriftCheck}
+	o := msg.DeployOrder{Target: in.target, Instance: in.name, Version: version, BundleHash: hash, Reason: msg.OrderDriftCheck}
 	id := fmt.Sprintf("%s.%s.drift-%d", in.target, in.name, period)
 	_, err = bus.Publish(ctx, d.env.JS, msg.DeploySubject(in.target, in.name), id, o)
 	return err

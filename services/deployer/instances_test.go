@@ -22,8 +22,8 @@ func run(t *testing.T, bus *testkit.Bus, dir, base, yaml string) (*fixture, func
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, bus: bus, dest: base}
 	env := testkit.NewEnv(t, bus, "d1")
+	f := &fixture{t: t, bus: bus, env: env, dest: base}
 	stop := testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, env.Env, cfg) })
 	return f, stop
 }

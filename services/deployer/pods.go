@@ -181,7 +181,9 @@ func (p *podFollower) add(ctx context.Context, name, url string) {
 		}
 	})
 	p.d.env.Log.Info("pod instance added", "target", p.target, "instance", name, "url", url)
-	version, hash, err := p.lastAccepted(ctx)
+	// Read after the instance was added, so that it gets either the
+	// order of a verdict or this catch-up.
+	version, hash, err := p.d.lastAccepted(ctx, p.target)
 	if err == nil {
 		// Not de-duplicated: a Pod recreated under the same name needs
 		// the bundle again.
@@ -190,32 +192,6 @@ func (p *podFollower) add(ctx context.Context, name, url string) {
 	if err != nil && !msg.IsPermanent(err) {
 		p.d.env.Log.Warn("new pod instance not ordered its bundle yet", "target", p.target, "instance", name, "err", err)
 	}
-}
-
-// lastAccepted is the bundle a new instance catches up to: the last one the
-// validator stored as accepted, or the last verdict when it is a newer
-// acceptance. The validator publishes a verdict before it stores it, and
-// the verdict may have been turned into orders before this instance was
-// added; the verdict is read after it was added, so that it gets either
-// the order or the catch-up.
-func (p *podFollower) lastAccepted(ctx context.Context) (uint64, string, error) {
-	version, hash, err := p.d.lastAccepted(ctx, p.target)
-	if err != nil && !msg.IsPermanent(err) {
-		return 0, "", err
-	}
-	st, serr := p.d.env.JS.Stream(ctx, msg.StreamValidated)
-	if serr != nil {
-		return version, hash, err
-	}
-	m, serr := st.GetLastMsgForSubject(ctx, msg.ValidatedSubject(p.target))
-	if serr != nil {
-		return version, hash, err
-	}
-	var v msg.Validated
-	if msg.Decode(m.Data, &v) == nil && v.OK && (hash == "" || v.Version > version) {
-		return v.Version, v.BundleHash, nil
-	}
-	return version, hash, err
 }
 
 func (p *podFollower) remove(ctx context.Context, name string) {
