@@ -61,3 +61,27 @@ func TestRelocate(t *testing.T) {
 		t.Error("relative folder accepted")
 	}
 }
+
+func TestBundleFileSecret(t *testing.T) {
+	tests := []struct {
+		name string
+		f    msg.BundleFile
+		want bool
+	}{
+		{"certificate", msg.BundleFile{Kind: msg.FileCert, Content: []byte("-----BEGIN CERTIFICATE-----\n")}, true},
+		{"empty certificate", msg.BundleFile{Kind: msg.FileCert}, true},
+		{"file with a private key", msg.BundleFile{Kind: msg.FileFile, Content: []byte("-----BEGIN PRIVATE KEY-----\nMC4\n-----END PRIVATE KEY-----\n")}, true},
+		{"file with an EC key", msg.BundleFile{Kind: msg.FileFile, Content: []byte("x\n-----BEGIN EC PRIVATE KEY-----\n")}, true},
+		{"configuration with an RSA key", msg.BundleFile{Kind: msg.FileConfig, Content: []byte("-----BEGIN RSA PRIVATE KEY-----\n")}, true},
+		{"map", msg.BundleFile{Kind: msg.FileMap, Content: []byte("a b\n")}, false},
+		{"public certificate as a file", msg.BundleFile{Kind: msg.FileFile, Content: []byte("-----BEGIN CERTIFICATE-----\n")}, false},
+		{"configuration", msg.BundleFile{Kind: msg.FileConfig, Content: []byte("global\n")}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.f.Secret(); got != tt.want {
+				t.Errorf("Secret() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
