@@ -13,8 +13,13 @@
 // target's driver, and the outcome recorded on
 // weft.deployed.<target>.<instance> and in the status bucket. A driver
 // refusal (check_cmd failed, reload failed) is an outcome, recorded and not
-// retried; an infrastructure error is retried, and an order whose deployer
-// died is redelivered after 10 s.
+// retried. Any other failure (a folder that cannot be written, an
+// unreachable program) is reported (an ERROR log and a failed outcome once
+// per failure streak and every reminder interval; the instance's status and
+// the failed-deploys metric on every attempt) and the order is tried again,
+// after a delay that doubles up to a maximum, until it is carried out or a
+// newer order for the instance supersedes it: no order is dropped. An order
+// whose deployer died is redelivered after 10 s.
 //
 // With deploy.pods, a target's instances are the ready Pods its label
 // selector picks among those the watcher stores, each reached at
@@ -24,9 +29,13 @@
 // and status; and once a starting deployer has read the Pods, it removes the
 // consumers and statuses of the target's instances whose Pods are gone.
 //
-// At start, every instance behind the last accepted bundle is ordered to
-// catch up. weft.trigger.deploy.<target>, and every deploy.drift_check,
-// re-apply what each instance should have, which repairs drift. The
+// At start, every instance is ordered the last accepted bundle, through the
+// same apply path as any order: the drivers compare the instance with it,
+// so one that is behind catches up and one changed while no deployer ran
+// (its folder removed) is repaired. weft.trigger.deploy.<target>, and
+// every deploy.drift_check, re-apply the last accepted bundle too, which
+// repairs drift. Certificates and files holding a private key are
+// delivered 0600, or with deploy.mode when it gives others nothing. The
 // deployer also answers weft.api.status.
 package deployer
 

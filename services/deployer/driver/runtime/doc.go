@@ -94,6 +94,16 @@
 // An Apply interrupted at any point leaves the manifest pending, and the
 // next Apply reloads: what HAProxy runs is then known again.
 //
+// # Permissions
+//
+// Files are written with Options.Mode, and those marked Secret (key
+// material: certificates with their private keys) with Options.KeyMode,
+// 0600 unless set, never world-readable. A file whose content is as wanted
+// but whose mode is not (a key left 0644) is set back in place, without a
+// reload, and listed in Result.Written. A missing Dir is created first, so
+// a folder removed behind the driver's back is delivered again (with a
+// reload, since its record went with it).
+//
 // # What the driver owns in Dir
 //
 // The manifest ".weft-runtime.json" lists every file the driver delivered
