@@ -190,3 +190,33 @@ func TestNewerOrderSupersedesFailingOne(t *testing.T) {
 		t.Errorf("haproxy.cfg %q after %d reloads, want the newer bundle in one", f.file("haproxy.cfg"), f.reloads())
 	}
 }
+
+// TestFailureReminders: a failure that lasts is reported again (ERROR log
+// and failed outcome) every reminder interval, not on every attempt.
+func TestFailureReminders(t *testing.T) {
+	first, max, reminder := deployer.SetRetry(5*time.Millisecond, 20*time.Millisecond, 300*time.Millisecond)
+	t.Cleanup(func() { deployer.SetRetry(first, max, reminder) }) // after the deployer stops
+	f := start(t)
+	b := f.store("global # one\n")
+	f.block()
+	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if n := len(failedOutcomes(f.outcomes())); n < 3 {
+			return fmt.Errorf("%d failed outcomes, want a first report and two reminders", n)
+		}
+		return nil
+	})
+	failed := failedOutcomes(f.outcomes())
+	st := f.deployStatus()
+	if st.Failures < 3*uint64(len(failed)) {
+		t.Errorf("%d failed attempts reported %d times, want far fewer reports than attempts", st.Failures, len(failed))
+	}
+	for i := 1; i < len(failed); i++ {
+		if failed[i].Attempt <= failed[i-1].Attempt || failed[i].At.Sub(failed[i-1].At) < 300*time.Millisecond {
+			t.Errorf("reports %+v and %+v: want a reminder interval apart", failed[i-1], failed[i])
+		}
+	}
+	if n := strings.Count(f.env.Logs.String(), `"level":"ERROR","msg":"deploy failed; retrying"`); n < 3 {
+		t.Errorf("%d ERROR logs, want the first report and the reminders", n)
+	}
+}
