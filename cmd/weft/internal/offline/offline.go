@@ -127,7 +127,16 @@ func write(out string, b msg.Bundle) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
+		// Key material is never world-readable, here as where it is
+		// deployed.
+		mode := os.FileMode(0o644)
+		if f.Secret() {
+			mode = 0o600
+		}
+		if err := os.WriteFile(p, f.Content, mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, mode); err != nil { // a file there before keeps its mode otherwise
 			return err
 		}
 	}
