@@ -90,8 +90,58 @@ const LeaseTTL = 15 * time.Second
 // Provisioner is the part of jetstream.JetStream that Provision needs.
 type Provisioner interface {
 	CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error)
-	CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error)
-	CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error)
+}
+
+// KVStreamConfig is the stream that holds bucket c: the stream nats.go's
+// CreateKeyValue makes, except that it does not allow direct gets. A
+// direct get may be answered by any replica, one that has not applied the
+// latest write too, so a value just written could read as missing or old;
+// without it, every read of the bucket (KeyValue.Get, the last message of a
+// subject) is answered by the stream's leader, which has. Watches and
+// history are unchanged: they are consumers.
+func KVStreamConfig(c jetstream.KeyValueConfig) jetstream.StreamConfig {
+	history := int64(max(c.History, 1))
+	dup := 2 * time.Minute
+	if c.TTL > 0 && c.TTL < dup {
+		dup = c.TTL
+	}
+	return jetstream.StreamConfig{
+		Name:              KVStream(c.Bucket),
+		Description:       c.Description,
+		Subjects:          []string{"$KV." + c.Bucket + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxAge:            c.TTL,
+		MaxMsgSize:        -1,
+		Storage:           c.Storage,
+		Replicas:          max(c.Replicas, 1),
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        dup,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       false,
+		Discard:           jetstream.DiscardNew,
+	}
+}
+
+// ObjectStreamConfig is the stream that holds object store c, as nats.go's
+// CreateObjectStore makes it except for direct gets (see KVStreamConfig):
+// an object's description is read from the leader, so one just stored is
+// never reported missing.
+func ObjectStreamConfig(c jetstream.ObjectStoreConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "OBJ_" + c.Bucket,
+		Description: c.Description,
+		Subjects:    []string{"$O." + c.Bucket + ".C.>", "$O." + c.Bucket + ".M.>"},
+		MaxAge:      c.TTL,
+		MaxBytes:    -1,
+		Storage:     c.Storage,
+		Replicas:    max(c.Replicas, 1),
+		Discard:     jetstream.DiscardNew,
+		AllowRollup: true,
+		AllowDirect: false,
+	}
 }
 
 // ProvisionCallTimeout is the default bound of one JetStream API request of
@@ -141,13 +191,13 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 	}
 	for _, c := range KeyValues(replicas) {
 		errs = append(errs, provisionOne(ctx, o.callTimeout, "bucket "+c.Bucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateKeyValue(ctx, c)
+			_, err := js.CreateOrUpdateStream(ctx, KVStreamConfig(c))
 			return err
 		}))
 	}
 	for _, c := range ObjectStores(replicas) {
 		errs = append(errs, provisionOne(ctx, o.callTimeout, "object store "+c.Bucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateObjectStore(ctx, c)
+			_, err := js.CreateOrUpdateStream(ctx, ObjectStreamConfig(c))
 			return err
 		}))
 	}

@@ -71,20 +71,6 @@ func (u *unanswered) CreateOrUpdateStream(ctx context.Context, c jetstream.Strea
 	return u.JetStream.CreateOrUpdateStream(ctx, c)
 }
 
-func (u *unanswered) CreateOrUpdateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if err := u.drop(ctx, c.Bucket); err != nil {
-		return nil, err
-	}
-	return u.JetStream.CreateOrUpdateKeyValue(ctx, c)
-}
-
-func (u *unanswered) CreateOrUpdateObjectStore(ctx context.Context, c jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	if err := u.drop(ctx, c.Bucket); err != nil {
-		return nil, err
-	}
-	return u.JetStream.CreateOrUpdateObjectStore(ctx, c)
-}
-
 // TestProvisionRetriesUnansweredRequests: every creation's first two
 // requests go unanswered; Provision retries each with its own timeout and
 // creates everything within the caller's budget.
@@ -95,10 +81,10 @@ func TestProvisionRetriesUnansweredRequests(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	for _, c := range msg.KeyValues(1) {
-		names = append(names, c.Bucket)
+		names = append(names, msg.KVStream(c.Bucket))
 	}
 	for _, c := range msg.ObjectStores(1) {
-		names = append(names, c.Bucket)
+		names = append(names, "OBJ_"+c.Bucket)
 	}
 	for _, n := range names {
 		u.drops[n] = 2
@@ -187,6 +173,80 @@ func TestIsWrongLastSequence(t *testing.T) {
 	for _, tc := range tests {
 		if got := msg.IsWrongLastSequence(tc.err); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestProvisionedStoresReadFromTheLeader: every bucket and object store is
+// provisioned without direct gets (reads go to the stream leader, which
+// has applied every acknowledged write), also one that an earlier weft
+// made with nats.go's defaults, and each still works as a bucket or store.
+func TestProvisionedStoresReadFromTheLeader(t *testing.T) {
+	js := jetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A bucket as nats.go makes it: direct gets allowed.
+	if _, err := js.CreateKeyValue(ctx, msg.KeyValues(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := msg.Provision(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range msg.KeyValues(1) {
+		s, err := js.Stream(ctx, msg.KVStream(c.Bucket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("bucket %s allows direct gets", c.Bucket)
+		}
+		kv, err := js.KeyValue(ctx, c.Bucket)
+		if err != nil {
+			t.Fatalf("bucket %s: %v", c.Bucket, err)
+		}
+		rev, err := kv.Create(ctx, "k", []byte("1"))
+		if err != nil {
+			t.Fatalf("bucket %s: create: %v", c.Bucket, err)
+		}
+		if _, err := kv.Update(ctx, "k", []byte("2"), rev); err != nil {
+			t.Fatalf("bucket %s: update: %v", c.Bucket, err)
+		}
+		if _, err := kv.Update(ctx, "k", []byte("3"), rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !msg.IsWrongLastSequence(err) {
+			t.Fatalf("bucket %s: stale update: %v, want a conflict", c.Bucket, err)
+		}
+		if e, err := kv.Get(ctx, "k"); err != nil || string(e.Value()) != "2" {
+			t.Fatalf("bucket %s: get: %v %v", c.Bucket, e, err)
+		}
+		if err := kv.Delete(ctx, "k"); err != nil {
+			t.Fatalf("bucket %s: delete: %v", c.Bucket, err)
+		}
+		if _, err := kv.Get(ctx, "k"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("bucket %s: get after delete: %v", c.Bucket, err)
+		}
+		if s, err := kv.Status(ctx); err != nil || s.History() != int64(max(c.History, 1)) || s.TTL() != c.TTL {
+			t.Fatalf("bucket %s: status %v %v", c.Bucket, s, err)
+		}
+	}
+	for _, c := range msg.ObjectStores(1) {
+		s, err := js.Stream(ctx, "OBJ_"+c.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("object store %s allows direct gets", c.Bucket)
+		}
+		os, err := js.ObjectStore(ctx, c.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.PutBytes(ctx, "b", []byte("bundle")); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.GetBytes(ctx, "b"); err != nil || string(b) != "bundle" {
+			t.Fatalf("object store %s: %q %v", c.Bucket, b, err)
+		}
+		if _, err := os.GetBytes(ctx, "missing"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+			t.Fatalf("object store %s: missing object: %v", c.Bucket, err)
 		}
 	}
 }
