@@ -90,37 +90,168 @@ const LeaseTTL = 15 * time.Second
 // Provisioner is the part of jetstream.JetStream that Provision needs.
 type Provisioner interface {
 	CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error)
-	CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error)
-	CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error)
+}
+
+// KVStreamConfig is the stream that holds bucket c: the stream nats.go's
+// CreateKeyValue makes, except that it does not allow direct gets. A
+// direct get may be answered by any replica, one that has not applied the
+// latest write too, so a value just written could read as missing or old;
+// without it, every read of the bucket (KeyValue.Get, the last message of a
+// subject) is answered by the stream's leader, which has. Watches and
+// history are unchanged: they are consumers.
+func KVStreamConfig(c jetstream.KeyValueConfig) jetstream.StreamConfig {
+	history := int64(max(c.History, 1))
+	dup := 2 * time.Minute
+	if c.TTL > 0 && c.TTL < dup {
+		dup = c.TTL
+	}
+	return jetstream.StreamConfig{
+		Name:              KVStream(c.Bucket),
+		Description:       c.Description,
+		Subjects:          []string{"$KV." + c.Bucket + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxAge:            c.TTL,
+		MaxMsgSize:        -1,
+		Storage:           c.Storage,
+		Replicas:          max(c.Replicas, 1),
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        dup,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       false,
+		Discard:           jetstream.DiscardNew,
+	}
+}
+
+// ObjectStreamConfig is the stream that holds object store c, as nats.go's
+// CreateObjectStore makes it except for direct gets (see KVStreamConfig):
+// an object's description is read from the leader, so one just stored is
+// never reported missing.
+func ObjectStreamConfig(c jetstream.ObjectStoreConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "OBJ_" + c.Bucket,
+		Description: c.Description,
+		Subjects:    []string{"$O." + c.Bucket + ".C.>", "$O." + c.Bucket + ".M.>"},
+		MaxAge:      c.TTL,
+		MaxBytes:    -1,
+		Storage:     c.Storage,
+		Replicas:    max(c.Replicas, 1),
+		Discard:     jetstream.DiscardNew,
+		AllowRollup: true,
+		AllowDirect: false,
+	}
+}
+
+// ProvisionCallTimeout is the default bound of one JetStream API request of
+// Provision: an unanswered request (a NATS node restarting, many processes
+// starting together) is retried rather than allowed to use the caller's
+// whole budget.
+const ProvisionCallTimeout = 5 * time.Second
+
+// ProvisionOption configures Provision.
+type ProvisionOption func(*provisionOptions) error
+
+type provisionOptions struct{ callTimeout time.Duration }
+
+// WithCallTimeout bounds each JetStream API request of Provision.
+func WithCallTimeout(d time.Duration) ProvisionOption {
+	return func(o *provisionOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("provision: call timeout must be positive, got %v", d)
+		}
+		o.callTimeout = d
+		return nil
+	}
 }
 
 // Provision creates or updates every stream, bucket and object store. Every
-// service calls it at start, so any of them can come up first.
-func Provision(ctx context.Context, js Provisioner, replicas int) error {
+// service calls it at start, so any of them can come up first. Each creation
+// is one request with its own timeout, retried with backoff until it
+// succeeds or ctx is done; an error JetStream gives as final (a replica count
+// a single server cannot have, an invalid or conflicting configuration) is
+// returned at once.
+func Provision(ctx context.Context, js Provisioner, replicas int, opts ...ProvisionOption) error {
 	if replicas < 1 {
 		return fmt.Errorf("provision: replicas must be >= 1, got %d", replicas)
 	}
+	o := provisionOptions{callTimeout: ProvisionCallTimeout}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return err
+		}
+	}
 	var errs []error
 	for _, c := range Streams(replicas) {
-		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
-			errs = append(errs, fmt.Errorf("stream %s: %w", c.Name, err))
-		}
+		errs = append(errs, provisionOne(ctx, o.callTimeout, "stream "+c.Name, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, c)
+			return err
+		}))
 	}
 	for _, c := range KeyValues(replicas) {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, c); err != nil {
-			errs = append(errs, fmt.Errorf("bucket %s: %w", c.Bucket, err))
-		}
+		errs = append(errs, provisionOne(ctx, o.callTimeout, "bucket "+c.Bucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, KVStreamConfig(c))
+			return err
+		}))
 	}
 	for _, c := range ObjectStores(replicas) {
-		if _, err := js.CreateOrUpdateObjectStore(ctx, c); err != nil {
-			errs = append(errs, fmt.Errorf("object store %s: %w", c.Bucket, err))
-		}
+		errs = append(errs, provisionOne(ctx, o.callTimeout, "object store "+c.Bucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, ObjectStreamConfig(c))
+			return err
+		}))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
 	return nil
 }
+
+// provisionOne runs create until it succeeds, fails for good, or ctx is
+// done; then the last error is returned, naming what and how many tries.
+func provisionOne(ctx context.Context, callTimeout time.Duration, what string, create func(context.Context) error) error {
+	delay := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		err := create(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if provisionFinal(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %d tries, the last: %w", what, try, err)
+		case <-t.C:
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// provisionFinal reports an error that asking again cannot change.
+func provisionFinal(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errReplicasNotSupported, errStreamInvalidConfig, errSubjectsOverlap, errStreamNameInUse:
+		return true
+	}
+	return false
+}
+
+// JetStream API error codes Provision takes as final.
+const (
+	errStreamNameInUse                          = jetstream.JSErrCodeStreamNameInUse // exists with another configuration
+	errStreamInvalidConfig  jetstream.ErrorCode = 10052
+	errSubjectsOverlap      jetstream.ErrorCode = 10065
+	errReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 on a single server
+)
 
 // KVStream is the name of the stream that holds a key-value bucket.
 func KVStream(bucket string) string { return "KV_" + bucket }
@@ -134,4 +265,14 @@ func ResourceSubject(key string) string { return "$KV." + BucketResources + "." 
 // ResourceKeyOf returns the key of a ResourceSubject.
 func ResourceKeyOf(subject string) (string, bool) {
 	return strings.CutPrefix(subject, "$KV."+BucketResources+".")
+}
+
+// IsWrongLastSequence reports a compare-and-set conflict: a write that named
+// an expected last sequence (a KV Create or Update, a publish with
+// ExpectLastSequencePerSubject) found another. JetStream uses two codes for
+// it, 10071 and, on replicated streams, 10164; both are conflicts.
+func IsWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -313,7 +313,7 @@ func (r *renderer) run(ctx context.Context) error {
 	g.Go(func() error { return r.loop(ctx) })
 	for name, ts := range r.targets {
 		g.Go(func() error {
-			return ts.lease.Run(ctx, func(held bool) {
+			return ts.lease.Run(ctx, nil, func(held bool) {
 				r.env.Log.Info("render lease", "target", name, "held", held)
 				r.m.leases.WithLabelValues(name).Set(map[bool]float64{true: 1, false: 0}[held])
 				if held {

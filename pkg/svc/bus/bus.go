@@ -49,6 +49,12 @@ type Options struct {
 	// AckWait of the consumer: a handler still running after a third of it
 	// keeps its message alive with InProgress. Zero: 30s.
 	AckWait time.Duration
+	// Renew, when set, gets the consumer back when Consume finds it lost
+	// (deleted, or gone with the NATS node that held it); see Renewal.
+	Renew Renewal
+	// Health, when set, holds the consumer's state under ConsumerCheck's
+	// name: not ready while it is lost or its heartbeats are missing.
+	Health HealthSetter
 }
 
 func (o Options) check() error {
@@ -60,37 +66,6 @@ func (o Options) check() error {
 
 // Handler handles one JetStream message.
 type Handler func(ctx context.Context, m jetstream.Msg) error
-
-// MessageSource is the part of jetstream.Consumer that Consume needs.
-type MessageSource interface {
-	Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error)
-}
-
-// Consume runs h over every message of cons, one at a time, until ctx is
-// done, then stops and returns nil.
-func Consume(ctx context.Context, cons MessageSource, h Handler, o Options) error {
-	if err := o.check(); err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("%s %s: messages: %w", o.Service, o.Stage, err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	defer it.Stop()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-				return nil
-			}
-			o.Log.Warn("consumer error", "stage", o.Stage, "err", err)
-			continue
-		}
-		handleJS(ctx, m, h, o)
-	}
-}
 
 func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {
 	start := time.Now()

@@ -154,7 +154,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err = msg.Provision(pctx, js, s.Replicas)
 	cancel()
 	if err != nil {

@@ -3,10 +3,22 @@
 // compare-and-set: a replica creates the key when it is absent and renews it
 // (an update on the revision it wrote) every third of the bucket's TTL; the
 // bucket expires a key its holder stopped renewing, so a dead replica's
-// lease passes to another within one TTL. Two replicas can, for at most the
-// time a renewal takes to fail, both believe they hold a lease; rendering is
-// idempotent (same state, same bundle hash; versions are compare-and-set),
-// so that costs nothing but a render.
+// lease passes to another within one TTL.
+//
+// A renewal that fails without a verdict (a timeout, a NATS node gone, no
+// responders) does not drop the lease: the bucket keeps the key for a TTL
+// after the last write that landed, so the holder keeps it until then and
+// retries quickly. A write whose reply was lost may still have landed: a
+// conflict on renewal, or "exists" on create, is answered by reading the
+// key, and a key that names this owner is adopted at the revision read. So
+// a lease is lost only to another owner's write or to the TTL, never to
+// one failed request.
+//
+// Two replicas can, for at most the time a renewal takes to fail, both
+// believe they hold a lease; rendering is idempotent (same state, same
+// bundle hash; versions are compare-and-set), so that costs nothing but a
+// render. A holder may also give the lease up (Run's yield) while it cannot
+// do the work, so that a deaf replica does not block a target.
 package lease
 
 import (
@@ -17,10 +29,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
 )
 
 // KV is the part of the leases bucket a lease needs.
 type KV interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
 	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
 	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
 	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
@@ -31,22 +46,46 @@ type Lease struct {
 	kv    KV
 	key   string
 	owner string
+	ttl   time.Duration
 	every time.Duration
+	now   func() time.Time
 
-	mu   sync.Mutex
-	held bool
-	rev  uint64
+	mu    sync.Mutex
+	held  bool
+	rev   uint64
+	until time.Time // held is good until then without another renewal
 }
 
-// New returns a lease on key for owner, renewed every ttl/3.
-func New(kv KV, key, owner string, ttl time.Duration) (*Lease, error) {
+// Option configures a Lease.
+type Option func(*Lease) error
+
+// WithClock sets the clock a lease measures its TTL with (tests).
+func WithClock(now func() time.Time) Option {
+	return func(l *Lease) error {
+		if now == nil {
+			return errors.New("lease: clock is nil")
+		}
+		l.now = now
+		return nil
+	}
+}
+
+// New returns a lease on key for owner, renewed every ttl/3. owner must be
+// unique to this process: a key naming it is taken as this lease's own.
+func New(kv KV, key, owner string, ttl time.Duration, opts ...Option) (*Lease, error) {
 	if kv == nil || key == "" || owner == "" {
 		return nil, errors.New("lease: bucket, key and owner are required")
 	}
 	if ttl <= 0 {
 		return nil, fmt.Errorf("lease: the bucket needs a TTL, got %v", ttl)
 	}
-	return &Lease{kv: kv, key: key, owner: owner, every: ttl / 3}, nil
+	l := &Lease{kv: kv, key: key, owner: owner, ttl: ttl, every: ttl / 3, now: time.Now}
+	for _, o := range opts {
+		if err := o(l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // Held reports whether this replica holds the lease now.
@@ -58,28 +97,50 @@ func (l *Lease) Held() bool {
 
 // Run tries to take and keep the lease until ctx is done, calling changed on
 // every gain and loss; on return it releases a held lease so another
-// replica takes over at once.
-func (l *Lease) Run(ctx context.Context, changed func(held bool)) error {
-	t := time.NewTicker(l.every)
+// replica takes over at once. While yield returns true (nil: never), the
+// replica cannot do the lease's work: it releases a held lease and does
+// not try to take it.
+func (l *Lease) Run(ctx context.Context, yield func() bool, changed func(held bool)) error {
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		was := l.Held()
-		now := l.try(ctx)
-		if now != was {
-			changed(now)
-		}
 		select {
 		case <-ctx.Done():
-			l.release()
+			if l.Held() {
+				l.release()
+				changed(false)
+			}
 			return nil
 		case <-t.C:
 		}
+		was := l.Held()
+		var now bool
+		var settled bool
+		if yield != nil && yield() {
+			l.release()
+			now, settled = false, true
+		} else {
+			now, settled = l.Try(ctx)
+		}
+		if now != was {
+			changed(now)
+		}
+		next := l.every
+		if !settled {
+			// No verdict: retry soon, well within what is left of the TTL.
+			next = min(l.every/4, time.Second)
+		}
+		t.Reset(next)
 	}
 }
 
-func (l *Lease) try(ctx context.Context) bool {
+// Try makes one attempt to take or renew the lease. It reports whether the
+// lease is held now, and whether the attempt had a verdict (false: the
+// bucket did not answer, and a held lease is kept while its TTL lasts).
+func (l *Lease) Try(ctx context.Context) (held, settled bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	start := l.now()
 	var rev uint64
 	var err error
 	if l.held {
@@ -87,8 +148,48 @@ func (l *Lease) try(ctx context.Context) bool {
 	} else {
 		rev, err = l.kv.Create(ctx, l.key, []byte(l.owner))
 	}
-	l.held = err == nil
-	l.rev = rev
+	switch {
+	case err == nil:
+		l.held, l.rev, l.until = true, rev, start.Add(l.ttl)
+		return true, true
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || msg.IsWrongLastSequence(err):
+		// Someone wrote the key since: maybe this owner, by a write whose
+		// reply was lost.
+		return l.adopt(ctx)
+	default:
+		return l.keep(), false
+	}
+}
+
+// adopt reads the key after a conflict: a key naming this owner is this
+// lease's, at the revision read.
+func (l *Lease) adopt(ctx context.Context) (held, settled bool) {
+	e, err := l.kv.Get(ctx, l.key)
+	switch {
+	case err == nil && string(e.Value()) == l.owner:
+		l.held, l.rev, l.until = true, e.Revision(), e.Created().Add(l.ttl)
+		if !l.now().Before(l.until) {
+			// Our write, but its TTL is over by our clock: the next
+			// renewal on it says whether the bucket still has it.
+			l.until = l.now().Add(l.every)
+		}
+		return true, true
+	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
+		// Another owner's, or already gone (expired or released): the
+		// next attempt creates it if nobody else does.
+		l.held = false
+		return false, err == nil
+	default:
+		return l.keep(), false
+	}
+}
+
+// keep decides a held lease after an attempt without a verdict: it stays
+// held while the last write's TTL lasts.
+func (l *Lease) keep() bool {
+	if l.held && !l.now().Before(l.until) {
+		l.held = false
+	}
 	return l.held
 }
 

@@ -319,10 +319,7 @@ func (s *Store) reread(ctx context.Context, key string) (entry, bool, error) {
 	return cur, true, nil
 }
 
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
+func isConflict(err error) bool { return msg.IsWrongLastSequence(err) }
 
 // Hash is the content hash of an object: sha256 of its canonical JSON
 // (encoding/json sorts map keys).

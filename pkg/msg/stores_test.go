@@ -1,0 +1,252 @@
+package msg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
+)
+
+func jetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// unanswered is a real JetStream whose first requests for each stream,
+// bucket or store are never answered: they hang until their context ends,
+// as a request lost near a NATS node restart does.
+type unanswered struct {
+	jetstream.JetStream
+	mu    sync.Mutex
+	drops map[string]int // how many requests to drop, per name
+	tries map[string]int
+}
+
+func (u *unanswered) drop(ctx context.Context, name string) error {
+	u.mu.Lock()
+	u.tries[name]++
+	n := u.drops[name]
+	if n > 0 {
+		u.drops[name] = n - 1
+	}
+	u.mu.Unlock()
+	if n > 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (u *unanswered) CreateOrUpdateStream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
+	if err := u.drop(ctx, c.Name); err != nil {
+		return nil, err
+	}
+	return u.JetStream.CreateOrUpdateStream(ctx, c)
+}
+
+// TestProvisionRetriesUnansweredRequests: every creation's first two
+// requests go unanswered; Provision retries each with its own timeout and
+// creates everything within the caller's budget.
+func TestProvisionRetriesUnansweredRequests(t *testing.T) {
+	u := &unanswered{JetStream: jetStream(t), drops: map[string]int{}, tries: map[string]int{}}
+	var names []string
+	for _, c := range msg.Streams(1) {
+		names = append(names, c.Name)
+	}
+	for _, c := range msg.KeyValues(1) {
+		names = append(names, msg.KVStream(c.Bucket))
+	}
+	for _, c := range msg.ObjectStores(1) {
+		names = append(names, "OBJ_"+c.Bucket)
+	}
+	for _, n := range names {
+		u.drops[n] = 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := msg.Provision(ctx, u, 1, msg.WithCallTimeout(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if u.tries[n] != 3 {
+			t.Errorf("%s: %d requests, want 3", n, u.tries[n])
+		}
+	}
+	for _, c := range msg.Streams(1) {
+		if _, err := u.Stream(ctx, c.Name); err != nil {
+			t.Errorf("stream %s: %v", c.Name, err)
+		}
+	}
+	for _, c := range msg.KeyValues(1) {
+		if _, err := u.KeyValue(ctx, c.Bucket); err != nil {
+			t.Errorf("bucket %s: %v", c.Bucket, err)
+		}
+	}
+}
+
+func TestProvisionErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		replicas int
+		opts     []msg.ProvisionOption
+		budget   time.Duration
+		want     string
+	}{
+		// A single server cannot hold 3 replicas: JetStream says so at
+		// once, and Provision does not retry it until the budget ends.
+		{"replicas on a single server", 3, nil, time.Minute, "replicas > 1 not supported in non-clustered mode"},
+		{"no replicas", 0, nil, time.Minute, "replicas must be >= 1"},
+		{"bad call timeout", 1, []msg.ProvisionOption{msg.WithCallTimeout(0)}, time.Minute, "call timeout must be positive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			js := jetStream(t)
+			ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+			defer cancel()
+			err := msg.Provision(ctx, js, tc.replicas, tc.opts...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+			if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+				t.Fatalf("a final error was retried until the budget ended: %v", err)
+			}
+		})
+	}
+}
+
+// TestProvisionGivesUpWithTheLastError: a JetStream that never answers
+// makes Provision return when the caller's budget ends, naming what it
+// could not create and how often it tried.
+func TestProvisionGivesUpWithTheLastError(t *testing.T) {
+	u := &unanswered{JetStream: jetStream(t), drops: map[string]int{}, tries: map[string]int{}}
+	u.drops[msg.StreamChanges] = 1 << 30
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := msg.Provision(ctx, u, 1, msg.WithCallTimeout(200*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "stream "+msg.StreamChanges+": ") || !strings.Contains(err.Error(), "tries, the last") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestIsWrongLastSequence(t *testing.T) {
+	api := func(code jetstream.ErrorCode) error {
+		return fmt.Errorf("update: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "wrong last sequence"})
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"single server", api(10071), true},
+		{"replicated stream", api(10164), true},
+		{"another API error", api(10058), false},
+		{"a timeout", context.DeadlineExceeded, false},
+		{"nil", nil, false},
+	}
+	for _, tc := range tests {
+		if got := msg.IsWrongLastSequence(tc.err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestProvisionedStoresReadFromTheLeader: every bucket and object store is
+// provisioned without direct gets (reads go to the stream leader, which
+// has applied every acknowledged write), also one that an earlier weft
+// made with nats.go's defaults, and each still works as a bucket or store.
+func TestProvisionedStoresReadFromTheLeader(t *testing.T) {
+	js := jetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A bucket as nats.go makes it: direct gets allowed.
+	if _, err := js.CreateKeyValue(ctx, msg.KeyValues(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := msg.Provision(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range msg.KeyValues(1) {
+		s, err := js.Stream(ctx, msg.KVStream(c.Bucket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("bucket %s allows direct gets", c.Bucket)
+		}
+		kv, err := js.KeyValue(ctx, c.Bucket)
+		if err != nil {
+			t.Fatalf("bucket %s: %v", c.Bucket, err)
+		}
+		rev, err := kv.Create(ctx, "k", []byte("1"))
+		if err != nil {
+			t.Fatalf("bucket %s: create: %v", c.Bucket, err)
+		}
+		if _, err := kv.Update(ctx, "k", []byte("2"), rev); err != nil {
+			t.Fatalf("bucket %s: update: %v", c.Bucket, err)
+		}
+		if _, err := kv.Update(ctx, "k", []byte("3"), rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !msg.IsWrongLastSequence(err) {
+			t.Fatalf("bucket %s: stale update: %v, want a conflict", c.Bucket, err)
+		}
+		if e, err := kv.Get(ctx, "k"); err != nil || string(e.Value()) != "2" {
+			t.Fatalf("bucket %s: get: %v %v", c.Bucket, e, err)
+		}
+		if err := kv.Delete(ctx, "k"); err != nil {
+			t.Fatalf("bucket %s: delete: %v", c.Bucket, err)
+		}
+		if _, err := kv.Get(ctx, "k"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("bucket %s: get after delete: %v", c.Bucket, err)
+		}
+		if s, err := kv.Status(ctx); err != nil || s.History() != int64(max(c.History, 1)) || s.TTL() != c.TTL {
+			t.Fatalf("bucket %s: status %v %v", c.Bucket, s, err)
+		}
+	}
+	for _, c := range msg.ObjectStores(1) {
+		s, err := js.Stream(ctx, "OBJ_"+c.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("object store %s allows direct gets", c.Bucket)
+		}
+		os, err := js.ObjectStore(ctx, c.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.PutBytes(ctx, "b", []byte("bundle")); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.GetBytes(ctx, "b"); err != nil || string(b) != "bundle" {
+			t.Fatalf("object store %s: %q %v", c.Bucket, b, err)
+		}
+		if _, err := os.GetBytes(ctx, "missing"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+			t.Fatalf("object store %s: missing object: %v", c.Bucket, err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/pkg/svc/health"
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// seen collects the versions a handler saw.
+type seen struct {
+	mu sync.Mutex
+	v  map[uint64]int
+}
+
+func (s *seen) handle(_ context.Context, m jetstream.Msg) error {
+	var r msg.Render
+	if err := msg.Decode(m.Data(), &r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.v[r.Version]++
+	return nil
+}
+
+func (s *seen) has(versions ...uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range versions {
+		if s.v[v] == 0 {
+			return fmt.Errorf("version %d not handled (handled: %v)", v, s.v)
+		}
+	}
+	return nil
+}
+
+func publishRender(t *testing.T, js jetstream.JetStream, v uint64) {
+	t.Helper()
+	if _, err := bus.Publish(context.Background(), js, msg.RenderSubject("x"), "", msg.Render{Target: "x", Version: v, BundleHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsumeRenewsADeletedConsumer: a consumer deleted under Consume (an
+// operator's `nats consumer rm`, or its only node lost) is reported not
+// ready, created again after the last message handled, and read on: the
+// messages published meanwhile are handled, the ones before are not
+// handled again.
+func TestConsumeRenewsADeletedConsumer(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	ctx := context.Background()
+	cfg := jetstream.ConsumerConfig{Durable: "renewed", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, FilterSubject: msg.RenderAll}
+	cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options(t, env)
+	checks := health.NewChecks()
+	o.Health = checks
+	if o.Renew, err = bus.Renew(b.JS, msg.StreamRenders, cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := &seen{v: map[uint64]int{}}
+	testkit.Run(t, func(ctx context.Context) error { return bus.Consume(ctx, cons, s.handle, o) })
+	publishRender(t, b.JS, 1)
+	publishRender(t, b.JS, 2)
+	testkit.Eventually(t, 10*time.Second, func() error { return s.has(1, 2) })
+	if err := checks.Ready(); err != nil {
+		t.Fatalf("ready before the loss: %v", err)
+	}
+	if err := b.JS.DeleteConsumer(ctx, msg.StreamRenders, "renewed"); err != nil {
+		t.Fatal(err)
+	}
+	publishRender(t, b.JS, 3)
+	testkit.Eventually(t, 20*time.Second, func() error { return s.has(3) })
+	testkit.Eventually(t, 10*time.Second, checks.Ready)
+	publishRender(t, b.JS, 4)
+	testkit.Eventually(t, 10*time.Second, func() error { return s.has(4) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for v, n := range s.v {
+		if n != 1 {
+			t.Errorf("version %d handled %d times", v, n)
+		}
+	}
+	if !strings.Contains(env.Logs.String(), "consumer lost; renewing it") {
+		t.Error("the loss was not logged")
+	}
+}
+
+// TestConsumeWithoutRenewalReportsTheLoss: with nothing to renew it, a lost
+// consumer ends Consume with an error (the service stops and is restarted)
+// instead of leaving a replica that hears nothing.
+func TestConsumeWithoutRenewalReportsTheLoss(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	ctx := context.Background()
+	cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{Durable: "once", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options(t, env)
+	checks := health.NewChecks()
+	o.Health = checks
+	done := make(chan error, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { done <- bus.Consume(cctx, cons, (&seen{v: map[uint64]int{}}).handle, o) }()
+	testkit.Eventually(t, 5*time.Second, checks.Ready)
+	if err := b.JS.DeleteConsumer(ctx, msg.StreamRenders, "once"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Consume returned nil for a lost consumer")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Consume went on reading a deleted consumer")
+	}
+}

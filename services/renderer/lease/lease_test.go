@@ -1,0 +1,216 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/renderer/lease"
+)
+
+// faultyKV is a real bucket whose next calls can fail: "lost" performs the
+// call and then reports a timeout (its reply was lost), "down" fails
+// without performing it (the bucket did not answer), "read-down" fails
+// reads only.
+type faultyKV struct {
+	jetstream.KeyValue
+	mu    sync.Mutex
+	fault string
+	n     int // how many calls the fault applies to
+}
+
+func (f *faultyKV) inject(fault string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fault, f.n = fault, n
+}
+
+// take returns the fault pending for a call that one of faults applies to.
+func (f *faultyKV) take(faults ...string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		return ""
+	}
+	for _, fault := range faults {
+		if fault == f.fault {
+			f.n--
+			return fault
+		}
+	}
+	return ""
+}
+
+func (f *faultyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	return f.write(func() (uint64, error) { return f.KeyValue.Create(ctx, key, value, opts...) })
+}
+
+func (f *faultyKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	return f.write(func() (uint64, error) { return f.KeyValue.Update(ctx, key, value, rev) })
+}
+
+func (f *faultyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if f.take("down", "read-down") != "" {
+		return nil, context.DeadlineExceeded
+	}
+	return f.KeyValue.Get(ctx, key)
+}
+
+func (f *faultyKV) write(do func() (uint64, error)) (uint64, error) {
+	switch f.take("down", "lost") {
+	case "down":
+		return 0, context.DeadlineExceeded
+	case "lost":
+		if _, err := do(); err != nil {
+			return 0, err
+		}
+		return 0, context.DeadlineExceeded
+	}
+	return do()
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+const ttl = time.Minute
+
+func bucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	bus := testkit.NATS(t)
+	kv, err := bus.JS.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "leases-test", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// TestLeaseSurvivesFailedRenewals: the steps run in order on one lease
+// (and a rival on the same key); after each, whether each holds it.
+func TestLeaseSurvivesFailedRenewals(t *testing.T) {
+	type step struct {
+		name            string
+		fault           string // on the lease's next calls
+		calls           int
+		advance         time.Duration // the lease's clock moves before the attempt
+		rival           bool          // the rival tries instead of the lease
+		held, rivalHeld bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"a renewal whose reply was lost is adopted", []step{
+			{name: "take", held: true},
+			{name: "renew, reply lost", fault: "lost", calls: 1, held: true},
+			{name: "rival tries", rival: true, held: true},
+			{name: "renew on the adopted revision", held: true},
+		}},
+		{"a create whose reply was lost is adopted", []step{
+			{name: "create, reply lost", fault: "lost", calls: 1, held: false},
+			{name: "create again finds its own key", held: true},
+			{name: "rival tries", rival: true, held: true},
+		}},
+		{"a renewal without an answer keeps the lease while its TTL lasts", []step{
+			{name: "take", held: true},
+			{name: "renew, no answer", fault: "down", calls: 1, advance: ttl / 3, held: true},
+			{name: "renew, no answer, TTL nearly over", fault: "down", calls: 1, advance: ttl/2 + ttl/10, held: true},
+			{name: "renew, no answer, TTL over", fault: "down", calls: 1, advance: ttl / 5, held: false},
+		}},
+		{"a rival's key is not taken", []step{
+			{name: "rival takes", rival: true, held: false, rivalHeld: true},
+			{name: "create conflicts", held: false, rivalHeld: true},
+			{name: "create conflicts, then the read fails", fault: "read-down", calls: 1, held: false, rivalHeld: true},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := &faultyKV{KeyValue: bucket(t)}
+			c := &clock{t: time.Unix(1e9, 0)}
+			l, err := lease.New(kv, "render.web", "replica-a", ttl, lease.WithClock(c.now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rival, err := lease.New(kv.KeyValue, "render.web", "replica-b", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, s := range tc.steps {
+				c.add(s.advance)
+				if s.rival {
+					rival.Try(ctx)
+				} else {
+					kv.inject(s.fault, s.calls)
+					l.Try(ctx)
+					kv.inject("", 0)
+				}
+				if got := l.Held(); got != s.held {
+					t.Fatalf("%s: held = %v, want %v", s.name, got, s.held)
+				}
+				if got := rival.Held(); got != s.rivalHeld {
+					t.Fatalf("%s: rival held = %v, want %v", s.name, got, s.rivalHeld)
+				}
+			}
+		})
+	}
+}
+
+// TestRunYieldsWhileItCannotWork: a replica that cannot do the work gives
+// its lease up at once, and another replica takes it.
+func TestRunYieldsWhileItCannotWork(t *testing.T) {
+	kv := bucket(t)
+	a, err := lease.New(kv, "render.web", "replica-a", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lease.New(kv, "render.web", "replica-b", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	deaf := false
+	changes := make(chan bool, 16)
+	go func() {
+		_ = a.Run(ctx, func() bool { mu.Lock(); defer mu.Unlock(); return deaf }, func(held bool) { changes <- held })
+	}()
+	if held := <-changes; !held {
+		t.Fatal("a did not take the free lease")
+	}
+	go func() { _ = b.Run(ctx, nil, func(bool) {}) }()
+	mu.Lock()
+	deaf = true
+	mu.Unlock()
+	if held := <-changes; held {
+		t.Fatal("a reported a gain, want the loss")
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if !b.Held() {
+			return errors.New("b does not hold the lease")
+		}
+		return nil
+	})
+	if a.Held() {
+		t.Fatal("both hold the lease")
+	}
+}
