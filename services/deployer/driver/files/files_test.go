@@ -145,7 +145,7 @@ func TestCheckFailureLeavesDestUntouched(t *testing.T) {
 			check:   `test -n "$(grep good {{.src}})" || weft-no-such-checker {{.src}}`,
 			wantOut: "not found", wantErrs: []error{ErrCheckFailed}},
 		{name: "check times out",
-			check: `grep -q good {{.src}} || { echo started; sleep 60; }`, timeout: 100 * time.Millisecond,
+			check: `grep -q good {{.src}} || { echo started; sleep 60; }`, timeout: 2 * time.Second,
 			wantOut: "started", wantErrs: []error{ErrCheckFailed, context.DeadlineExceeded}},
 	}
 	for _, tt := range tests {
