@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden want.json files from haproxy's current answers")
@@ -26,20 +28,23 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// haproxyPart is what a test names when haproxy is missing.
+const haproxyPart = "haproxy (apt-get install haproxy)"
+
 const (
 	testBase = "/etc/haproxy"
 	testMain = "haproxy.cfg"
 )
 
 // newTestChecker returns a Checker using the real haproxy, with its temp dirs
-// under a fresh directory that the caller can inspect. It skips the test only
-// when haproxy is genuinely not installed.
+// under a fresh directory that the caller can inspect. Without haproxy the
+// test ends through testkit.Need.
 func newTestChecker(t testing.TB, opts ...Option) (*Checker, string) {
 	t.Helper()
 	root := t.TempDir()
 	c, err := New(append([]Option{WithTempDir(root), WithTimeout(60 * time.Second)}, opts...)...)
 	if errors.Is(err, ErrNoBinary) {
-		t.Skipf("haproxy is not installed (not in PATH nor at /usr/sbin/haproxy); install the haproxy package to run this test: %v", err)
+		testkit.Need(t, haproxyPart, err)
 	}
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -638,7 +643,7 @@ func TestCheckDefaultTempDir(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	c, err := New()
 	if errors.Is(err, ErrNoBinary) {
-		t.Skipf("haproxy is not installed: %v", err)
+		testkit.Need(t, haproxyPart, err)
 	}
 	if err != nil {
 		t.Fatal(err)
