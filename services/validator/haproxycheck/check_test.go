@@ -377,6 +377,55 @@ func TestNewFallbackBinary(t *testing.T) {
 	}
 }
 
+// TestEnvBinary: $WEFT_HAPROXY names the binary New and Find use, in
+// place of PATH and the fallback; WithBinary still wins.
+func TestEnvBinary(t *testing.T) {
+	real, _ := newTestChecker(t)
+	copied := filepath.Join(t.TempDir(), "haproxy-copy")
+	copyFile(t, real.Binary(), copied, 0o755)
+	missing := filepath.Join(t.TempDir(), "haproxy")
+	cases := []struct {
+		name, env, with string
+		want            string // the binary; "" for ErrNoBinary
+	}{
+		{"unset", "", "", real.Binary()},
+		{"a path", copied, "", copied},
+		{"a missing path, though haproxy is installed", missing, "", ""},
+		{"WithBinary over the variable", missing, copied, copied},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(EnvBinary, tc.env)
+			var opts []Option
+			if tc.with != "" {
+				opts = append(opts, WithBinary(tc.with))
+			}
+			c, err := New(opts...)
+			found, findErr := Find()
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoBinary) || !errors.Is(findErr, ErrNoBinary) {
+					t.Fatalf("New: %v, Find: %v; want ErrNoBinary from both", err, findErr)
+				}
+				for _, says := range []string{missing, Install, EnvBinary} {
+					if !strings.Contains(err.Error(), says) {
+						t.Errorf("error %q does not say %q", err, says)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			if c.Binary() != tc.want {
+				t.Errorf("Binary() = %q, want %q", c.Binary(), tc.want)
+			}
+			if tc.with == "" && (findErr != nil || found != tc.want) {
+				t.Errorf("Find() = %q, %v; want %q", found, findErr, tc.want)
+			}
+		})
+	}
+}
+
 func TestNewOptions(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second} {
 		if _, err := New(WithTimeout(d)); err == nil {
