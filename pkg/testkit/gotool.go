@@ -49,9 +49,10 @@ func GoBuild(t testing.TB, pkg string) string {
 // package that the workspace's tools module requires, as `go tool` runs
 // it: "github.com/nats-io/natscli/nats"), built with `go build -o` into a
 // folder of CacheDir kept per workspace. Building it explicitly is what
-// makes it work on a machine with empty Go caches: `go tool -n` names a
-// binary that does not exist before its first run, and the go command
-// writes "go: downloading" lines among its output. A test process builds
+// makes it work on a machine with empty Go caches: there `go tool -n`
+// writes "go: downloading" lines before the path, which is a file of the
+// build cache that nothing keeps there once the cache is trimmed or
+// emptied. A test process builds
 // each tool once (the go command takes it from its build cache when nothing
 // changed), and one process at a time builds into the folder.
 func GoTool(t testing.TB, pkg string) string {
