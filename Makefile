@@ -1,5 +1,5 @@
 # weft: every target works on a fresh machine; `make test` installs what
-# the tests need (haproxy, socat) when it is missing.
+# the tests need (see deps) when it is missing.
 SHELL := /bin/bash
 GO ?= go
 MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft
@@ -23,12 +23,21 @@ build:
 	$(GO) build -o bin/weft-validator ./services/validator/cmd/weft-validator
 	$(GO) build -o bin/weft-deployer ./services/deployer/cmd/weft-deployer
 
-## deps: what the tests need from the system
+## deps: what the tests need from the system: the Debian packages of the
+## real programs they run (haproxy; redis-server for the redis source;
+## python3-jinja2 for the side-by-side with Python's Jinja2, run with
+## /usr/bin/python3; socat for HAProxy's sockets by hand), each installed
+## when its check fails
 deps:
-	@if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ] || ! command -v socat >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then \
-		echo "installing haproxy, socat and redis-server"; \
+	@missing=; \
+	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$$missing haproxy"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
+	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq haproxy socat redis-server >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	@# A real kube-apiserver, etcd and kube-controller-manager for envtest,
 	@# built from their Go modules once per machine (cached by version).

@@ -12,21 +12,8 @@ import (
 	"github.com/weftio/weft/pkg/testkit"
 )
 
-// natsCLI returns the path of the real NATS CLI, built by `go tool` from the
-// workspace's tool dependency.
-func natsCLI(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command("go", "tool", "-n", "nats")
-	cmd.Dir = "../.."
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go tool -n nats: %v: %s", err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 func TestNATSCLI(t *testing.T) {
-	cli := natsCLI(t)
+	cli := testkit.GoTool(t, "github.com/nats-io/natscli/nats")
 	s := deployedOnce(t, nil)
 	nats := func(args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

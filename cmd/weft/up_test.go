@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/validator/haproxycheck"
 )
 
 // asWeft, set in the environment, makes the test binary run as weft.
@@ -32,8 +34,14 @@ type weftProcess struct {
 // TestMain) until the test ends.
 func startWeft(t *testing.T, args ...string) *weftProcess {
 	t.Helper()
+	return startWeftEnv(t, nil, args...)
+}
+
+// startWeftEnv is startWeft with env added to the process's environment.
+func startWeftEnv(t *testing.T, env []string, args ...string) *weftProcess {
+	t.Helper()
 	p := &weftProcess{cmd: exec.Command(os.Args[0], args...), out: &testkit.SyncBuffer{}, done: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), asWeft+"=1")
+	p.cmd.Env = append(append(os.Environ(), asWeft+"=1"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -62,6 +70,17 @@ func (p *weftProcess) interrupt(t *testing.T) error {
 	case <-time.After(30 * time.Second):
 		t.Fatal("weft did not exit within 30s of an interrupt")
 		return nil
+	}
+}
+
+// exited reports whether weft has exited, and how.
+func (p *weftProcess) exited() (bool, error) {
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return true, err
+	default:
+		return false, nil
 	}
 }
 
@@ -232,5 +251,96 @@ func TestUpDemoFallsBackToTheConfiguration(t *testing.T) {
 	}
 	if err := w.interrupt(t); err != nil {
 		t.Fatalf("weft exited with %v after an interrupt", err)
+	}
+}
+
+// noHAProxy is the environment of a machine without haproxy: PATH without
+// the folders that hold one, and WEFT_HAPROXY naming a binary that does not
+// exist (so the lookup does not find Debian's /usr/sbin/haproxy either).
+func noHAProxy(t *testing.T) []string {
+	t.Helper()
+	var path []string
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if _, err := os.Stat(filepath.Join(d, "haproxy")); err != nil {
+			path = append(path, d)
+		}
+	}
+	return []string{"PATH=" + strings.Join(path, string(filepath.ListSeparator)), haproxycheck.EnvBinary + "=" + filepath.Join(t.TempDir(), "haproxy")}
+}
+
+// records returns the JSON log records in out at level.
+func records(out, level string) []map[string]any {
+	var recs []map[string]any
+	for line := range strings.Lines(out) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["level"] == level {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
+}
+
+// TestUpDemoWithoutHAProxy runs `make run` (weft up --demo on the
+// quickstart) on a machine without haproxy: weft runs, validates with the
+// kinds that can run, delivers the files, and says once, in one warning,
+// what it skips and how to get it.
+func TestUpDemoWithoutHAProxy(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, quickstart, dir)
+	w := startWeftEnv(t, noHAProxy(t), "up", "--demo", "--config", filepath.Join(dir, "weft.yaml"), "--nats-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0")
+	// The quickstart's target expects the haproxy and template kinds: only
+	// a verdict without haproxy lets anything be delivered.
+	waitFor(t, "delivered by the files driver", func() error {
+		if err := contains(readFile(filepath.Join(dir, "out", "haproxy.cfg")), "frontend"); err != nil {
+			return err
+		}
+		return contains(readFile(filepath.Join(dir, "out", "reloads.log")), "reload")
+	})
+	if exited, err := w.exited(); exited {
+		t.Fatalf("weft exited: %v", err)
+	}
+	warns := records(w.out.String(), "WARN")
+	if len(warns) != 1 {
+		t.Fatalf("%d warnings, want one: %v", len(warns), warns)
+	}
+	rec := warns[0]
+	msg := fmt.Sprint(rec["msg"])
+	for _, says := range []string{"haproxy not found", "haproxy validator kind", "apt-get install haproxy"} {
+		if !strings.Contains(msg, says) {
+			t.Errorf("the warning %q does not say %q", msg, says)
+		}
+	}
+	if rec["skipped_kind"] != "haproxy" || rec["targets"] != "quickstart" || rec["files"] != filepath.Join(dir, "out") {
+		t.Errorf("the warning does not name the kind skipped, its targets and the files: %v", rec)
+	}
+	if err := w.interrupt(t); err != nil {
+		t.Fatalf("weft exited with %v after an interrupt", err)
+	}
+}
+
+// TestUpWithoutHAProxyRefusesToStart: outside the demo, a configuration
+// whose target expects the haproxy kind is an error at start on a machine
+// without haproxy, saying what is missing, who needs it and how to get it.
+func TestUpWithoutHAProxyRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, quickstart, dir)
+	w := startWeftEnv(t, noHAProxy(t), "up", "--config", filepath.Join(dir, "weft.yaml"), "--nats-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0")
+	var err error
+	select {
+	case err = <-w.done:
+		w.done <- err // for the cleanup
+	case <-time.After(time.Minute):
+		t.Fatal("weft still runs a minute after it started without the haproxy its configuration expects")
+	}
+	if err == nil {
+		t.Fatal("weft exited 0")
+	}
+	for _, says := range []string{"kind haproxy, which targets quickstart expect (validate.kinds), cannot run here", "apt-get install haproxy", haproxycheck.EnvBinary} {
+		if !strings.Contains(w.out.String(), says) {
+			t.Errorf("weft's output does not say %q", says)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out", "haproxy.cfg")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("out/haproxy.cfg: %v, want nothing delivered", err)
 	}
 }

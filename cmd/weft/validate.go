@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/weftio/weft/pkg/config"
@@ -51,15 +50,12 @@ func validateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	checkers, err := validator.Checkers(cfg)
+	checkers, err := validator.Checkers(cfg, t.Validate.Kinds)
 	if err != nil {
 		return err
 	}
 	refused := false
 	for _, c := range checkers {
-		if !slices.Contains(t.Validate.Kinds, c.Name()) {
-			continue
-		}
 		problems, err := c.Check(ctx, b)
 		verdict := "ok"
 		switch {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weftio/weft/services/validator/haproxycheck"
 )
 
 // TestValidateCommand renders the quickstart offline and validates it with
@@ -58,5 +60,43 @@ func TestValidateCommand(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestValidateCommandWithoutHAProxy: without haproxy, `weft validate` runs
+// the kinds the target expects when they can run, and names the missing
+// binary and how to get it when the target expects the haproxy kind.
+func TestValidateCommandWithoutHAProxy(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, quickstart, dir)
+	p := filepath.Join(dir, "weft.yaml")
+	out := filepath.Join(dir, "out")
+	var so, se bytes.Buffer
+	if err := run([]string{"render", "--config", p, "--out", out}, &so, &se); err != nil {
+		t.Fatalf("render: %v %s", err, se.String())
+	}
+	t.Setenv(haproxycheck.EnvBinary, filepath.Join(t.TempDir(), "haproxy"))
+
+	so.Reset()
+	err := run([]string{"validate", "--config", p, out}, &so, &se)
+	if !errors.Is(err, haproxycheck.ErrNoBinary) {
+		t.Fatalf("validate with the haproxy kind: %v, want haproxycheck.ErrNoBinary\n%s", err, so.String())
+	}
+	for _, says := range []string{"kind haproxy cannot run here", "apt-get install haproxy"} {
+		if !strings.Contains(err.Error(), says) {
+			t.Errorf("error %q does not say %q", err, says)
+		}
+	}
+
+	y, _ := os.ReadFile(p)
+	if err := os.WriteFile(p, []byte(strings.Replace(string(y), "kinds: [haproxy, template]", "kinds: [template, syntax]", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so.Reset()
+	if err := run([]string{"validate", "--config", p, out}, &so, &se); err != nil {
+		t.Fatalf("validate with template and syntax: %v\n%s%s", err, so.String(), se.String())
+	}
+	if got := so.String(); got != "syntax: ok\ntemplate: ok\n" {
+		t.Errorf("output %q, want syntax and template ok", got)
 	}
 }

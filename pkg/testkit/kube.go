@@ -64,27 +64,48 @@ func WithControllerManager() KubeOption {
 
 // KubeAssetsDir is where Kube finds kube-apiserver, etcd and
 // kube-controller-manager: $KUBEBUILDER_ASSETS when set, else the folder
-// hack/envtest/build.sh builds into by default.
+// hack/envtest/build.sh builds into by default (in CacheDir).
 func KubeAssetsDir() string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
 	}
-	cache := os.Getenv("WEFT_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			home = os.TempDir()
+	return filepath.Join(CacheDir(), "envtest", KubeVersion)
+}
+
+// KubeBinary returns the path of one of the test control plane's programs
+// (kube-apiserver, etcd, kube-controller-manager) in KubeAssetsDir, or ends
+// the test through Need when it has not been built.
+func KubeBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := kubeBinaries(name)
+	Need(t, name+" of the test control plane (hack/envtest/build.sh)", err)
+	return p[0]
+}
+
+// kubeBinaries returns the paths of names in KubeAssetsDir, or an error
+// naming those that are not executables there.
+func kubeBinaries(names ...string) ([]string, error) {
+	dir := KubeAssetsDir()
+	var paths, missing []string
+	for _, b := range names {
+		p := filepath.Join(dir, b)
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			missing = append(missing, b)
 		}
-		cache = filepath.Join(home, ".cache", "weft")
+		paths = append(paths, p)
 	}
-	return filepath.Join(cache, "envtest", KubeVersion)
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s in %s", ErrNotFound, strings.Join(missing, ", "), dir)
+	}
+	return paths, nil
 }
 
 var quietControllerRuntime sync.Once
 
 // Kube starts a Kubernetes control plane for the test and stops it when the
-// test ends. The binaries must have been built (`make test` builds them, or
-// run hack/envtest/build.sh); when they are missing the test fails.
+// test ends. The binaries must have been built (`make deps` builds them, or
+// run hack/envtest/build.sh); when they are missing the test ends through
+// Need.
 func Kube(t testing.TB, opts ...KubeOption) *KubeEnv {
 	t.Helper()
 	var o kubeOptions
@@ -96,15 +117,8 @@ func Kube(t testing.TB, opts ...KubeOption) *KubeEnv {
 	if o.controllerManager {
 		bins = append(bins, "kube-controller-manager")
 	}
-	var missing []string
-	for _, b := range bins {
-		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		t.Fatalf("%s not found in %s: run `make test` or hack/envtest/build.sh, which build them", strings.Join(missing, ", "), dir)
-	}
+	_, err := kubeBinaries(bins...)
+	Need(t, "the test control plane (hack/envtest/build.sh)", err)
 	// envtest logs through controller-runtime's logger, which warns once
 	// when nothing was ever set.
 	quietControllerRuntime.Do(func() { ctrllog.SetLogger(logr.Discard()) })

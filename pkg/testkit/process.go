@@ -5,35 +5,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 )
-
-// GoBuild builds the main package pkg (an import path of the workspace,
-// such as "github.com/weftio/weft/services/deployer/cmd/weft-deployer")
-// into a temporary folder and returns the binary's path. When the test
-// binary has the race detector, so does the program. The build cache makes
-// a second build take a moment.
-func GoBuild(t testing.TB, pkg string) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build %s: %v", pkg, err)
-	}
-	bin := filepath.Join(t.TempDir(), path.Base(pkg))
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	out, err := exec.Command(goBin, append(args, pkg)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-	}
-	return bin
-}
 
 // Process is a program a test runs as a process of its own. Its output
 // (stdout and stderr) is kept, and shown in the test log if the test

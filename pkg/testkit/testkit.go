@@ -10,7 +10,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -130,19 +129,6 @@ func Eventually(t testing.TB, timeout time.Duration, f func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// HAProxy returns the path of the haproxy binary; `make test` installs it,
-// so its absence fails the test rather than skipping it.
-func HAProxy(t testing.TB) string {
-	t.Helper()
-	for _, p := range []string{"haproxy", "/usr/sbin/haproxy"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	t.Fatal("haproxy binary not found: run `make test`, which installs it")
-	return ""
 }
 
 // Run starts f in a goroutine and returns a stop function that cancels its

@@ -1,24 +1,28 @@
 // Package validator decides whether a rendered bundle may be deployed.
 //
 // It runs two roles. Each validator kind (template, haproxy, syntax,
-// policy; a replica can serve a subset, Options.Kinds) answers
-// weft.validate.<target> requests in its own queue group, so any number of
-// replicas answer once per kind, and keeps a heartbeat per kind in the
-// leases bucket. The gatherer consumes render messages from the durable
-// consumer "validator" (one replica handles each render), asks the kinds the
-// target expects (configured, or every kind with a live heartbeat) and waits
-// for all of them or the target's timeout, then publishes the verdict on
-// weft.validated.<target> and keeps it in the status bucket. A bundle is
-// accepted only when every kind that answered found no error and either all
-// expected kinds answered or at least validate.min_kinds did; a kind that
-// did not answer is named in the verdict. Complete verdicts are cached by
-// bundle hash and kinds, so a bundle seen before is not validated again.
+// policy; a replica serves those of Options.Kinds, or else every kind that
+// can run on the machine) answers weft.validate.<target> requests in its
+// own queue group, so any number of replicas answer once per kind, and
+// keeps a heartbeat per kind in the leases bucket. The gatherer consumes
+// render messages from the durable consumer "validator" (one replica
+// handles each render), asks the kinds the target expects (configured, or
+// every kind with a live heartbeat) and waits for all of them or the
+// target's timeout, then publishes the verdict on weft.validated.<target>
+// and keeps it in the status bucket. A bundle is accepted only when every
+// kind that answered found no error and either all expected kinds answered
+// or at least validate.min_kinds did; a kind that did not answer is named
+// in the verdict. Complete verdicts are cached by bundle hash and kinds, so
+// a bundle seen before is not validated again. A kind that cannot run on
+// the machine (haproxy without its binary) makes Run fail at start when
+// Options.Kinds names it or a target expects it.
 package validator
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -61,18 +65,87 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, svc.Register(reg, Service, m.verdicts, m.checks)
 }
 
-// Checkers returns every validator kind, the policy kind holding each
-// target's rules.
-func Checkers(cfg *config.Config) ([]kind.Checker, error) {
-	hc, err := haproxycheck.New()
-	if err != nil {
-		return nil, fmt.Errorf("validator: %w", err)
+// Checkers returns the checkers of kinds (names of config.Kinds) for cfg,
+// the policy kind holding each target's rules. A kind that cannot run here
+// (haproxy without its binary) is an error saying why and how to fix it,
+// wrapping ErrKindUnavailable and the cause (haproxycheck.ErrNoBinary).
+func Checkers(cfg *config.Config, kinds []string) ([]kind.Checker, error) {
+	out := make([]kind.Checker, 0, len(kinds))
+	for _, k := range kinds {
+		c, err := newChecker(cfg, k)
+		if err != nil {
+			return nil, kindError(k, err, nil)
+		}
+		out = append(out, c)
 	}
-	policies := kind.TargetPolicies{}
-	for name, t := range cfg.Targets {
-		policies[name] = t.Validate.Policy
+	return out, nil
+}
+
+// ErrKindUnavailable: a validator kind cannot run on this machine.
+var ErrKindUnavailable = errors.New("cannot run here")
+
+func newChecker(cfg *config.Config, k string) (kind.Checker, error) {
+	switch k {
+	case config.KindTemplate:
+		return kind.NewTemplateChecker(cfg), nil
+	case config.KindHAProxy:
+		hc, err := haproxycheck.New()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrKindUnavailable, err)
+		}
+		return kind.HAProxyChecker{C: hc}, nil
+	case config.KindSyntax:
+		return kind.SyntaxChecker{}, nil
+	case config.KindPolicy:
+		policies := kind.TargetPolicies{}
+		for name, t := range cfg.Targets {
+			policies[name] = t.Validate.Policy
+		}
+		return policies, nil
 	}
-	return []kind.Checker{kind.NewTemplateChecker(cfg), kind.HAProxyChecker{C: hc}, kind.SyntaxChecker{}, policies}, nil
+	return nil, fmt.Errorf("is unknown (known: %s)", strings.Join(config.Kinds, ", "))
+}
+
+// kindError says that kind k, which targets expect, cannot be checked.
+func kindError(k string, err error, targets []string) error {
+	if len(targets) > 0 {
+		return fmt.Errorf("kind %s, which targets %s expect (validate.kinds), %w", k, strings.Join(targets, ", "), err)
+	}
+	return fmt.Errorf("kind %s %w", k, err)
+}
+
+// serving returns the checkers of the kinds this replica serves. Every kind
+// named with --kinds (explicit) must run here. Of every kind (no --kinds),
+// one that cannot run here is left out, and said so in the log, unless a
+// target expects it: then the configuration cannot be validated as it says,
+// which is an error at start rather than verdicts that wait for a kind
+// nobody serves.
+func serving(cfg *config.Config, kinds []string, explicit bool, log *slog.Logger) ([]kind.Checker, error) {
+	var out []kind.Checker
+	for _, k := range kinds {
+		c, err := newChecker(cfg, k)
+		targets := expecting(cfg, k)
+		switch {
+		case err == nil:
+			out = append(out, c)
+			continue
+		case explicit || len(targets) > 0 || !errors.Is(err, ErrKindUnavailable):
+			return nil, kindError(k, err, targets)
+		}
+		log.Info("validator kind not served: it cannot run here and no target expects it", "kind", k, "err", err.Error())
+	}
+	return out, nil
+}
+
+// expecting lists the targets whose validate.kinds name k.
+func expecting(cfg *config.Config, k string) []string {
+	var out []string
+	for _, name := range cfg.TargetNames() {
+		if slices.Contains(cfg.Targets[name].Validate.Kinds, k) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 type validator struct {
@@ -103,15 +176,13 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 		return err
 	}
 	env = env.For(Service)
-	all, err := Checkers(cfg)
+	checkers, err := serving(cfg, own.Kinds, len(o.Kinds) > 0, env.Log)
 	if err != nil {
 		return err
 	}
-	var checkers []kind.Checker
-	for _, c := range all {
-		if slices.Contains(own.Kinds, c.Name()) {
-			checkers = append(checkers, c)
-		}
+	served := make([]string, len(checkers))
+	for i, c := range checkers {
+		served[i] = c.Name()
 	}
 	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL)}
 	leases, err := env.JS.KeyValue(ctx, msg.BucketLeases)
@@ -151,7 +222,7 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 			return bus.Serve(ctx, env.NC, msg.ValidateAll, "weft-validator-"+c.Name(), v.answer(c), o)
 		})
 	}
-	g.Go(func() error { return beat(ctx, leases, env.Replica, own.Kinds, own.HeartbeatTTL, env.Log) })
+	g.Go(func() error { return beat(ctx, leases, env.Replica, served, own.HeartbeatTTL, env.Log) })
 	g.Go(func() error { return v.reg.follow(ctx, leases) })
 	renders := opts
 	renders.Stage = "renders"

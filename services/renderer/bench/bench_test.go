@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/index"
 	"github.com/weftio/weft/services/renderer/target"
@@ -99,7 +100,7 @@ var jinja2Iterations = map[int]int{100: 20, 1000: 5, 10000: 3}
 
 // jinja2 returns the latest measurement of Python's Jinja2 rendering the
 // workload of n Ingresses, measuring it when there is none or fresh is
-// set; nil when Jinja2 is not available.
+// set; nil when Jinja2 is not available (a failure under CI).
 func jinja2(b *testing.B, workload string, n int, fresh bool) *jinja2Result {
 	b.Helper()
 	jinja2Mu.Lock()
@@ -109,7 +110,7 @@ func jinja2(b *testing.B, workload string, n int, fresh bool) *jinja2Result {
 		return res
 	}
 	var res *jinja2Result
-	if jinja2Available() {
+	if testkit.Want(b, jinja2Part+", the x-jinja2 metrics' reference", jinja2Missing()) {
 		dir := b.TempDir()
 		data, templates := jinja2Inputs[workload](b, dir, n)
 		r := runJinja2(b, data, templates, jinja2Iterations[n], "")
@@ -174,9 +175,7 @@ func BenchmarkJinja2(b *testing.B) {
 }
 
 func benchmarkJinja2(b *testing.B, workload string) {
-	if !jinja2Available() {
-		b.Skipf("%s with jinja2 is not available", python)
-	}
+	testkit.Need(b, jinja2Part, jinja2Missing())
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			var res *jinja2Result

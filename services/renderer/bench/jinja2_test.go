@@ -25,10 +25,19 @@ type jinja2Result struct {
 	Renders     int     `json:"renders"`
 }
 
-// jinja2Available reports whether Debian's Python with Jinja2 is
-// installed (apt-get install python3-jinja2).
-func jinja2Available() bool {
-	return exec.Command(python, "-c", "import jinja2").Run() == nil
+// jinja2Part is what a test names when Python's Jinja2 is missing.
+const jinja2Part = python + " with Jinja2 (apt-get install python3-jinja2)"
+
+// jinja2Missing returns nil when Debian's Python with Jinja2 is installed
+// (apt-get install python3-jinja2), else what is wrong.
+func jinja2Missing() error {
+	out, err := exec.Command(python, "-c", "import jinja2").CombinedOutput()
+	if err != nil {
+		// The last line of a traceback says what is missing.
+		lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+		return fmt.Errorf("%s -c 'import jinja2': %w: %s", python, err, lines[len(lines)-1])
+	}
+	return nil
 }
 
 // writeJinja2Input writes the index's objects (with their index key

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/index"
 	"github.com/weftio/weft/services/renderer/target"
@@ -94,9 +95,7 @@ func errorLines(out *engine.Output) string {
 // workload exactly as the engine does (every output and the registered
 // errors), so the benchmarks compare equal work.
 func TestLibraryJinja2RendersTheSame(t *testing.T) {
-	if !jinja2Available() {
-		t.Skipf("%s with jinja2 is not available (apt-get install python3-jinja2)", python)
-	}
+	testkit.Need(t, jinja2Part, jinja2Missing())
 	// 300 Ingresses: 75 TLS Secrets, more than the 64 slots.
 	ix, err := LoadLibrary(300)
 	if err != nil {

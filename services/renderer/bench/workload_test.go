@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/index"
 )
@@ -97,9 +98,7 @@ func TestFragmentsMatchFullRender(t *testing.T) {
 // TestJinja2RendersTheSame checks that Python's Jinja2 renders the workload
 // exactly as the engine does, so the benchmarks compare equal work.
 func TestJinja2RendersTheSame(t *testing.T) {
-	if !jinja2Available() {
-		t.Skipf("%s with jinja2 is not available (apt-get install python3-jinja2)", python)
-	}
+	testkit.Need(t, jinja2Part, jinja2Missing())
 	ix, err := Load(60)
 	if err != nil {
 		t.Fatal(err)

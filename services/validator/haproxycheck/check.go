@@ -42,6 +42,14 @@ const maxOutput = 1 << 20
 // fallbackBinaries are tried, in order, when haproxy is not in PATH.
 var fallbackBinaries = []string{"/usr/sbin/haproxy"}
 
+// EnvBinary is the environment variable that, when set, names the haproxy
+// binary (a path, or a name looked up in PATH) that New and Find use instead
+// of looking in PATH and at /usr/sbin/haproxy.
+const EnvBinary = "WEFT_HAPROXY"
+
+// Install says how to get haproxy, for messages about its absence.
+const Install = "apt-get install haproxy"
+
 // File is one file of a rendered bundle.
 type File struct {
 	// Path is relative and slash-separated, e.g. "maps/host.map".
@@ -125,9 +133,8 @@ func WithTempDir(dir string) Option {
 	}
 }
 
-// New returns a Checker. Without WithBinary it looks for haproxy in PATH, then
-// at /usr/sbin/haproxy; a binary that cannot be found is an error wrapping
-// ErrNoBinary.
+// New returns a Checker. Without WithBinary it runs the binary Find finds;
+// a binary that cannot be found is an error wrapping ErrNoBinary.
 func New(opts ...Option) (*Checker, error) {
 	c := &Checker{timeout: DefaultTimeout}
 	for _, o := range opts {
@@ -146,10 +153,18 @@ func New(opts ...Option) (*Checker, error) {
 // Binary returns the absolute path of the haproxy binary the Checker runs.
 func (c *Checker) Binary() string { return c.bin }
 
+// Find returns the absolute path of the haproxy binary: $WEFT_HAPROXY
+// (EnvBinary) when set, else haproxy in PATH, else /usr/sbin/haproxy. A
+// binary that cannot be found is an error wrapping ErrNoBinary.
+func Find() (string, error) { return resolveBinary("") }
+
 func resolveBinary(want string) (string, error) {
 	candidates := []string{want}
 	if want == "" {
 		candidates = append([]string{"haproxy"}, fallbackBinaries...)
+		if env := os.Getenv(EnvBinary); env != "" {
+			candidates = []string{env}
+		}
 	}
 	var errs []error
 	for _, cand := range candidates {
@@ -166,7 +181,7 @@ func resolveBinary(want string) (string, error) {
 		}
 		return abs, nil
 	}
-	return "", fmt.Errorf("haproxycheck: %w: tried %s: %w", ErrNoBinary, strings.Join(candidates, ", "), errors.Join(errs...))
+	return "", fmt.Errorf("haproxycheck: %w: tried %s (%s, or set %s to its path): %w", ErrNoBinary, strings.Join(candidates, ", "), Install, EnvBinary, errors.Join(errs...))
 }
 
 // Check lays files out in a fresh temporary directory, rewrites base in the

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden want.json files from haproxy's current answers")
@@ -26,20 +28,23 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// haproxyPart is what a test names when haproxy is missing.
+const haproxyPart = "haproxy (apt-get install haproxy)"
+
 const (
 	testBase = "/etc/haproxy"
 	testMain = "haproxy.cfg"
 )
 
 // newTestChecker returns a Checker using the real haproxy, with its temp dirs
-// under a fresh directory that the caller can inspect. It skips the test only
-// when haproxy is genuinely not installed.
+// under a fresh directory that the caller can inspect. Without haproxy the
+// test ends through testkit.Need.
 func newTestChecker(t testing.TB, opts ...Option) (*Checker, string) {
 	t.Helper()
 	root := t.TempDir()
 	c, err := New(append([]Option{WithTempDir(root), WithTimeout(60 * time.Second)}, opts...)...)
 	if errors.Is(err, ErrNoBinary) {
-		t.Skipf("haproxy is not installed (not in PATH nor at /usr/sbin/haproxy); install the haproxy package to run this test: %v", err)
+		testkit.Need(t, haproxyPart, err)
 	}
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -372,6 +377,55 @@ func TestNewFallbackBinary(t *testing.T) {
 	}
 }
 
+// TestEnvBinary: $WEFT_HAPROXY names the binary New and Find use, in
+// place of PATH and the fallback; WithBinary still wins.
+func TestEnvBinary(t *testing.T) {
+	real, _ := newTestChecker(t)
+	copied := filepath.Join(t.TempDir(), "haproxy-copy")
+	copyFile(t, real.Binary(), copied, 0o755)
+	missing := filepath.Join(t.TempDir(), "haproxy")
+	cases := []struct {
+		name, env, with string
+		want            string // the binary; "" for ErrNoBinary
+	}{
+		{"unset", "", "", real.Binary()},
+		{"a path", copied, "", copied},
+		{"a missing path, though haproxy is installed", missing, "", ""},
+		{"WithBinary over the variable", missing, copied, copied},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(EnvBinary, tc.env)
+			var opts []Option
+			if tc.with != "" {
+				opts = append(opts, WithBinary(tc.with))
+			}
+			c, err := New(opts...)
+			found, findErr := Find()
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoBinary) || !errors.Is(findErr, ErrNoBinary) {
+					t.Fatalf("New: %v, Find: %v; want ErrNoBinary from both", err, findErr)
+				}
+				for _, says := range []string{missing, Install, EnvBinary} {
+					if !strings.Contains(err.Error(), says) {
+						t.Errorf("error %q does not say %q", err, says)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			if c.Binary() != tc.want {
+				t.Errorf("Binary() = %q, want %q", c.Binary(), tc.want)
+			}
+			if tc.with == "" && (findErr != nil || found != tc.want) {
+				t.Errorf("Find() = %q, %v; want %q", found, findErr, tc.want)
+			}
+		})
+	}
+}
+
 func TestNewOptions(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second} {
 		if _, err := New(WithTimeout(d)); err == nil {
@@ -638,7 +692,7 @@ func TestCheckDefaultTempDir(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	c, err := New()
 	if errors.Is(err, ErrNoBinary) {
-		t.Skipf("haproxy is not installed: %v", err)
+		testkit.Need(t, haproxyPart, err)
 	}
 	if err != nil {
 		t.Fatal(err)

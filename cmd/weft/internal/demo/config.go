@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/weftio/weft/pkg/config"
@@ -106,4 +107,29 @@ func withAdminSocket(tpl, admin string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: the haproxy_config template has no global section for the admin socket", ErrNotDemonstrable)
+}
+
+// WithoutHAProxyKind returns cfg with the haproxy validator kind taken out
+// of every target that expects it, for running where haproxy is not
+// installed, and the names of those targets. A target left without a kind
+// is validated by the template kind; min_kinds is capped at the kinds
+// left. cfg itself is not changed.
+func WithoutHAProxyKind(cfg *config.Config) (*config.Config, []string) {
+	out := *cfg
+	out.Targets = make(map[string]config.Target, len(cfg.Targets))
+	var changed []string
+	for _, name := range cfg.TargetNames() {
+		t := cfg.Targets[name]
+		if slices.Contains(t.Validate.Kinds, config.KindHAProxy) {
+			changed = append(changed, name)
+			kinds := slices.DeleteFunc(slices.Clone(t.Validate.Kinds), func(k string) bool { return k == config.KindHAProxy })
+			if len(kinds) == 0 {
+				kinds = []string{config.KindTemplate}
+			}
+			t.Validate.Kinds = kinds
+			t.Validate.MinKinds = min(t.Validate.MinKinds, len(kinds))
+		}
+		out.Targets[name] = t
+	}
+	return &out, changed
 }

@@ -40,7 +40,8 @@ import (
 type Options struct {
 	// Plan is what Prepare found in the configuration.
 	Plan *Plan
-	// HAProxy is the path of the haproxy binary (see FindHAProxy).
+	// HAProxy is the path of the haproxy binary (haproxycheck.Find finds
+	// it as the validator does).
 	HAProxy string
 	// Log receives what the demo does and HAProxy's output.
 	Log *slog.Logger

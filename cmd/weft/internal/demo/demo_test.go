@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,15 +50,6 @@ func get(addr, host string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
-}
-
-func TestFindHAProxy(t *testing.T) {
-	if p, ok := FindHAProxy("no-such-haproxy", "/no/such/haproxy"); ok {
-		t.Fatalf("found %q", p)
-	}
-	if p, ok := FindHAProxy("/no/such/haproxy", "sh"); !ok || !filepath.IsAbs(p) {
-		t.Fatalf("sh on PATH: %q %v", p, ok)
-	}
 }
 
 func TestRuntimeConfigOfTheQuickstart(t *testing.T) {
@@ -245,5 +237,46 @@ func TestHAProxyExitingIsReported(t *testing.T) {
 	}
 	if err := hp.Wait(); !errors.Is(err, ErrHAProxyExited) {
 		t.Fatalf("err %v, want ErrHAProxyExited", err)
+	}
+}
+
+// TestWithoutHAProxyKind takes the haproxy kind out of the targets that
+// expect it and leaves everything else, the configuration given included,
+// as it was.
+func TestWithoutHAProxyKind(t *testing.T) {
+	const yaml = `
+targets:
+  both: {validate: {kinds: [haproxy, template], min_kinds: 2}, deploy: {driver: files, dest: /tmp/a}, haproxy_config: {template: "x"}}
+  only: {validate: {kinds: [haproxy]}, deploy: {driver: files, dest: /tmp/b}, haproxy_config: {template: "x"}}
+  none: {validate: {kinds: [syntax, template], min_kinds: 1}, deploy: {driver: files, dest: /tmp/c}, haproxy_config: {template: "x"}}
+`
+	cfg, err := config.Parse([]byte(yaml), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, changed := WithoutHAProxyKind(cfg)
+	if !slices.Equal(changed, []string{"both", "only"}) {
+		t.Errorf("changed %v, want both and only", changed)
+	}
+	cases := []struct {
+		target   string
+		kinds    []string
+		minKinds int
+	}{
+		{"both", []string{"template"}, 1},
+		{"only", []string{"template"}, 0},
+		{"none", []string{"syntax", "template"}, 1},
+	}
+	for _, tc := range cases {
+		v := got.Targets[tc.target].Validate
+		if !slices.Equal(v.Kinds, tc.kinds) || v.MinKinds != tc.minKinds {
+			t.Errorf("%s: kinds %v min_kinds %d, want %v %d", tc.target, v.Kinds, v.MinKinds, tc.kinds, tc.minKinds)
+		}
+	}
+	if k := cfg.Targets["both"].Validate.Kinds; !slices.Equal(k, []string{"haproxy", "template"}) {
+		t.Errorf("the configuration given was changed: both has kinds %v", k)
+	}
+	if got.Targets["both"].Deploy.Dest != "/tmp/a" || len(got.Targets) != 3 {
+		t.Errorf("other settings changed: %+v", got.Targets)
 	}
 }

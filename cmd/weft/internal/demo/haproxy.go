@@ -12,21 +12,6 @@ import (
 	"time"
 )
 
-// HAProxyCandidates are where FindHAProxy looks by default: PATH, then
-// the Debian package's path.
-var HAProxyCandidates = []string{"haproxy", "/usr/sbin/haproxy"}
-
-// FindHAProxy returns the first candidate that is an executable; a bare
-// name is looked up on PATH.
-func FindHAProxy(candidates ...string) (string, bool) {
-	for _, c := range candidates {
-		if p, err := exec.LookPath(c); err == nil {
-			return p, true
-		}
-	}
-	return "", false
-}
-
 var (
 	// ErrHAProxyExited: HAProxy exited when it should have been serving.
 	ErrHAProxyExited = errors.New("demo: haproxy exited")

@@ -31,9 +31,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-)
 
-const haproxyBin = "/usr/sbin/haproxy"
+	"github.com/weftio/weft/pkg/testkit"
+)
 
 // sockPrefix names the folders holding the sockets of the HAProxy processes
 // this test binary starts; TestMain looks for processes still using one.
@@ -86,13 +86,6 @@ func isZombie(pid int) bool {
 	return i >= 0 && strings.HasPrefix(s[i+1:], " Z")
 }
 
-func needHAProxy(tb testing.TB) {
-	tb.Helper()
-	if _, err := os.Stat(haproxyBin); err != nil {
-		tb.Skipf("%s not available: %v", haproxyBin, err)
-	}
-}
-
 // backendSpec is a backend section: its name and its lines.
 type backendSpec struct {
 	name  string
@@ -135,6 +128,7 @@ func (s *spec) backend(name string) *backendSpec {
 // answering with their names, and a Driver for its folder.
 type rig struct {
 	tb                testing.TB
+	haproxy           string // the binary
 	dir               string
 	master, admin     string
 	logPath           string
@@ -149,7 +143,7 @@ type rig struct {
 // Driver that has adopted it.
 func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 	tb.Helper()
-	needHAProxy(tb)
+	haproxy := testkit.HAProxy(tb)
 	sockDir, err := os.MkdirTemp("", sockPrefix)
 	if err != nil {
 		tb.Fatal(err)
@@ -157,6 +151,7 @@ func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 	tb.Cleanup(func() { _ = os.RemoveAll(sockDir) })
 	r := &rig{
 		tb:      tb,
+		haproxy: haproxy,
 		dir:     filepath.Join(sockDir, "haproxy"),
 		master:  filepath.Join(sockDir, "master.sock"),
 		admin:   filepath.Join(sockDir, "admin.sock"),
@@ -314,7 +309,7 @@ func (r *rig) start() error {
 		r.tb.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(haproxyBin, "-W", "-db", "-f", filepath.Join(r.dir, "haproxy.cfg"), "-S", r.master)
+	cmd := exec.Command(r.haproxy, "-W", "-db", "-f", filepath.Join(r.dir, "haproxy.cfg"), "-S", r.master)
 	// Not in r.dir, which a test may remove with HAProxy running.
 	cmd.Dir = filepath.Dir(r.dir)
 	cmd.Stdout, cmd.Stderr = logf, logf

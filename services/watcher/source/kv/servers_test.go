@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,76 +80,14 @@ func (p *process) output() string {
 
 // etcd
 
-// etcdVersion is the etcd server the tests run against.
-const etcdVersion = "v3.6.8"
-
-var etcdBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// etcdBinary returns the etcd server binary, built once per machine from
-// its Go module into $HOME/.cache/weft/etcd/<version>. The server's module
-// cannot be a dependency of this module: the Kubernetes libraries the
-// module also uses require a newer etcd, which the server does not build
-// with.
+// etcdBinary returns the etcd server of the test control plane
+// (hack/envtest builds it; its go.mod pins the version). The server's
+// module cannot be a dependency of this module: the Kubernetes libraries
+// the module also uses require a newer etcd, which the server does not
+// build with.
 func etcdBinary(t testing.TB) string {
 	t.Helper()
-	etcdBuild.once.Do(func() { etcdBuild.path, etcdBuild.err = buildEtcd(t) })
-	if etcdBuild.err != nil {
-		t.Fatalf("etcd server binary: %v", etcdBuild.err)
-	}
-	return etcdBuild.path
-}
-
-func buildEtcd(t testing.TB) (string, error) {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(home, ".cache", "weft", "etcd", etcdVersion)
-	bin := filepath.Join(dir, "etcd")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	// Another test process may be building it too.
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		return bin, nil
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("the go command is needed to build etcd: %w", err)
-	}
-	mod := t.TempDir()
-	gomod := "module weft.test/etcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 " + etcdVersion + "\n"
-	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644); err != nil {
-		return "", err
-	}
-	tmp := filepath.Join(dir, "etcd.tmp")
-	t.Logf("building etcd %s into %s (once per machine)", etcdVersion, dir)
-	cmd := exec.Command(goBin, "build", "-o", tmp, "go.etcd.io/etcd/server/v3")
-	cmd.Dir = mod
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build etcd %s: %w\n%s", etcdVersion, err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return testkit.KubeBinary(t, "etcd")
 }
 
 // etcdServer is a single-member etcd on 127.0.0.1, with its data in a
@@ -226,13 +162,7 @@ func (e *etcdServer) del(t testing.TB, key string) {
 
 func redisBinary(t testing.TB) string {
 	t.Helper()
-	for _, p := range []string{"redis-server", "/usr/bin/redis-server"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	t.Fatal("redis-server not found: run `make test`, which installs it")
-	return ""
+	return testkit.Program(t, "redis-server (apt-get install redis-server)", "redis-server", "/usr/bin/redis-server")
 }
 
 // redisServer is a redis-server on 127.0.0.1 without persistence: a

@@ -7,11 +7,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // send sends a request and returns the answer, its body read.
@@ -265,9 +266,5 @@ func formBody(t *testing.T, name, content string) (string, string) {
 
 func haproxyBin(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("haproxy")
-	if err != nil {
-		t.Skip("haproxy is not installed")
-	}
-	return p
+	return testkit.HAProxy(t)
 }
