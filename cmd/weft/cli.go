@@ -40,19 +40,21 @@ func usageError(err error) error { return &exitError{code: ExitUsage, err: err} 
 // errHelp ends a command that printed its usage because -h asked for it.
 var errHelp = errors.New("help requested")
 
-// exitCode is the exit code of run's result, and the line to print on
-// stderr ("" for none).
+// exitCode is the exit code of run's result, and the text to print on
+// stderr ("" for none): each line of the error prefixed with "weft: ", so
+// every problem of a configuration is a line of its own.
 func exitCode(err error) (int, string) {
 	if err == nil || errors.Is(err, errHelp) {
 		return 0, ""
 	}
+	code := ExitFailed
 	if e, ok := errors.AsType[*exitError](err); ok {
 		if e.quiet {
 			return e.code, ""
 		}
-		return e.code, "weft: " + e.Error()
+		code = e.code
 	}
-	return ExitFailed, "weft: " + err.Error()
+	return code, "weft: " + strings.ReplaceAll(err.Error(), "\n", "\nweft: ")
 }
 
 // command describes one subcommand for its usage text.

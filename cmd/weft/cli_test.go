@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -196,5 +198,27 @@ func TestStatusWithoutWeft(t *testing.T) {
 	code, _, errOut := runWeft(t, "status", "--nats-url", "nats://127.0.0.1:1")
 	if code != ExitFailed || !strings.Contains(errOut, "is weft running?") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestConfigProblemsOnStderr: a command given a weft.yaml with mistakes
+// exits ExitFailed and prints each problem on a line of its own, with the
+// file, line, column and field path.
+func TestConfigProblemsOnStderr(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "weft.yaml")
+	y := "targets:\n  edge:\n    render: {debounce: 5}\n    deploy:\n      driver: files\n      reload_cmnd: x\n"
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "weft: " + p + `:3:24: targets.edge.render.debounce: must be a duration like "250ms", "30s" or "1m30s", got 5 (a number needs a unit: 5s?)` + "\n" +
+		"weft: " + p + `:6:7: targets.edge.deploy.reload_cmnd: unknown field "reload_cmnd"; did you mean "reload_cmd"?` + "\n"
+	for _, args := range [][]string{
+		{"render", "--config", p, "--out", t.TempDir()},
+		{"validate", "--config", p, t.TempDir()},
+	} {
+		code, out, errOut := runWeft(t, args...)
+		if code != ExitFailed || errOut != want || out != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant exit %d and:\n%s", args, code, out, errOut, ExitFailed, want)
+		}
 	}
 }
