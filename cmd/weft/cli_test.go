@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -221,4 +223,48 @@ func TestConfigProblemsOnStderr(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant exit %d and:\n%s", args, code, out, errOut, ExitFailed, want)
 		}
 	}
+}
+
+// TestStatusCountsFollowTheWatcher runs the watcher on the quickstart and
+// reads `weft status --json` as Services are added and removed: the
+// object count is the current one, not the initial listing's.
+func TestStatusCountsFollowTheWatcher(t *testing.T) {
+	s := startStackOf(t, quickstart, nil, nil, nil, Services[:1])
+	count := func() (int, error) {
+		code, out, errOut := runWeft(t, "status", "--json", "--nats-url", s.bus.URL)
+		if code != 0 {
+			return 0, fmt.Errorf("exit %d: %s", code, errOut)
+		}
+		var rep msg.StatusReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			return 0, err
+		}
+		for _, sy := range rep.Syncs {
+			if sy.Source == "manifests" && sy.Type == "services" {
+				return sy.Count, nil
+			}
+		}
+		return 0, errors.New("no sync status of manifests services yet")
+	}
+	want := func(n int) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("%d services in weft status", n), func() error {
+			got, err := count()
+			if err == nil && got != n {
+				err = fmt.Errorf("weft status counts %d services", got)
+			}
+			return err
+		})
+	}
+	want(3)
+	for i := range 60 {
+		s.writeManifest(fmt.Sprintf("extra-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: extra-%d, namespace: default}\nspec: {ports: [{port: 80}]}\n", i))
+	}
+	want(63)
+	for i := range 20 {
+		if err := os.Remove(filepath.Join(s.dir, "manifests", fmt.Sprintf("extra-%d.yaml", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(43)
 }
