@@ -1,7 +1,9 @@
 // Package config loads weft.yaml: the sources to watch, the watched resource
 // types and how they are indexed, and the targets to render, validate and
 // deploy. Load applies defaults, resolves relative paths against the file's
-// folder and reports every problem at once, each with its field path. A
+// folder and reports every problem at once (Problems), in file order, each
+// an *Error naming the file, line, column and field path; an unknown field
+// is reported with the closest known name, and an empty file is a problem. A
 // target that names a confd confdir (confd: {dir, prefix}) is replaced at
 // load by one target per template resource of the confdir (see Confd), so
 // the confdir is read, with package confdir, wherever weft.yaml is loaded.
