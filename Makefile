@@ -6,6 +6,8 @@ MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/svc pkg/testkit services/watche
 CONFIG ?= examples/quickstart/weft.yaml
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 BENCH ?= .
+# VERSION is what `weft --version` prints for a `make build` binary.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
 .PHONY: run build test deps lint bench fuzz tidy
 
@@ -17,7 +19,7 @@ run:
 ## build: every binary into bin/
 build:
 	mkdir -p bin
-	$(GO) build -o bin/weft ./cmd/weft
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/weft ./cmd/weft
 	$(GO) build -o bin/weft-watcher ./services/watcher/cmd/weft-watcher
 	$(GO) build -o bin/weft-renderer ./services/renderer/cmd/weft-renderer
 	$(GO) build -o bin/weft-validator ./services/validator/cmd/weft-validator

@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,16 +28,21 @@ commands:
   render   render a target offline from a folder of manifests
   validate run the validator kinds offline on a rendered bundle
   status   show each target's render, validation and deploy state
+  version  print weft's version (also: weft --version)
+  help     print this help, or a command's: weft help <command>
 Run 'weft <command> -h' for the command's flags.
+
+exit codes: 0 success (and -h); 1 the command failed (weft validate: a kind
+refused); 2 bad command line; 3 weft status: a target's last render,
+validation or deploy failed.
 `
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errRefused) {
-			fmt.Fprintln(os.Stderr, "weft:", err)
-		}
-		os.Exit(1)
+	code, line := exitCode(run(os.Args[1:], os.Stdout, os.Stderr))
+	if line != "" {
+		fmt.Fprintln(os.Stderr, line)
 	}
+	os.Exit(code)
 }
 
 // Services are the services `weft up` runs.
@@ -52,23 +56,29 @@ var Services = []host.Service{
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
+		return &exitError{code: ExitUsage, err: errors.New("no command"), quiet: true}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	switch args[0] {
 	case "up":
-		return upCmd(ctx, args[1:])
+		return upCmd(ctx, args[1:], stdout, stderr)
 	case "render":
 		return renderCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "validate":
 		return validateCmd(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
+	case "version", "--version", "-version":
+		fmt.Fprint(stdout, versionText())
+		return nil
+	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[0] == "help" {
+			return run([]string{args[1], "-h"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return usageError(fmt.Errorf("unknown command %q", args[0]))
 }

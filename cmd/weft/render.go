@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -12,17 +11,16 @@ import (
 )
 
 func renderCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("weft render", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags(command{name: "render", summary: "Render a target offline, without NATS, from a folder of manifests into a folder:\nfor template authors and their CI."})
 	cfgPath := fs.String("config", "weft.yaml", "path of weft.yaml")
 	target := fs.String("target", "", "target to render (default: the only one)")
 	resources := fs.String("resources", "", "folder of manifests (default: the config's manifests source)")
 	out := fs.String("out", "", "folder to write the bundle into (required)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if *out == "" {
-		return errors.New("render: --out is required")
+		return usageError(errors.New("render: --out is required"))
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,12 +16,14 @@ import (
 )
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("weft status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags(command{name: "status", summary: "Show what each target last rendered, validated and deployed, and each source's sync\nstate and object count, from the status bucket of a running weft. Exits 3 when a\ntarget's last render, validation or deploy failed, naming each on stderr."})
 	url := fs.String("nats-url", envOr("WEFT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server of a running weft [WEFT_NATS_URL]")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError(fmt.Errorf("status takes no arguments, got %q", fs.Args()))
 	}
 	nc, err := nats.Connect(*url, nats.Timeout(5*time.Second))
 	if err != nil {
@@ -46,9 +47,19 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		statusview.Write(stdout, rep)
 	}
-	statusview.Write(stdout, rep)
+	failing := statusview.Failing(rep)
+	for _, f := range failing {
+		fmt.Fprintln(stderr, "failing:", f)
+	}
+	if len(failing) > 0 {
+		return &exitError{code: ExitFailing, err: fmt.Errorf("%d failing", len(failing)), quiet: true}
+	}
 	return nil
 }
 

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -24,13 +24,13 @@ var binary = host.Binary{Name: "weft up", EmbeddedDefault: true, Services: Servi
 // upCmd runs every service until ctx is done; with --demo, against a real
 // HAProxy when one is installed (package demo), and without one on the
 // configuration less the haproxy validator kind.
-func upCmd(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet(binary.Name, flag.ContinueOnError)
+func upCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags(command{name: "up", summary: "Run every service (watcher, renderer, validator, deployer) in one process, over an\nembedded NATS server unless --nats-url names one, until SIGINT or SIGTERM."})
 	var s host.Settings
 	s.Flags(fs, binary.EmbeddedDefault)
 	demoDefault, _ := strconv.ParseBool(os.Getenv("WEFT_DEMO"))
 	withDemo := fs.Bool("demo", demoDefault, "also start HAProxy on 127.0.0.1 and echo backends for the EndpointSlices, and deliver the one target to HAProxy with the runtime driver (when haproxy is missing: as configured, without the haproxy validator kind; WEFT_HAPROXY names the binary) [WEFT_DEMO]")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if !*withDemo {

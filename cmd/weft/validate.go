@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,19 +15,18 @@ import (
 	"github.com/weftio/weft/services/validator"
 )
 
-// errRefused makes `weft validate` exit non-zero without another message.
-var errRefused = errors.New("refused")
+// errRefused makes `weft validate` exit ExitFailed without another message.
+var errRefused = &exitError{code: ExitFailed, err: errors.New("refused"), quiet: true}
 
 func validateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("weft validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags(command{name: "validate", args: " <bundle folder>", summary: "Run the target's validator kinds offline on a rendered bundle (haproxy.cfg, maps/,\nfiles/, certs/); exits 1 when a kind refuses it."})
 	cfgPath := fs.String("config", "weft.yaml", "path of weft.yaml")
 	target := fs.String("target", "", "target whose kinds, policy and base apply (default: the only one)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("validate: give one folder holding a rendered bundle (haproxy.cfg, maps/, files/, certs/)")
+		return usageError(errors.New("validate: give one folder holding a rendered bundle (haproxy.cfg, maps/, files/, certs/)"))
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -58,17 +57,14 @@ func ConfdTargetName(target, confDir, file string) string {
 // files driver's 0644 even over an existing file of another mode, the
 // larger of check_cmd_timeout and reload_cmd_timeout bounds both commands,
 // and reload_cmd's {{.src}} is dest (the staged file is gone by then).
-func (c *Config) expandConfd() error {
-	var errs []error
-	bad := func(field, f string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(f, args...)))
-	}
+func (c *Config) expandConfd(ps *problems) {
+	bad := ps.add
 	for _, name := range sortedKeys(c.Targets) {
 		t := c.Targets[name]
 		if t.Confd == nil {
 			continue
 		}
-		f := "targets." + name
+		f := path{"targets", name}
 		delete(c.Targets, name)
 		if err := checkConfdTarget(t); err != "" {
 			bad(f, "%s", err)
@@ -78,28 +74,31 @@ func (c *Config) expandConfd() error {
 		cd.Dir = c.resolve(cd.Dir)
 		specs, err := confdir.Load(cd.Dir, cd.Prefix)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s.confd: %w", ErrInvalid, f, err))
+			ps.addErr(f.k("confd"), err)
 			continue
 		}
 		if len(specs) == 0 {
-			bad(f+".confd.dir", "%s has no template resources in conf.d", cd.Dir)
+			bad(f.k("confd", "dir"), "%s has no template resources in conf.d", cd.Dir)
 		}
 		dests := map[string]string{}
 		for _, s := range specs {
 			rn := ConfdTargetName(name, filepath.Join(cd.Dir, "conf.d"), s.File)
 			s.Dest = c.resolve(s.Dest)
 			if other, dup := dests[s.Dest]; dup {
-				bad(f+".confd", "%s and %s both write %s", other, s.File, s.Dest)
+				bad(f.k("confd"), "%s and %s both write %s", other, s.File, s.Dest)
 			}
 			dests[s.Dest] = s.File
 			if _, dup := c.Targets[rn]; dup {
-				bad(f+".confd", "%s gives the target name %s, which is already used", s.File, rn)
+				bad(f.k("confd"), "%s gives the target name %s, which is already used", s.File, rn)
 				continue
 			}
 			c.Targets[rn] = confdTarget(rn, t, cd, s)
+			if ps.targetOf == nil {
+				ps.targetOf = map[string]string{}
+			}
+			ps.targetOf[rn] = name
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // checkConfdTarget names what a confd target sets that its resources

@@ -1,7 +1,9 @@
 // Package config loads weft.yaml: the sources to watch, the watched resource
 // types and how they are indexed, and the targets to render, validate and
 // deploy. Load applies defaults, resolves relative paths against the file's
-// folder and reports every problem at once, each with its field path. A
+// folder and reports every problem at once (Problems), in file order, each
+// an *Error naming the file, line, column and field path; an unknown field
+// is reported with the closest known name, and an empty file is a problem. A
 // target that names a confd confdir (confd: {dir, prefix}) is replaced at
 // load by one target per template resource of the confdir (see Confd), so
 // the confdir is read, with package confdir, wherever weft.yaml is loaded.
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -377,7 +380,7 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"250ms\": %s", b)
+		return fmt.Errorf(`must be a duration like "250ms", "30s" or "1m30s", got %s`, b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
@@ -402,7 +405,9 @@ const (
 	DefaultInstance        = "local"
 )
 
-// Load reads, defaults, resolves and validates a weft.yaml.
+// Load reads, defaults, resolves and validates a weft.yaml. Its problems
+// (Problems, each an *Error wrapping ErrInvalid) name path's line and
+// column and the field.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -412,23 +417,49 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(data, filepath.Dir(abs))
+	return ParseFile(path, data, filepath.Dir(abs))
 }
 
 // Parse is Load for content already read; dir resolves relative paths.
+// Problems name the file weft.yaml.
 func Parse(data []byte, dir string) (*Config, error) {
+	return ParseFile("weft.yaml", data, dir)
+}
+
+// ParseFile is Parse for content read from file, the name its problems
+// give. An empty file (nothing but comments and blank lines) is a problem.
+func ParseFile(file string, data []byte, dir string) (*Config, error) {
+	ps := &problems{file: file}
+	root, perr := parseYAML(file, data)
+	switch {
+	case perr != nil:
+		ps.list = append(ps.list, perr)
+		return nil, ps.err()
+	case root == nil:
+		ps.add(nil, "the configuration is empty: it needs sources, watched_resources and targets")
+		return nil, ps.err()
+	}
+	ps.root = root
+	checkShape(ps, root, reflect.TypeFor[Config](), nil)
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
 	var c Config
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		// The shape check accepts only what decodes: this is a gap in it.
+		ps.add(nil, "%v", err)
+		return nil, ps.err()
 	}
 	sum := sha256.Sum256(data)
 	c.Hash = hex.EncodeToString(sum[:8])
 	c.Dir = dir
-	if err := c.expandConfd(); err != nil {
+	c.expandConfd(ps)
+	if err := ps.err(); err != nil {
 		return nil, err
 	}
 	c.defaults()
-	if err := c.check(); err != nil {
+	c.check(ps)
+	if err := ps.err(); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -503,234 +534,259 @@ func (c *Config) defaults() {
 	}
 }
 
-func (c *Config) check() error {
-	var errs []error
-	bad := func(field, f string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(f, args...)))
-	}
-	token := func(field, s string) {
+func (c *Config) check(ps *problems) {
+	bad := ps.add
+	token := func(p path, s string) {
 		if err := msg.ValidToken(s); err != nil {
-			bad(field, "%v", err)
+			bad(p, "%v", err)
 		}
 	}
 	seen := map[string]bool{}
 	seenValue := map[string]string{}
 	for i, s := range c.Sources {
-		f := fmt.Sprintf("sources[%d]", i)
-		token(f+".name", s.Name)
+		f := path{"sources"}.i(i)
+		token(f.k("name"), s.Name)
 		if seen[s.Name] {
-			bad(f+".name", "%q is used twice", s.Name)
+			bad(f.k("name"), "%q is used twice", s.Name)
 		}
 		seen[s.Name] = true
-		if s.Rescan < 0 || s.Resync < 0 {
-			bad(f, "rescan and resync must not be negative")
+		if s.Rescan < 0 {
+			bad(f.k("rescan"), "must not be negative")
+		}
+		if s.Resync < 0 {
+			bad(f.k("resync"), "must not be negative")
 		}
 		switch s.Type {
 		case SourceManifests, SourceFile:
 			if s.Path == "" {
-				bad(f+".path", "required for a %s source", s.Type)
+				bad(f.k("path"), "required for a %s source", s.Type)
 			}
 		case SourceKubernetes, SourceEnv:
 		case SourceExports:
 			if len(s.Exports) == 0 {
-				bad(f+".exports", "required for a configmap-exports source")
+				bad(f.k("exports"), "required for a configmap-exports source")
 			}
 			for j, e := range s.Exports {
-				ef := fmt.Sprintf("%s.exports[%d]", f, j)
+				ef := f.k("exports").i(j)
 				if ns, name, ok := strings.Cut(e.ConfigMap, "/"); !ok || ns == "" || name == "" {
-					bad(ef+".configmap", "must be <namespace>/<name>, got %q", e.ConfigMap)
+					bad(ef.k("configmap"), "must be <namespace>/<name>, got %q", e.ConfigMap)
 				}
 				if len(e.Keys) == 0 {
-					bad(ef+".keys", "required")
+					bad(ef.k("keys"), "required")
 				}
-				for _, k := range e.Keys {
+				for n, k := range e.Keys {
 					if k.Key == "" {
-						bad(ef+".keys", "a key without a name")
+						bad(ef.k("keys").i(n).k("key"), "required")
 					}
 					if seenValue[k.Name()] != "" {
-						bad(ef+".keys", "value %q is exported twice (also by %s)", k.Name(), seenValue[k.Name()])
+						bad(ef.k("keys").i(n), "value %q is exported twice (also by %s)", k.Name(), seenValue[k.Name()])
 					}
 					seenValue[k.Name()] = e.ConfigMap
 				}
 			}
 		case SourceNATSKV:
 			if s.Bucket == "" {
-				bad(f+".bucket", "required for a natskv source")
+				bad(f.k("bucket"), "required for a natskv source")
 			}
 		case SourceEtcd:
 			if len(s.Endpoints) == 0 {
-				bad(f+".endpoints", "required for an etcd source")
+				bad(f.k("endpoints"), "required for an etcd source")
 			}
 		case SourceRedis:
 			if s.Address == "" {
-				bad(f+".address", "required for a redis source")
+				bad(f.k("address"), "required for a redis source")
 			}
 		default:
-			bad(f+".type", "unknown source type %q (known: %s)", s.Type,
+			bad(f.k("type"), "unknown source type %q (known: %s)", s.Type,
 				strings.Join([]string{SourceManifests, SourceKubernetes, SourceExports, SourceNATSKV, SourceEnv, SourceFile, SourceEtcd, SourceRedis}, ", "))
 		}
 	}
-	for _, expr := range c.WatchedResourcesIgnoreFields {
+	for i, expr := range c.WatchedResourcesIgnoreFields {
 		if _, err := fieldpath.Parse(expr); err != nil {
-			bad("watched_resources_ignore_fields", "%v", err)
+			ps.addExpr(path{"watched_resources_ignore_fields"}.i(i), err)
 		}
 	}
 	for _, name := range sortedKeys(c.WatchedResources) {
 		r := c.WatchedResources[name]
-		f := "watched_resources." + name
+		f := path{"watched_resources", name}
 		token(f, name)
 		if name == ValuesType {
 			bad(f, "the type name %q is reserved for value sources", ValuesType)
 		}
 		if r.Store != StoreFull && r.Store != StoreOnDemand {
-			bad(f+".store", "must be %s or %s, got %q", StoreFull, StoreOnDemand, r.Store)
+			bad(f.k("store"), "must be %s or %s, got %q", StoreFull, StoreOnDemand, r.Store)
 		}
 		if r.APIVersion == "" {
-			bad(f+".api_version", "required")
+			bad(f.k("api_version"), "required")
 		}
 		if r.Kind == "" {
-			bad(f+".kind", "required")
+			bad(f.k("kind"), "required")
 		}
-		for _, expr := range r.IndexBy {
+		for i, expr := range r.IndexBy {
 			if _, err := fieldpath.Parse(expr); err != nil {
-				bad(f+".index_by", "%v", err)
+				ps.addExpr(f.k("index_by").i(i), err)
 			}
 		}
 		if _, err := labels.Parse(r.LabelSelector); err != nil {
-			bad(f+".label_selector", "%v", err)
+			bad(f.k("label_selector"), "%v", err)
 		}
 		if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
-			bad(f+".field_selector", "%v", err)
+			bad(f.k("field_selector"), "%v", err)
 		}
 	}
 	for _, name := range sortedKeys(c.Targets) {
-		t := c.Targets[name]
-		f := "targets." + name
-		token(f, name)
-		if strings.TrimSpace(t.HAProxyConfig.Template) == "" && t.Library == "" && t.ConfdResource == nil {
-			bad(f+".haproxy_config.template", "required")
-		}
-		if !filepath.IsAbs(t.Base) {
-			bad(f+".base", "must be an absolute path, got %q", t.Base)
-		}
-		for _, k := range t.Validate.Kinds {
-			if !slices.Contains(Kinds, k) {
-				bad(f+".validate.kinds", "unknown kind %q (known: %s)", k, strings.Join(Kinds, ", "))
-			}
-		}
-		if v := t.Validate.Expect; v != ExpectConfigured && v != ExpectRegistered {
-			bad(f+".validate.expect", "must be %s or %s, got %q", ExpectConfigured, ExpectRegistered, v)
-		}
-		if n := t.Validate.MinKinds; n < 0 || (t.Validate.Expect == ExpectConfigured && n > len(t.Validate.Kinds)) {
-			bad(f+".validate.min_kinds", "must be between 0 and the number of kinds (%d), got %d", len(t.Validate.Kinds), n)
-		}
-		if err := t.Validate.Policy.Check(); err != nil {
-			bad(f+".validate.policy", "%v", err)
-		}
-		for _, n := range sortedKeys(t.Fragments) {
-			token(f+".fragments."+n, n)
-			if _, ok := c.WatchedResources[t.Fragments[n].ForEach]; !ok {
-				bad(f+".fragments."+n+".for_each", "%q is not a watched resource type", t.Fragments[n].ForEach)
-			}
-		}
-		for group, m := range map[string]map[string]Template{"maps": t.Maps, "files": t.Files, "certificates": t.Certificates} {
-			for n := range m {
-				if err := msg.SafePath(n); err != nil || strings.Contains(n, "/") {
-					bad(f+"."+group+"."+n, "file name must be a plain name")
-				}
-			}
-		}
-		d := t.Deploy
-		checkDeploy(f+".deploy", d, bad)
-		if d.Pods != nil && d.Pods.Type != "" {
-			switch r, ok := c.WatchedResources[d.Pods.Type]; {
-			case !ok:
-				bad(f+".deploy.pods.type", "%q is not a watched resource type", d.Pods.Type)
-			case r.APIVersion != "v1" || r.Kind != "Pod":
-				bad(f+".deploy.pods.type", "%q is %s %s, not Pods (api_version v1, kind Pod)", d.Pods.Type, r.APIVersion, r.Kind)
-			case r.Store == StoreOnDemand:
-				bad(f+".deploy.pods.type", "%q is kept on demand, without the status that tells whether a Pod is ready and its address", d.Pods.Type)
-			}
-		}
-		if d.DriftCheck < 0 {
-			bad(f+".deploy.drift_check", "must not be negative")
-		}
-		if _, err := d.FileMode(); err != nil {
-			bad(f+".deploy.mode", "%v", err)
-		}
-		if d.Name != "" {
-			token(f+".deploy.name", d.Name)
-		}
-		if d.MinReloadInterval < 0 || d.CmdTimeout < 0 || t.Render.Debounce < 0 || t.Render.MaxIdle < 0 || t.Render.MaxWait < 0 || t.Validate.Timeout < 0 {
-			bad(f, "durations must not be negative")
-		}
-		if t.Render.MaxWait > 0 && t.Render.MaxWait < t.Render.Debounce {
-			bad(f+".render.max_wait", "%s is shorter than render.debounce %s", t.Render.MaxWait.D(), t.Render.Debounce.D())
+		c.checkTarget(ps, name, c.Targets[name])
+	}
+}
+
+// checkTarget reports the problems of one target.
+func (c *Config) checkTarget(ps *problems, name string, t Target) {
+	bad := ps.add
+	f := path{"targets", name}
+	if err := msg.ValidToken(name); err != nil {
+		bad(f, "%v", err)
+	}
+	if strings.TrimSpace(t.HAProxyConfig.Template) == "" && t.Library == "" && t.ConfdResource == nil {
+		bad(f.k("haproxy_config", "template"), "required")
+	}
+	switch {
+	case t.Base == "" && (t.Deploy.Driver == DriverDataplane || len(t.Deploy.Instances) > 0):
+		bad(f.k("base"), "required when deploy has no dest: the folder the bundle is deployed under, as the instances see it")
+	case t.Base != "" && !filepath.IsAbs(t.Base):
+		bad(f.k("base"), "must be an absolute path, got %q", t.Base)
+	}
+	for i, k := range t.Validate.Kinds {
+		if !slices.Contains(Kinds, k) {
+			bad(f.k("validate", "kinds").i(i), "unknown kind %q (known: %s)", k, strings.Join(Kinds, ", "))
 		}
 	}
-	return errors.Join(errs...)
+	if v := t.Validate.Expect; v != ExpectConfigured && v != ExpectRegistered {
+		bad(f.k("validate", "expect"), "must be %s or %s, got %q", ExpectConfigured, ExpectRegistered, v)
+	}
+	if n := t.Validate.MinKinds; n < 0 || (t.Validate.Expect == ExpectConfigured && n > len(t.Validate.Kinds)) {
+		bad(f.k("validate", "min_kinds"), "must be between 0 and the number of kinds (%d), got %d", len(t.Validate.Kinds), n)
+	}
+	for _, pe := range t.Validate.Policy.problems() {
+		bad(append(f.k("validate", "policy"), pe.field...), "%s", pe.msg)
+	}
+	for _, n := range sortedKeys(t.Fragments) {
+		if err := msg.ValidToken(n); err != nil {
+			bad(f.k("fragments", n), "%v", err)
+		}
+		if _, ok := c.WatchedResources[t.Fragments[n].ForEach]; !ok {
+			bad(f.k("fragments", n, "for_each"), "%q is not a watched resource type", t.Fragments[n].ForEach)
+		}
+	}
+	for _, group := range []string{"maps", "files", "certificates"} {
+		m := map[string]map[string]Template{"maps": t.Maps, "files": t.Files, "certificates": t.Certificates}[group]
+		for _, n := range sortedKeys(m) {
+			if err := msg.SafePath(n); err != nil || strings.Contains(n, "/") {
+				bad(f.k(group, n), "file name must be a plain name")
+			}
+		}
+	}
+	d := t.Deploy
+	checkDeploy(f.k("deploy"), d, bad)
+	if d.Pods != nil && d.Pods.Type != "" {
+		switch r, ok := c.WatchedResources[d.Pods.Type]; {
+		case !ok:
+			bad(f.k("deploy", "pods", "type"), "%q is not a watched resource type", d.Pods.Type)
+		case r.APIVersion != "v1" || r.Kind != "Pod":
+			bad(f.k("deploy", "pods", "type"), "%q is %s %s, not Pods (api_version v1, kind Pod)", d.Pods.Type, r.APIVersion, r.Kind)
+		case r.Store == StoreOnDemand:
+			bad(f.k("deploy", "pods", "type"), "%q is kept on demand, without the status that tells whether a Pod is ready and its address", d.Pods.Type)
+		}
+	}
+	if _, err := d.FileMode(); err != nil {
+		bad(f.k("deploy", "mode"), "%v", err)
+	}
+	if d.Name != "" {
+		if err := msg.ValidToken(d.Name); err != nil {
+			bad(f.k("deploy", "name"), "%v", err)
+		}
+	}
+	for _, dur := range []struct {
+		p path
+		d Duration
+	}{
+		{f.k("deploy", "drift_check"), d.DriftCheck},
+		{f.k("deploy", "min_reload_interval"), d.MinReloadInterval},
+		{f.k("deploy", "cmd_timeout"), d.CmdTimeout},
+		{f.k("render", "debounce"), t.Render.Debounce},
+		{f.k("render", "max_idle"), t.Render.MaxIdle},
+		{f.k("render", "max_wait"), t.Render.MaxWait},
+		{f.k("validate", "timeout"), t.Validate.Timeout},
+	} {
+		if dur.d < 0 {
+			bad(dur.p, "must not be negative")
+		}
+	}
+	if t.Render.MaxWait > 0 && t.Render.MaxWait < t.Render.Debounce {
+		bad(f.k("render", "max_wait"), "%s is shorter than render.debounce %s", t.Render.MaxWait.D(), t.Render.Debounce.D())
+	}
 }
 
 // checkDeploy reports the problems of a deploy section, instance by
 // instance.
-func checkDeploy(f string, d Deploy, bad func(field, f string, args ...any)) {
+func checkDeploy(f path, d Deploy, bad func(p path, format string, args ...any)) {
 	if !slices.Contains(Drivers, d.Driver) {
-		bad(f+".driver", "unknown driver %q (known: %s)", d.Driver, strings.Join(Drivers, ", "))
+		bad(f.k("driver"), "unknown driver %q (known: %s)", d.Driver, strings.Join(Drivers, ", "))
 		return
 	}
 	if d.Pods != nil {
-		checkPods(f+".pods", d, bad)
+		checkPods(f.k("pods"), d, bad)
 	}
 	names, dests := map[string]bool{}, map[string]string{}
 	for i, in := range d.PerInstance() {
-		fi := f
+		fi, url := f, f.k("dataplane", "url")
 		if len(d.Instances) > 0 {
-			fi = fmt.Sprintf("%s.instances[%d]", f, i)
+			fi = f.k("instances").i(i)
+			url = fi.k("url")
 		}
 		if err := msg.ValidToken(in.Instance); err != nil {
-			bad(fi+".name", "%v", err)
+			bad(fi.k("name"), "%v", err)
 		}
 		if names[in.Instance] {
-			bad(fi+".name", "%q is used twice", in.Instance)
+			bad(fi.k("name"), "%q is used twice", in.Instance)
 		}
 		names[in.Instance] = true
 		if d.Driver == DriverDataplane {
 			if in.Dataplane.URL == "" && d.Pods == nil {
-				bad(fi+".url", "required for the dataplane driver (or deploy.pods)")
+				bad(url, "required for the dataplane driver (or deploy.pods)")
 			}
 			continue
 		}
 		if in.Dest == "" {
-			bad(fi+".dest", "required for the %s driver", d.Driver)
+			bad(fi.k("dest"), "required for the %s driver", d.Driver)
 		} else if other, ok := dests[in.Dest]; ok {
-			bad(fi+".dest", "%s is also the dest of instance %s", in.Dest, other)
+			bad(fi.k("dest"), "%s is also the dest of instance %s", in.Dest, other)
 		}
 		dests[in.Dest] = in.Instance
 		if d.Driver == DriverRuntime && in.MasterSocket == "" {
-			bad(fi+".master_socket", "required for the runtime driver")
+			bad(fi.k("master_socket"), "required for the runtime driver")
 		}
 	}
 	if d.Driver == DriverDataplane && d.Dataplane.User == "" {
-		bad(f+".dataplane.user", "required for the dataplane driver")
+		bad(f.k("dataplane", "user"), "required for the dataplane driver")
 	}
 }
 
-func checkPods(f string, d Deploy, bad func(field, f string, args ...any)) {
+func checkPods(f path, d Deploy, bad func(p path, format string, args ...any)) {
 	p := d.Pods
 	if d.Driver != DriverDataplane {
 		bad(f, "pods are instances of the dataplane driver, not %s", d.Driver)
 	}
 	if p.Type == "" {
-		bad(f+".type", "required: the watched resource type holding the Pods")
+		bad(f.k("type"), "required: the watched resource type holding the Pods")
 	}
 	if p.Port < 0 || p.Port > 65535 {
-		bad(f+".port", "%d is not a port", p.Port)
+		bad(f.k("port"), "%d is not a port", p.Port)
 	}
 	if p.Scheme != "" && p.Scheme != "http" && p.Scheme != "https" {
-		bad(f+".scheme", "must be http or https, got %q", p.Scheme)
+		bad(f.k("scheme"), "must be http or https, got %q", p.Scheme)
 	}
 	if _, err := labels.Parse(p.LabelSelector); err != nil {
-		bad(f+".label_selector", "%v", err)
+		bad(f.k("label_selector"), "%v", err)
 	}
 }
 

@@ -2,7 +2,6 @@ package config_test
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,24 +59,12 @@ func equal(a, b any) bool {
 	return a == b
 }
 
-// TestLoadBad checks that every problem is reported at once, each naming its
-// field (testdata/bad.errors lists them, one per line).
-func TestLoadBad(t *testing.T) {
-	_, err := config.Load("testdata/bad.yaml")
-	if !errors.Is(err, config.ErrInvalid) {
-		t.Fatalf("got %v, want ErrInvalid", err)
-	}
-	want, _ := os.ReadFile("testdata/bad.errors")
-	for _, line := range strings.Split(strings.TrimSpace(string(want)), "\n") {
-		if !strings.Contains(err.Error(), line) {
-			t.Errorf("error does not mention %q:\n%v", line, err)
-		}
-	}
-}
-
 func TestParseErrors(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown field", "targetz: {}", "unknown field"},
+		{"empty", "", "weft.yaml: the configuration is empty"},
+		{"only comments", "# soon\n\n  # really\n", "weft.yaml: the configuration is empty"},
+		{"null", "~\n", "weft.yaml: the configuration is empty"},
 		{"bad duration", "sources: [{name: m, type: manifests, path: x, rescan: soon}]", "soon"},
 		{"not yaml", "sources: [", "yaml"},
 		{"duplicate source", "sources: [{name: m, type: manifests, path: a}, {name: m, type: manifests, path: b}]", `"m" is used twice`},
@@ -86,7 +73,7 @@ func TestParseErrors(t *testing.T) {
 		{"instance without name", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: files, dest: /o, instances: [{dest: /a}]}}}", "targets.t.deploy.instances[0].name"},
 		{"instances share a dest", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: files, dest: /o, instances: [{name: a}, {name: b}]}}}", "targets.t.deploy.instances[1].dest: /o is also the dest of instance a"},
 		{"instance without master socket", "targets: {t: {haproxy_config: {template: x}, deploy: {driver: runtime, instances: [{name: a, dest: /a}]}}}", "targets.t.deploy.instances[0].master_socket"},
-		{"dataplane without url", "targets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}}}}", "targets.t.deploy.url: required for the dataplane driver"},
+		{"dataplane without url", "targets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}}}}", "weft.yaml:1:84: targets.t.deploy.dataplane.url: required for the dataplane driver"},
 		{"pods of an unwatched type", "targets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}, pods: {type: pods}}}}", `targets.t.deploy.pods.type: "pods" is not a watched resource type`},
 		{"pods of another kind", "watched_resources: {pods: {api_version: v1, kind: Service}}\ntargets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}, pods: {type: pods}}}}", `targets.t.deploy.pods.type: "pods" is v1 Service, not Pods`},
 		{"pods on demand", "watched_resources: {pods: {api_version: v1, kind: Pod, store: on-demand}}\ntargets: {t: {base: /b, haproxy_config: {template: x}, deploy: {driver: dataplane, dataplane: {user: u}, pods: {type: pods}}}}", `targets.t.deploy.pods.type: "pods" is kept on demand`},

@@ -41,7 +41,7 @@ func TestFragments(t *testing.T) {
 		{"missing for_each", `      backends: {template: x}
 `, []string{`targets.edge.fragments.backends.for_each: "" is not a watched resource type`}},
 		{"bad name", `      bad.name: {for_each: ingresses, template: x}
-`, []string{`targets.edge.fragments.bad.name: invalid subject token`}},
+`, []string{`targets.edge.fragments['bad.name']: invalid subject token`}},
 		{"unknown field", `      backends: {for_each: ingresses, template: x, each: y}
 `, []string{`unknown field "each"`}},
 	}

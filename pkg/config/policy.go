@@ -55,37 +55,58 @@ type ForbidRule struct {
 // faulty rule; the errors wrap ErrInvalidPolicy.
 func (p Policy) Check() error {
 	var errs []error
-	bad := func(f string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+f, append([]any{ErrInvalidPolicy}, args...)...))
-	}
-	for i, r := range p.Forbid {
-		name := fmt.Sprintf("forbid[%d] (%q)", i, r.Directive)
-		switch _, err := regexp.Compile(r.Directive); {
-		case strings.TrimSpace(r.Directive) == "":
-			bad("forbid[%d]: directive is empty", i)
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidPolicy, name, err))
-		}
-		if r.Section != "" && !PolicySections[r.Section] {
-			bad("%s: unknown section type %q", name, r.Section)
-		}
-		if strings.TrimSpace(r.Reason) == "" {
-			bad("%s: reason is empty", name)
-		}
-	}
-	if p.MaxBackends < 0 {
-		bad("max_backends is negative (%d)", p.MaxBackends)
-	}
-	if p.MaxServersPerBackend < 0 {
-		bad("max_servers_per_backend is negative (%d)", p.MaxServersPerBackend)
-	}
-	if p.MaxMapEntries < 0 {
-		bad("max_map_entries is negative (%d)", p.MaxMapEntries)
-	}
-	for i, d := range p.RequireInDefaults {
-		if strings.TrimSpace(d) == "" {
-			bad("require_in_defaults[%d] is empty", i)
-		}
+	for _, pe := range p.problems() {
+		errs = append(errs, pe)
 	}
 	return errors.Join(errs...)
 }
+
+// problems lists what is wrong with the rules.
+func (p Policy) problems() []policyProblem {
+	var out []policyProblem
+	add := func(field path, msg, text string) {
+		out = append(out, policyProblem{field: field, msg: msg, text: text})
+	}
+	for i, r := range p.Forbid {
+		fp := path{"forbid"}.i(i)
+		name := fmt.Sprintf("forbid[%d] (%q)", i, r.Directive)
+		switch _, err := regexp.Compile(r.Directive); {
+		case strings.TrimSpace(r.Directive) == "":
+			add(fp.k("directive"), "required", fmt.Sprintf("forbid[%d]: directive is empty", i))
+		case err != nil:
+			add(fp.k("directive"), err.Error(), name+": "+err.Error())
+		}
+		if r.Section != "" && !PolicySections[r.Section] {
+			m := fmt.Sprintf("unknown section type %q", r.Section)
+			add(fp.k("section"), m, name+": "+m)
+		}
+		if strings.TrimSpace(r.Reason) == "" {
+			add(fp.k("reason"), "required", name+": reason is empty")
+		}
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{{"max_backends", p.MaxBackends}, {"max_servers_per_backend", p.MaxServersPerBackend}, {"max_map_entries", p.MaxMapEntries}} {
+		if n.v < 0 {
+			add(path{n.field}, fmt.Sprintf("must not be negative, got %d", n.v), fmt.Sprintf("%s is negative (%d)", n.field, n.v))
+		}
+	}
+	for i, d := range p.RequireInDefaults {
+		if strings.TrimSpace(d) == "" {
+			add(path{"require_in_defaults"}.i(i), "empty", fmt.Sprintf("require_in_defaults[%d] is empty", i))
+		}
+	}
+	return out
+}
+
+// policyProblem is one problem of a Policy: field is where it is below the
+// policy and msg what is wrong there (for the configuration's problems),
+// text what Check says.
+type policyProblem struct {
+	field     path
+	msg, text string
+}
+
+func (e policyProblem) Error() string { return ErrInvalidPolicy.Error() + ": " + e.text }
+func (e policyProblem) Unwrap() error { return ErrInvalidPolicy }

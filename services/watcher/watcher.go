@@ -5,12 +5,19 @@
 // announces every write as a change message. After a type's first complete
 // listing the sink writes its sync marker (status bucket and
 // weft.sync.<source>.<type>), naming the bucket revision a reader must have
-// seen; nothing downstream renders before every marker is in. Problems a
-// source reports are logged, counted and kept in the sync status.
+// seen; nothing downstream renders before every marker is in. From then on
+// the sync status also holds the type's current object count: every write
+// marks the type's count dirty and the sink rewrites the status at most once
+// per CountInterval, so the count follows the bucket at any number of
+// objects. Each replica writes the count it sees; replicas that follow the
+// same source see the same objects, and each rewrites its count whenever
+// that changes, so the last write holds the count they all converge on.
+// Problems a source reports are logged, counted and kept in the sync status.
 package watcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -107,8 +114,9 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
-		k := &sink{env: env, source: src.Name, types: types, store: st, stream: stream, status: status, m: m, synced: map[string]bool{}}
+		k := newSink(env, src.Name, types, st, stream, status, m)
 		env.Health.Pending("watcher/" + src.Name)
+		g.Go(func() error { return k.reportCounts(ctx) })
 		g.Go(func() error {
 			if err := s.Run(ctx, k); err != nil {
 				return fmt.Errorf("watcher: source %s: %w", src.Name, err)
@@ -191,8 +199,12 @@ type resyncer interface {
 	Resync(ctx context.Context, sink source.Sink) error
 }
 
+// CountInterval is the shortest time between two writes of a type's count
+// to its sync status by one replica.
+const CountInterval = time.Second
+
 // sink is the watcher's side of one source: it stores what the source
-// reports and marks each type synced.
+// reports, marks each type synced and keeps each type's count current.
 type sink struct {
 	env    svc.Env
 	source string
@@ -201,16 +213,101 @@ type sink struct {
 	stream jetstream.Stream // the resources bucket's stream
 	status jetstream.KeyValue
 	m      *metrics
+	dirty  chan struct{} // a count may have changed since it was written
 
-	mu       sync.Mutex
-	synced   map[string]bool
-	problems map[string][]string // by type, as last written to the status
+	// write serializes the writes of sync statuses, so a count and a
+	// change of problems do not overwrite each other.
+	write sync.Mutex
+
+	mu      sync.Mutex
+	synced  map[string]bool
+	records map[string]msg.SyncStatus // by type, as last written
+}
+
+func newSink(env svc.Env, source string, types []string, st *store.Store, stream jetstream.Stream, status jetstream.KeyValue, m *metrics) *sink {
+	return &sink{
+		env: env, source: source, types: types, store: st, stream: stream, status: status, m: m,
+		dirty: make(chan struct{}, 1), synced: map[string]bool{}, records: map[string]msg.SyncStatus{},
+	}
 }
 
 func (k *sink) initial(typ string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return !k.synced[typ]
+}
+
+// counted notes that the objects of typ may have changed: the gauge
+// follows at once, the sync status within CountInterval.
+func (k *sink) counted(typ string) {
+	k.m.objects.WithLabelValues(k.source, typ).Set(float64(k.store.Count(typ)))
+	k.markDirty()
+}
+
+func (k *sink) markDirty() {
+	select {
+	case k.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// reportCounts writes the counts of synced types whose count changed,
+// at most once per CountInterval, until ctx is done. A failed write is
+// logged and tried again an interval later.
+func (k *sink) reportCounts(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-k.dirty:
+		}
+		if err := k.writeCounts(ctx); err != nil && ctx.Err() == nil {
+			k.env.Log.ErrorContext(ctx, "writing object counts to the sync status failed; trying again", "source", k.source, "err", err, "retry_in", CountInterval)
+			k.markDirty()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(CountInterval):
+		}
+	}
+}
+
+// writeCounts rewrites the sync status of every synced type whose count
+// differs from the one last written.
+func (k *sink) writeCounts(ctx context.Context) error {
+	k.write.Lock()
+	defer k.write.Unlock()
+	var errs []error
+	for _, typ := range k.types {
+		k.mu.Lock()
+		st, ok := k.records[typ]
+		k.mu.Unlock()
+		n := k.store.Count(typ)
+		if !ok || st.Count == n {
+			continue // not synced yet (no marker before the first listing), or current
+		}
+		st.Count, st.At = n, time.Now().UTC()
+		if err := k.putStatus(ctx, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// putStatus writes st as the sync status of its type and remembers it.
+func (k *sink) putStatus(ctx context.Context, st msg.SyncStatus) error {
+	data, err := msg.Encode(st)
+	if err != nil {
+		return err
+	}
+	if _, err := k.status.Put(ctx, msg.SyncStatusKey(k.source, st.Type), data); err != nil {
+		return fmt.Errorf("sync status %s %s: %w", k.source, st.Type, err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.records[st.Type] = st
+	return nil
 }
 
 // Replace stores a complete listing of one type.
@@ -224,7 +321,7 @@ func (k *sink) Replace(ctx context.Context, typ string, objects []store.Object) 
 	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
 	k.m.applies.WithLabelValues(k.source, "put").Add(float64(res.Put))
 	k.m.applies.WithLabelValues(k.source, "delete").Add(float64(res.Deleted))
-	k.m.objects.WithLabelValues(k.source, typ).Set(float64(res.Counts[typ]))
+	k.counted(typ)
 	if err != nil {
 		return fmt.Errorf("store %s %s: %w", k.source, typ, err)
 	}
@@ -242,6 +339,7 @@ func (k *sink) Upsert(ctx context.Context, o store.Object) error {
 	if wrote {
 		k.m.applies.WithLabelValues(k.source, "put").Inc()
 	}
+	k.counted(o.Type)
 	return err
 }
 
@@ -253,6 +351,7 @@ func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
 	if wrote {
 		k.m.applies.WithLabelValues(k.source, "delete").Inc()
 	}
+	k.counted(typ)
 	return err
 }
 
@@ -265,11 +364,14 @@ func (k *sink) Problem(ctx context.Context, err error) {
 // Synced writes the sync status of typ: the first time (the initial sync,
 // also announced on weft.sync.<source>.<type>) and whenever its problems
 // change, so the status shows the current ones. The marker names the
-// bucket revision a reader must have seen.
+// bucket revision a reader must have seen. Later count changes rewrite the
+// status with the same revision (reportCounts).
 func (k *sink) Synced(ctx context.Context, typ string, problems []string) error {
+	k.write.Lock()
+	defer k.write.Unlock()
 	k.mu.Lock()
 	first := !k.synced[typ]
-	same := !first && slices.Equal(k.problems[typ], problems)
+	same := !first && slices.Equal(k.records[typ].Errors, problems)
 	k.mu.Unlock()
 	if same {
 		return nil
@@ -279,12 +381,8 @@ func (k *sink) Synced(ctx context.Context, typ string, problems []string) error 
 		return err
 	}
 	count := k.store.Count(typ)
-	st := msg.SyncStatus{Source: k.source, Type: typ, Synced: true, Count: count, Revision: info.State.LastSeq, Errors: problems, At: time.Now().UTC()}
-	data, err := msg.Encode(st)
-	if err != nil {
-		return err
-	}
-	if _, err := k.status.Put(ctx, msg.SyncStatusKey(k.source, typ), data); err != nil {
+	st := msg.SyncStatus{Source: k.source, Type: typ, Synced: true, Count: count, Revision: info.State.LastSeq, Errors: slices.Clone(problems), At: time.Now().UTC()}
+	if err := k.putStatus(ctx, st); err != nil {
 		return err
 	}
 	if first {
@@ -296,10 +394,6 @@ func (k *sink) Synced(ctx context.Context, typ string, problems []string) error 
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.synced[typ] = true
-	if k.problems == nil {
-		k.problems = map[string][]string{}
-	}
-	k.problems[typ] = slices.Clone(problems)
 	if len(k.synced) == len(k.types) && first {
 		k.env.Health.Set("watcher/"+k.source, nil)
 		k.env.Log.InfoContext(ctx, "initial sync complete", "source", k.source)

@@ -48,6 +48,12 @@ type Path struct {
 	segments []string
 }
 
+// New returns the path through the given keys; Parse(New(keys...).String())
+// yields an equal path.
+func New(keys ...string) Path {
+	return Path{segments: append([]string(nil), keys...)}
+}
+
 // Segments returns a copy of the keys the path descends through.
 func (p Path) Segments() []string {
 	return append([]string(nil), p.segments...)

@@ -285,3 +285,27 @@ func TestJSONPathForm(t *testing.T) {
 		}
 	}
 }
+
+// TestNew builds paths from keys: identifiers dotted, other keys quoted,
+// and Parse of the text gives the same path back.
+func TestNew(t *testing.T) {
+	cases := []struct {
+		keys []string
+		want string
+	}{
+		{[]string{"targets", "edge", "deploy"}, "targets.edge.deploy"},
+		{[]string{"maps", "../escape.map"}, "maps['../escape.map']"},
+		{[]string{"a", "it's"}, `a['it\'s']`},
+		{[]string{"labels", "kubernetes.io/name"}, "labels['kubernetes.io/name']"},
+	}
+	for _, tc := range cases {
+		p := New(tc.keys...)
+		if got := p.String(); got != tc.want {
+			t.Errorf("New(%q) = %s, want %s", tc.keys, got, tc.want)
+		}
+		back, err := Parse(p.String())
+		if err != nil || !back.Equal(p) {
+			t.Errorf("Parse(%s) = %v, %v; want the keys %q", p, back.Segments(), err, tc.keys)
+		}
+	}
+}

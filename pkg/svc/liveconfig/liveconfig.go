@@ -96,7 +96,7 @@ func Propose(ctx context.Context, env svc.Env, yaml, origin string, timeout time
 // round trip) and then asks the validator's template kind.
 func validate(ctx context.Context, env svc.Env, cand msg.Config, timeout time.Duration) ([]msg.Problem, error) {
 	if _, err := config.Parse([]byte(cand.YAML), "/"); err != nil {
-		return []msg.Problem{{File: "weft.yaml", Severity: "error", Message: err.Error()}}, nil
+		return parseProblems(err), nil
 	}
 	obs, err := env.JS.ObjectStore(ctx, msg.ObjectBundles)
 	if err != nil {
@@ -176,4 +176,22 @@ func Watch(ctx context.Context, env svc.Env, dir string) (<-chan *config.Config,
 		}
 	}()
 	return out, nil
+}
+
+// parseProblems turns the problems of a configuration that does not load
+// into one Problem each, with its line and field path.
+func parseProblems(err error) []msg.Problem {
+	var ps config.Problems
+	if !errors.As(err, &ps) {
+		return []msg.Problem{{File: "weft.yaml", Severity: "error", Message: err.Error()}}
+	}
+	out := make([]msg.Problem, 0, len(ps))
+	for _, p := range ps {
+		m := p.Message
+		if p.Path != "" {
+			m = p.Path + ": " + m
+		}
+		out = append(out, msg.Problem{File: p.File, Line: p.Line, Severity: "error", Message: m})
+	}
+	return out
 }

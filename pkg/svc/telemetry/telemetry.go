@@ -1,6 +1,7 @@
 // Package telemetry carries OpenTelemetry trace context through NATS message
-// headers (W3C traceparent) and builds the JSON logger whose records carry
-// the current trace and span ids.
+// headers (W3C traceparent) and builds the JSON logger every service logs
+// with: its records carry the current trace and span ids, and durations
+// are written as Go duration strings ("1.5s", "250ms"), not nanoseconds.
 package telemetry
 
 import (
@@ -46,9 +47,19 @@ func NewTracerProvider(exporters ...sdktrace.SpanExporter) *sdktrace.TracerProvi
 }
 
 // NewLogger returns a JSON logger at level whose records carry trace_id and
-// span_id when the context has a span.
+// span_id when the context has a span, and whose time.Duration values read
+// like "1.5s".
 func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(traceHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})})
+	return slog.New(traceHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationString})})
+}
+
+// durationString writes a time.Duration attribute (in a group too) as its
+// String form instead of slog's integer nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 type traceHandler struct{ slog.Handler }

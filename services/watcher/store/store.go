@@ -77,6 +77,7 @@ type Store struct {
 	mu     sync.Mutex
 	loaded bool
 	known  map[string]entry // key -> what the bucket holds, as last seen
+	counts map[string]int   // live keys in known, by type
 }
 
 // New returns a store for source, owning the keys of the given types; strip
@@ -85,7 +86,7 @@ func New(source string, types []string, strip []fieldpath.Path, kv KV, stream St
 	if source == "" || kv == nil || stream == nil || pub == nil {
 		return nil, errors.New("store: source, bucket, stream and publisher are required")
 	}
-	return &Store{source: source, types: types, strip: strip, kv: kv, stream: stream, pub: pub, known: map[string]entry{}}, nil
+	return &Store{source: source, types: types, strip: strip, kv: kv, stream: stream, pub: pub, known: map[string]entry{}, counts: map[string]int{}}, nil
 }
 
 // load reads what the bucket holds for this source's types.
@@ -115,10 +116,10 @@ func (s *Store) load(ctx context.Context) error {
 			var r msg.Resource
 			if err := msg.Decode(e.Value(), &r); err != nil {
 				// An unreadable entry is rewritten by the next Apply.
-				s.known[e.Key()] = entry{rev: e.Revision()}
+				s.remember(e.Key(), entry{rev: e.Revision()})
 				continue
 			}
-			s.known[e.Key()] = entry{hash: r.Hash, rev: e.Revision()}
+			s.remember(e.Key(), entry{hash: r.Hash, rev: e.Revision()})
 		}
 	}
 }
@@ -242,7 +243,7 @@ func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bo
 	for attempt := 0; attempt < 3; attempt++ {
 		rev, err := s.write(ctx, key, value, "", cur.rev, initial)
 		if err == nil {
-			s.known[key] = entry{hash: hash, rev: rev}
+			s.remember(key, entry{hash: hash, rev: rev})
 			return true, nil
 		}
 		if !isConflict(err) {
@@ -265,7 +266,7 @@ func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bo
 func (s *Store) delete(ctx context.Context, key string) (bool, error) {
 	cur := s.known[key]
 	_, err := s.write(ctx, key, nil, msg.KVOpDelete, cur.rev, false)
-	delete(s.known, key)
+	s.forget(key)
 	if isConflict(err) {
 		return false, nil // changed under us: the next Apply sees the truth
 	}
@@ -302,20 +303,20 @@ func (s *Store) write(ctx context.Context, key string, value []byte, op string, 
 func (s *Store) reread(ctx context.Context, key string) (entry, bool, error) {
 	m, err := s.stream.GetLastMsgForSubject(ctx, msg.ResourceSubject(key))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		delete(s.known, key)
+		s.forget(key)
 		return entry{}, false, nil
 	}
 	if err != nil {
 		return entry{}, false, fmt.Errorf("store: read %s: %w", key, err)
 	}
 	if op := m.Header.Get(msg.HeaderKVOperation); op == msg.KVOpDelete || op == msg.KVOpPurge {
-		delete(s.known, key)
+		s.forget(key)
 		return entry{rev: m.Sequence}, false, nil
 	}
 	var r msg.Resource
 	_ = msg.Decode(m.Data, &r)
 	cur := entry{hash: r.Hash, rev: m.Sequence}
-	s.known[key] = cur
+	s.remember(key, cur)
 	return cur, true, nil
 }
 
@@ -332,17 +333,35 @@ func Hash(body map[string]any) (string, error) {
 	return hex.EncodeToString(sum[:16]), nil
 }
 
+// remember records what the bucket holds under key.
+func (s *Store) remember(key string, e entry) {
+	if _, ok := s.known[key]; !ok {
+		s.counts[typeOf(key)]++
+	}
+	s.known[key] = e
+}
+
+// forget records that the bucket holds nothing under key.
+func (s *Store) forget(key string) {
+	if _, ok := s.known[key]; ok {
+		s.counts[typeOf(key)]--
+		delete(s.known, key)
+	}
+}
+
+// typeOf is the type part of a resource key (<source>.<type>.<ns>.<name>).
+func typeOf(key string) string {
+	_, rest, _ := strings.Cut(key, ".")
+	typ, _, _ := strings.Cut(rest, ".")
+	return typ
+}
+
 // Count returns how many objects of typ the bucket holds for this source,
-// as last seen.
+// as last seen: the objects this store wrote, read at its first use, or
+// found written by another replica when a write of its own conflicted. It
+// costs the same at any number of objects.
 func (s *Store) Count(typ string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	prefix := msg.ResourcePrefix(s.source, typ)
-	n := 0
-	for key := range s.known {
-		if strings.HasPrefix(key, prefix) {
-			n++
-		}
-	}
-	return n
+	return s.counts[typ]
 }

@@ -1,6 +1,7 @@
 // Package statusview prints a status report for people: one block per
 // target with its last render, verdict and each instance's deploy state,
-// and the sync state of every source.
+// and the sync state and object count of every source's types; Failing
+// names what failed last.
 package statusview
 
 import (
@@ -62,6 +63,27 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\nas of %s\n", rep.At.Format(time.RFC3339))
+}
+
+// Failing names every target whose last render, validation or deploy (of
+// any instance) failed, one line each: "<target>: <stage>: <error>". Empty
+// when nothing failed.
+func Failing(rep msg.StatusReport) []string {
+	var out []string
+	for _, t := range rep.Targets {
+		if r := t.Render; r != nil && r.LastError != "" {
+			out = append(out, fmt.Sprintf("%s: render v%d failed: %s", t.Target, r.Version, oneLine(r.LastError)))
+		}
+		if v := t.Validation; v != nil && !v.OK {
+			out = append(out, fmt.Sprintf("%s: validation of v%d refused: %s", t.Target, v.Version, oneLine(v.Reason)))
+		}
+		for _, d := range t.Deploys {
+			if d.LastError != "" {
+				out = append(out, fmt.Sprintf("%s: deploy to %s failed: %s", t.Target, d.Instance, oneLine(d.LastError)))
+			}
+		}
+	}
+	return out
 }
 
 func reloads(m map[string]int64) string {
