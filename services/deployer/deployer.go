@@ -131,23 +131,25 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			consumers[c] = name + "/" + in.name
 		}
 	}
-	orders, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamValidated, jetstream.ConsumerConfig{
+	orders, renewOrders, err := bus.Durable(ctx, env.JS, msg.StreamValidated, jetstream.ConsumerConfig{
 		Durable: OrdersConsumer, Description: "turns accepted verdicts into deploy orders",
 		// No MaxDeliver: a verdict is retried until it is turned into orders.
-		FilterSubject: msg.ValidatedAll, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+		FilterSubject: msg.ValidatedAll, AckPolicy: jetstream.AckExplicitPolicy, AckWait: deployAckWait, MaxDeliver: -1,
 	})
 	if err != nil {
-		return fmt.Errorf("deployer: consumer: %w", err)
+		return fmt.Errorf("deployer: %w", err)
 	}
 	d.dropLegacyConsumer(ctx)
 	bm, err := bus.NewMetrics(Service, env.Registry)
 	if err != nil {
 		return err
 	}
-	opts := bus.Options{Service: Service, Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm, DLQ: env.JS, AckWait: time.Minute}
+	opts := bus.Options{Service: Service, Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm, DLQ: env.JS, AckWait: deployAckWait, Health: env.Health}
 	stage := func(s string) bus.Options { o := opts; o.Stage = s; return o }
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return bus.Consume(ctx, orders, d.onVerdict, stage("verdicts")) })
+	verdicts := stage("verdicts")
+	verdicts.Renew = renewOrders
+	g.Go(func() error { return bus.Consume(ctx, orders, d.onVerdict, verdicts) })
 	for _, name := range cfg.TargetNames() {
 		ins, _ := d.instances.of(name)
 		for _, in := range ins {

@@ -116,18 +116,18 @@ const deployAckWait = 10 * time.Second
 // deployer replica (MaxAckPending 1), until ctx is done. Instances consume
 // in parallel.
 func (d *deployer) consume(ctx context.Context, in *instance, o bus.Options) error {
-	cons, err := d.openConsumer(ctx, in, jetstream.DeliverAllPolicy)
+	cons, renew, err := d.openConsumer(ctx, in, jetstream.DeliverAllPolicy)
 	if err != nil {
 		return err
 	}
-	o.AckWait = deployAckWait
+	o.AckWait, o.Renew = deployAckWait, renew
 	return bus.Consume(ctx, cons, d.onOrder, o)
 }
 
 // openConsumer creates (or finds) the durable consumer of in's orders; a
-// new one starts at deliver.
-func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetstream.DeliverPolicy) (jetstream.Consumer, error) {
-	cons, err := d.env.JS.CreateOrUpdateConsumer(ctx, msg.StreamDeploys, jetstream.ConsumerConfig{
+// new one starts at deliver. The renewal gets it back if it is lost.
+func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetstream.DeliverPolicy) (jetstream.Consumer, bus.Renewal, error) {
+	cons, renew, err := bus.Durable(ctx, d.env.JS, msg.StreamDeploys, jetstream.ConsumerConfig{
 		Durable: InstanceConsumer(in.target, in.name), Description: "deploy orders of " + in.target + "/" + in.name,
 		FilterSubject: msg.DeploySubject(in.target, in.name), AckPolicy: jetstream.AckExplicitPolicy,
 		// No MaxDeliver: an order is never dropped (onOrder retries one
@@ -135,9 +135,9 @@ func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetst
 		AckWait: deployAckWait, MaxDeliver: -1, MaxAckPending: 1, DeliverPolicy: deliver,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("deployer: consumer of %s/%s: %w", in.target, in.name, err)
+		return nil, nil, fmt.Errorf("deployer: consumer of %s/%s: %w", in.target, in.name, err)
 	}
-	return cons, nil
+	return cons, renew, nil
 }
 
 // catchUp orders the last accepted bundle for every instance, through the

@@ -165,7 +165,7 @@ func (p *podFollower) add(ctx context.Context, name, url string) {
 	in := &instance{target: p.target, name: name, driver: dep.Driver, apply: a}
 	// Only orders from now on: older ones were for an earlier Pod of
 	// that name, and the catch-up below brings this one up to date.
-	cons, err := p.d.openConsumer(ctx, in, jetstream.DeliverNewPolicy)
+	cons, renew, err := p.d.openConsumer(ctx, in, jetstream.DeliverNewPolicy)
 	if err != nil {
 		p.d.env.Log.Error("pod instance without consumer", "target", p.target, "instance", name, "err", err)
 		return
@@ -174,7 +174,7 @@ func (p *podFollower) add(ctx context.Context, name, url string) {
 	ictx, stop := context.WithCancel(ctx)
 	p.running[name] = podInstance{url: url, stop: stop}
 	o := p.orders
-	o.AckWait = deployAckWait
+	o.AckWait, o.Renew = deployAckWait, renew
 	p.wg.Go(func() {
 		if err := bus.Consume(ictx, cons, p.d.onOrder, o); err != nil && ictx.Err() == nil {
 			p.d.env.Log.Error("orders of a pod instance stopped", "target", p.target, "instance", name, "err", err)

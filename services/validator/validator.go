@@ -201,13 +201,13 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	if v.verdicts, err = env.JS.KeyValue(ctx, msg.BucketVerdicts); err != nil {
 		return fmt.Errorf("validator: %w", err)
 	}
-	cons, err := env.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{
+	cons, renew, err := bus.Durable(ctx, env.JS, msg.StreamRenders, jetstream.ConsumerConfig{
 		Durable: ConsumerName, Description: "gathers a verdict for every render",
 		FilterSubject: msg.RenderAll, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: time.Minute, MaxDeliver: 20, DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait: rendersAckWait, MaxDeliver: 20, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("validator: consumer: %w", err)
+		return fmt.Errorf("validator: %w", err)
 	}
 	bm, err := bus.NewMetrics(Service, env.Registry)
 	if err != nil {
@@ -225,10 +225,14 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	g.Go(func() error { return beat(ctx, leases, env.Replica, served, own.HeartbeatTTL, env.Log) })
 	g.Go(func() error { return v.reg.follow(ctx, leases) })
 	renders := opts
-	renders.Stage = "renders"
+	renders.Stage, renders.AckWait, renders.Renew, renders.Health = "renders", rendersAckWait, renew, env.Health
 	g.Go(func() error { return bus.Consume(ctx, cons, v.onRender, renders) })
 	return g.Wait()
 }
+
+// rendersAckWait bounds how long a render held by a validator that died
+// waits for another; a live gather keeps its render with InProgress.
+const rendersAckWait = 10 * time.Second
 
 // answer handles one validation request for kind c.
 func (v *validator) answer(c kind.Checker) bus.CoreHandler {

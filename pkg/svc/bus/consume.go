@@ -26,8 +26,21 @@ type HealthSetter interface {
 	Remove(name string)
 }
 
-// ConsumerCheck names the readiness check of a service's consumer.
-func ConsumerCheck(service, stage string) string { return "consumer " + service + " " + stage }
+// ConsumerCheck names the readiness check of a service's consumer: by the
+// consumer's name where it has one, else by the stage it serves.
+func ConsumerCheck(service, consumer string) string { return "consumer " + service + " " + consumer }
+
+// consumerName is cons's name, or "" for a source that does not say.
+func consumerName(cons MessageSource) string {
+	if c, ok := cons.(interface {
+		CachedInfo() *jetstream.ConsumerInfo
+	}); ok {
+		if info := c.CachedInfo(); info != nil {
+			return info.Name
+		}
+	}
+	return ""
+}
 
 // ErrNoHeartbeat is the state of a consumer whose heartbeats stopped: the
 // NATS node serving it is gone or cut off.
@@ -51,7 +64,11 @@ func Consume(ctx context.Context, cons MessageSource, h Handler, o Options) erro
 	if err := o.check(); err != nil {
 		return err
 	}
-	check := ConsumerCheck(o.Service, o.Stage)
+	name := consumerName(cons)
+	if name == "" {
+		name = o.Stage
+	}
+	check := ConsumerCheck(o.Service, name)
 	if o.Health != nil {
 		defer o.Health.Remove(check)
 	}
@@ -164,6 +181,22 @@ func renew(ctx context.Context, o Options, after uint64) (MessageSource, error) 
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// Durable creates (or updates) the named consumer cfg on stream and returns
+// it with the Renewal that gets it back when it is lost. A durable consumer
+// has as many replicas as its stream (unless cfg says otherwise), so it
+// outlives the NATS node that leads it.
+func Durable(ctx context.Context, js ConsumerMaker, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, Renewal, error) {
+	renew, err := Renew(js, stream, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("consumer %s on %s: %w", cfg.Durable+cfg.Name, stream, err)
+	}
+	return c, renew, nil
 }
 
 // ConsumerMaker is the part of jetstream.JetStream that Renew needs.

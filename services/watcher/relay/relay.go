@@ -23,20 +23,26 @@ import (
 // ConsumerName is the durable consumer on the resources bucket's stream.
 const ConsumerName = "watcher-relay"
 
-// Consumer creates (or updates) the relay's durable consumer.
-func Consumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
-	c, err := js.CreateOrUpdateConsumer(ctx, msg.KVStream(msg.BucketResources), jetstream.ConsumerConfig{
+// AckWait of the relay's consumer: a write whose watcher died mid-relay is
+// relayed by another within it (a live handler keeps its message with
+// InProgress).
+const AckWait = 5 * time.Second
+
+// Consumer creates (or updates) the relay's durable consumer, and returns
+// it with the renewal that gets it back if it is lost.
+func Consumer(ctx context.Context, js bus.ConsumerMaker) (jetstream.Consumer, bus.Renewal, error) {
+	c, renew, err := bus.Durable(ctx, js, msg.KVStream(msg.BucketResources), jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "announces resource writes as change messages",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
+		AckWait:       AckWait,
 		MaxDeliver:    -1,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("relay: consumer: %w", err)
+		return nil, nil, fmt.Errorf("relay: %w", err)
 	}
-	return c, nil
+	return c, renew, nil
 }
 
 // Relay turns bucket writes into change messages.
