@@ -129,12 +129,14 @@ func TestStatusExitCode(t *testing.T) {
 		{"everything failed", func(m []msg.Message) []msg.Message {
 			return append(m,
 				msg.RenderStatus{Target: "api", Version: 3, LastError: "boom"},
-				msg.ValidationStatus{Target: "edge", Version: 5, Reason: "no answer from haproxy"},
+				msg.ValidationStatus{Target: "edge", Version: 5, Reason: "haproxy refused (1 problems; first: haproxy.cfg:3: unknown keyword)"},
+				msg.ValidationStatus{Target: "web", Version: 2, Undecided: true, Reason: "undecided after 3 attempts, still asking: no answer from haproxy"},
 				msg.DeployStatus{Target: "edge", Instance: "a", LastError: "dest is read-only"})
 		}, []string{
 			"failing: api: render v3 failed: boom",
-			"failing: edge: validation of v5 refused: no answer from haproxy",
+			"failing: edge: validation of v5 refused: haproxy refused (1 problems; first: haproxy.cfg:3: unknown keyword)",
 			"failing: edge: deploy to a failed: dest is read-only",
+			"failing: web: validation of v2 undecided: undecided after 3 attempts, still asking: no answer from haproxy",
 		}},
 	}
 	for _, tc := range cases {

@@ -393,12 +393,15 @@ func (s RenderStatus) Validate() error { return need("target", s.Target) }
 
 // ValidationStatus is a target's last verdict in BucketStatus.
 type ValidationStatus struct {
-	Target     string    `json:"target"`
-	Version    uint64    `json:"version"`
-	BundleHash string    `json:"bundleHash"`
-	OK         bool      `json:"ok"`
-	Reason     string    `json:"reason,omitempty"`
-	Problems   []Problem `json:"problems,omitempty"`
+	Target     string `json:"target"`
+	Version    uint64 `json:"version"`
+	BundleHash string `json:"bundleHash"`
+	OK         bool   `json:"ok"`
+	// Undecided: the kinds have not given a verdict on Version yet (some
+	// did not answer or could not read the bundle); it is asked again.
+	Undecided bool      `json:"undecided,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Problems  []Problem `json:"problems,omitempty"`
 	// LastGood is the hash of the newest bundle that passed.
 	LastGood        string    `json:"lastGood,omitempty"`
 	LastGoodVersion uint64    `json:"lastGoodVersion,omitempty"`

@@ -55,7 +55,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_validator_verdicts_total", Help: "Gathered verdicts by target and verdict (accepted, refused, cached).",
+			Name: "weft_validator_verdicts_total", Help: "Gathers by target and verdict (accepted, refused, cached-accepted, cached-refused, and undecided: asked again).",
 		}, []string{"target", "verdict"}),
 		checks: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "weft_validator_check_duration_seconds", Help: "Time one kind took to check a bundle.",
@@ -204,7 +204,7 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	cons, renew, err := bus.Durable(ctx, env.JS, msg.StreamRenders, jetstream.ConsumerConfig{
 		Durable: ConsumerName, Description: "gathers a verdict for every render",
 		FilterSubject: msg.RenderAll, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: rendersAckWait, MaxDeliver: 20, DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait: rendersAckWait, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return fmt.Errorf("validator: %w", err)
@@ -277,10 +277,14 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 	}
 }
 
+// bundle reads a bundle. Not finding it is not final: the render naming it
+// was published after the bundle was stored, so a store that does not have
+// it yet (a node catching up) or lost it (expired) makes the kind undecided,
+// and the gatherer asks again.
 func (v *validator) bundle(ctx context.Context, hash string) (msg.Bundle, error) {
 	data, err := v.bundles.GetBytes(ctx, hash)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return msg.Bundle{}, msg.Permanent(fmt.Errorf("bundle %s not in the object store", hash))
+		return msg.Bundle{}, fmt.Errorf("bundle %s not in the object store", hash)
 	}
 	if err != nil {
 		return msg.Bundle{}, fmt.Errorf("read bundle %s: %w", hash, err)
@@ -292,7 +296,7 @@ func (v *validator) config(ctx context.Context, hash string) (msg.Config, error)
 	var c msg.Config
 	data, err := v.bundles.GetBytes(ctx, msg.ConfigObject(hash))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return c, msg.Permanent(fmt.Errorf("configuration %s not in the object store", hash))
+		return c, fmt.Errorf("configuration %s not in the object store", hash)
 	}
 	if err != nil {
 		return c, fmt.Errorf("read configuration %s: %w", hash, err)
@@ -336,6 +340,9 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		if err != nil {
 			return fmt.Errorf("gather: %w", err)
 		}
+		if !res.Decided(tc.Validate.MinKinds) {
+			return v.undecided(ctx, m, r, res)
+		}
 		verdict.OK, verdict.Replies, verdict.Missing = res.Accepted(tc.Validate.MinKinds), res.Replies, res.Missing
 		verdict.Reason = reason(res, verdict.OK)
 		if len(res.Missing) == 0 && !hasErrors(res.Replies) {
@@ -361,6 +368,66 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	return v.writeStatus(ctx, verdict)
 }
 
+// undecided answers a gather without a verdict (kinds that did not answer,
+// or could not read the bundle): the render is asked again after a delay
+// growing with its deliveries, however often; from the third attempt the
+// target's validation status says what it waits for, so a kind that never
+// answers is seen in weft status.
+func (v *validator) undecided(ctx context.Context, m jetstream.Msg, r msg.Render, res gather.Result) error {
+	attempt := uint64(1)
+	if meta, err := m.Metadata(); err == nil {
+		attempt = meta.NumDelivered
+	}
+	why := undecidedReason(res)
+	v.m.verdicts.WithLabelValues(r.Target, "undecided").Inc()
+	v.env.Log.WarnContext(ctx, "no verdict yet; asking the kinds again", "target", r.Target, "version", r.Version, "attempt", attempt, "reason", why)
+	if attempt >= 3 {
+		if err := v.writeUndecided(ctx, r, fmt.Sprintf("undecided after %d attempts, still asking: %s", attempt, why)); err != nil {
+			v.env.Log.WarnContext(ctx, "writing validation status failed", "target", r.Target, "err", err)
+		}
+	}
+	delay := min(time.Duration(1<<min(attempt-1, 5))*time.Second, 30*time.Second)
+	return msg.Retry(fmt.Errorf("no verdict on %s v%d: %s", r.Target, r.Version, why), delay)
+}
+
+func undecidedReason(res gather.Result) string {
+	var parts []string
+	if len(res.Missing) > 0 {
+		parts = append(parts, "no answer from "+strings.Join(res.Missing, ", "))
+	}
+	for _, rep := range res.Replies {
+		if rep.Error != "" {
+			parts = append(parts, rep.Kind+" could not decide: "+rep.Error)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// writeUndecided records in the target's validation status that version r
+// waits for a verdict; the last good bundle stays as it was.
+func (v *validator) writeUndecided(ctx context.Context, r msg.Render, reason string) error {
+	key := msg.ValidationStatusKey(r.Target)
+	var st msg.ValidationStatus
+	rev, err := msg.LoadStatus(ctx, v.status, key, &st)
+	if err != nil && rev == 0 {
+		return err
+	}
+	if r.Version < st.Version {
+		return nil
+	}
+	st.Target, st.Version, st.BundleHash, st.OK, st.Undecided, st.Reason, st.Problems, st.At = r.Target, r.Version, r.BundleHash, false, true, reason, nil, time.Now().UTC()
+	data, err := msg.Encode(st)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		_, err = v.status.Create(ctx, key, data)
+	} else {
+		_, err = v.status.Update(ctx, key, data, rev)
+	}
+	return err
+}
+
 func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated) error {
 	key := msg.ValidationStatusKey(verdict.Target)
 	var st msg.ValidationStatus
@@ -371,7 +438,7 @@ func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated) erro
 	if verdict.Version < st.Version {
 		return nil // an older render finished late; keep the newer status
 	}
-	st.Target, st.Version, st.BundleHash, st.OK, st.Reason, st.At = verdict.Target, verdict.Version, verdict.BundleHash, verdict.OK, verdict.Reason, verdict.At
+	st.Target, st.Version, st.BundleHash, st.OK, st.Undecided, st.Reason, st.At = verdict.Target, verdict.Version, verdict.BundleHash, verdict.OK, false, verdict.Reason, verdict.At
 	st.Problems = problems(verdict.Replies)
 	if verdict.OK {
 		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version

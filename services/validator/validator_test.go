@@ -55,10 +55,20 @@ func bundle(t *testing.T, cfg, hostMap string) msg.Bundle {
 }
 
 type fixture struct {
-	t   *testing.T
-	bus *testkit.Bus
-	env *testkit.Env
-	ver uint64
+	t    *testing.T
+	bus  *testkit.Bus
+	env  *testkit.Env   // the first replica's
+	envs []*testkit.Env // every replica's
+	ver  uint64
+}
+
+// sum adds up a labeled metric over every replica.
+func (f *fixture) sum(name string, labels map[string]string) float64 {
+	n := 0.0
+	for _, env := range f.envs {
+		n += testkit.LabeledValue(f.t, env.Registry, name, labels)
+	}
+	return n
 }
 
 func start(t *testing.T) *fixture {
@@ -80,6 +90,7 @@ func startWith(t *testing.T, yaml string, replicas ...validator.Options) (*fixtu
 		if i == 0 {
 			f.env = env
 		}
+		f.envs = append(f.envs, env)
 		stops = append(stops, testkit.Run(t, func(ctx context.Context) error { return o.Run(ctx, env.Env, cfg) }))
 	}
 	return f, stops
@@ -87,6 +98,13 @@ func startWith(t *testing.T, yaml string, replicas ...validator.Options) (*fixtu
 
 // submit stores b and publishes a render message for it, returning the verdict.
 func (f *fixture) submit(b msg.Bundle) msg.Validated {
+	f.t.Helper()
+	f.store(b)
+	return f.verdict(f.publish(b))
+}
+
+// store puts b in the object store.
+func (f *fixture) store(b msg.Bundle) {
 	f.t.Helper()
 	ctx := context.Background()
 	obs, err := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
@@ -97,12 +115,24 @@ func (f *fixture) submit(b msg.Bundle) msg.Validated {
 	if _, err := obs.PutBytes(ctx, b.Hash, data); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// publish publishes the next version's render message naming b.
+func (f *fixture) publish(b msg.Bundle) uint64 {
+	f.t.Helper()
 	f.ver++
 	r := msg.Render{Target: "edge", Version: f.ver, BundleHash: b.Hash, At: time.Now()}
 	out, _ := msg.NewMsg(msg.RenderSubject("edge"), "", r)
-	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+	if _, err := f.bus.JS.PublishMsg(context.Background(), out); err != nil {
 		f.t.Fatal(err)
 	}
+	return f.ver
+}
+
+// verdict waits for the verdict on version ver.
+func (f *fixture) verdict(ver uint64) msg.Validated {
+	f.t.Helper()
+	ctx := context.Background()
 	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
 	var v msg.Validated
 	testkit.Eventually(f.t, 20*time.Second, func() error {
@@ -114,7 +144,7 @@ func (f *fixture) submit(b msg.Bundle) msg.Validated {
 		if err := msg.Decode(m.Data, &v); err != nil {
 			return err
 		}
-		if v.Version != f.ver {
+		if v.Version != ver {
 			return fmt.Errorf("verdict for v%d", v.Version)
 		}
 		return nil
@@ -184,5 +214,44 @@ func TestGatherNamesMissingKinds(t *testing.T) {
 	}
 	if res.OK() || strings.Join(res.Missing, ",") != "telepathy" || len(res.Replies) != 1 || res.Replies[0].Kind != "template" {
 		t.Fatalf("result = %+v", res)
+	}
+}
+
+// TestBundleNotYetReadableIsAskedAgain: a render whose bundle the kinds
+// cannot read yet (a store node behind, a read that timed out) gets no
+// verdict, never a refusal; the kinds are asked again, the status says
+// what the target waits for, and once the bundle can be read it is
+// accepted.
+func TestBundleNotYetReadableIsAskedAgain(t *testing.T) {
+	f := start(t)
+	b := bundle(t, goodCfg, "late.example.com b\n")
+	ver := f.publish(b)
+	undecided := map[string]string{"target": "edge", "verdict": "undecided"}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if n := testkit.LabeledValue(t, f.env.Registry, "weft_validator_verdicts_total", undecided); n < 3 {
+			return fmt.Errorf("%v undecided gathers", n)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	if m, err := stream.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge")); err == nil {
+		t.Fatalf("a verdict was published for an unreadable bundle: %s", m.Data)
+	}
+	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	var st msg.ValidationStatus
+	if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Undecided || st.OK || st.Version != ver || !strings.Contains(st.Reason, "not in the object store") {
+		t.Fatalf("status = %+v, want undecided on v%d naming the unreadable bundle", st, ver)
+	}
+	f.store(b)
+	if v := f.verdict(ver); !v.OK {
+		t.Fatalf("verdict once readable: ok=%v (%s)", v.OK, v.Reason)
+	}
+	var after msg.ValidationStatus
+	if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &after); err != nil || after.Undecided || !after.OK {
+		t.Fatalf("status after the verdict = %+v (%v)", after, err)
 	}
 }

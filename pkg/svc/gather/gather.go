@@ -91,15 +91,53 @@ func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.Valida
 	return res.sorted(), nil
 }
 
+// Undecided names the expected kinds without a verdict: those that did not
+// answer and those that answered that they could not decide (a bundle they
+// could not read, a check that did not finish). Sorted.
+func (r Result) Undecided() []string {
+	out := slices.Clone(r.Missing)
+	for _, rep := range r.Replies {
+		if rep.Error != "" {
+			out = append(out, rep.Kind)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Decided reports whether the result is a verdict: some kind refused, or
+// every expected kind decided, or, with min > 0, at least min kinds
+// accepted. A result that is not a verdict is asked again, never taken as
+// a refusal.
+func (r Result) Decided(min int) bool {
+	accepted := 0
+	for _, rep := range r.Replies {
+		switch {
+		case rep.Error != "":
+		case !rep.OK:
+			return true
+		default:
+			accepted++
+		}
+	}
+	return len(r.Undecided()) == 0 || (min > 0 && accepted >= min)
+}
+
 // Accepted reports whether every kind that answered accepted, and either
 // every expected kind answered or, with min > 0, at least min did.
 func (r Result) Accepted(min int) bool {
+	accepted := 0
 	for _, rep := range r.Replies {
-		if !rep.OK {
+		switch {
+		case rep.Error != "" && min > 0:
+			// Could not decide: counts as missing when a minimum applies.
+		case !rep.OK:
 			return false
+		default:
+			accepted++
 		}
 	}
-	return len(r.Missing) == 0 || (min > 0 && len(r.Replies) >= min)
+	return len(r.Undecided()) == 0 || (min > 0 && accepted >= min)
 }
 
 func (r Result) sorted() Result {

@@ -31,6 +31,9 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		}
 		if v := t.Validation; v != nil {
 			valid = fmt.Sprintf("v%d refused", v.Version)
+			if v.Undecided {
+				valid = fmt.Sprintf("v%d undecided", v.Version)
+			}
 			if v.OK {
 				valid = fmt.Sprintf("v%d ok", v.Version)
 			} else if lastErr == "" {
@@ -75,7 +78,11 @@ func Failing(rep msg.StatusReport) []string {
 			out = append(out, fmt.Sprintf("%s: render v%d failed: %s", t.Target, r.Version, oneLine(r.LastError)))
 		}
 		if v := t.Validation; v != nil && !v.OK {
-			out = append(out, fmt.Sprintf("%s: validation of v%d refused: %s", t.Target, v.Version, oneLine(v.Reason)))
+			verdict := "refused"
+			if v.Undecided {
+				verdict = "undecided"
+			}
+			out = append(out, fmt.Sprintf("%s: validation of v%d %s: %s", t.Target, v.Version, verdict, oneLine(v.Reason)))
 		}
 		for _, d := range t.Deploys {
 			if d.LastError != "" {
