@@ -11,7 +11,9 @@ import (
 func TestVerdictOfAResult(t *testing.T) {
 	ok := func(k string) msg.ValidateReply { return msg.ValidateReply{Kind: k, OK: true} }
 	refused := func(k string) msg.ValidateReply { return msg.ValidateReply{Kind: k} }
-	undecided := func(k string) msg.ValidateReply { return msg.ValidateReply{Kind: k, Error: "bundle not in the object store"} }
+	undecided := func(k string) msg.ValidateReply {
+		return msg.ValidateReply{Kind: k, Error: "bundle not in the object store"}
+	}
 	tests := []struct {
 		name      string
 		res       gather.Result
