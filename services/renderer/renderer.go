@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -165,6 +166,7 @@ type renderer struct {
 	kv      jetstream.KeyValue
 	status  jetstream.KeyValue
 	bundles jetstream.ObjectStore
+	renders jetstream.Stream
 	ix      *index.Index
 	targets map[string]*targetState
 	reqs    chan request
@@ -174,6 +176,31 @@ type renderer struct {
 	expected map[string]bool
 	markers  map[string]uint64
 	seen     uint64 // bucket revision this renderer has caught up with
+	// feedCheck names the readiness check of this replica's change feed.
+	feedCheck string
+}
+
+// changesAckWait bounds how long a change held by a renderer that died
+// waits; a live handler keeps its change with InProgress.
+const changesAckWait = 5 * time.Second
+
+// ChangesConsumer is the durable consumer of a renderer replica's change
+// feed (a consumer name holds no dots or wildcards).
+func ChangesConsumer(replica string) string {
+	return "renderer-" + strings.Map(func(c rune) rune {
+		if c == '.' || c == '*' || c == '>' || c <= ' ' || c == '/' || c == '\\' {
+			return '_'
+		}
+		return c
+	}, replica)
+}
+
+// deaf reports that this replica's change feed is lost or silent: it
+// cannot follow the state, so it gives up its render leases to a replica
+// that can.
+func (r *renderer) deaf() bool {
+	_, failing := r.env.Health.Failing()[r.feedCheck]
+	return failing
 }
 
 // Run renders every target of cfg until ctx is done.
@@ -197,6 +224,9 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	r := &renderer{env: env, cfg: cfg, m: m, tracer: env.Tracer.Tracer(Service), targets: map[string]*targetState{},
 		reqs: make(chan request, 64), synced: make(chan struct{}), expected: map[string]bool{}, markers: map[string]uint64{}}
 	if r.kv, err = env.JS.KeyValue(ctx, msg.BucketResources); err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	if r.renders, err = env.JS.Stream(ctx, msg.StreamRenders); err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
 	if r.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
@@ -285,19 +315,27 @@ func (r *renderer) run(ctx context.Context) error {
 	if err := r.load(ctx); err != nil {
 		return err
 	}
-	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		Description:       "renderer replica " + r.env.Replica,
-		FilterSubjects:    []string{msg.ChangeAll, msg.SyncAll},
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       info.State.LastSeq + 1,
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           30 * time.Second,
-		MaxDeliver:        10,
+	// The replica's own change feed: durable, so it has as many replicas
+	// as the stream and outlives the NATS node leading it; renewed after
+	// the last change handled if it is lost all the same; removed by the
+	// server a minute after its replica is gone.
+	feed := ChangesConsumer(r.env.Replica)
+	cons, renew, err := bus.Durable(ctx, r.env.JS, msg.StreamChanges, jetstream.ConsumerConfig{
+		Durable:        feed,
+		Description:    "renderer replica " + r.env.Replica,
+		FilterSubjects: []string{msg.ChangeAll, msg.SyncAll},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    info.State.LastSeq + 1,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        changesAckWait,
+		// No MaxDeliver: a change is retried until the bucket shows it.
+		MaxDeliver:        -1,
 		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return fmt.Errorf("renderer: consumer: %w", err)
+		return fmt.Errorf("renderer: %w", err)
 	}
+	r.feedCheck = bus.ConsumerCheck(Service, feed)
 	bm, err := bus.NewMetrics(Service, r.env.Registry)
 	if err != nil {
 		return err
@@ -306,6 +344,7 @@ func (r *renderer) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	changes, triggers := opts, opts
 	changes.Stage, triggers.Stage = "changes", "trigger-render"
+	changes.AckWait, changes.Renew, changes.Health = changesAckWait, renew, r.env.Health
 	g.Go(func() error { return bus.Consume(ctx, cons, r.onMessage, changes) })
 	g.Go(func() error {
 		return bus.Serve(ctx, r.env.NC, msg.TriggerRenderAll, "", r.onTrigger, triggers) // every replica: the lease holder renders
@@ -313,7 +352,7 @@ func (r *renderer) run(ctx context.Context) error {
 	g.Go(func() error { return r.loop(ctx) })
 	for name, ts := range r.targets {
 		g.Go(func() error {
-			return ts.lease.Run(ctx, nil, func(held bool) {
+			return ts.lease.Run(ctx, r.deaf, func(held bool) {
 				r.env.Log.Info("render lease", "target", name, "held", held)
 				r.m.leases.WithLabelValues(name).Set(map[bool]float64{true: 1, false: 0}[held])
 				if held {
@@ -582,7 +621,13 @@ func (r *renderer) render(ctx context.Context, req request) {
 		}
 		return
 	}
-	st.Version++
+	last, err2 := r.lastRender(ctx, req.target)
+	if err2 != nil {
+		log.ErrorContext(ctx, "reading the last render failed; will retry", "err", err2)
+		r.retryLater(req)
+		return
+	}
+	st.Version = max(st.Version, last.version) + 1
 	out := msg.Render{Target: req.target, Version: st.Version, Provenance: prov, RenderTime: res.Took, At: time.Now().UTC()}
 	if err != nil {
 		r.m.renders.WithLabelValues(req.target, "failed").Inc()
@@ -607,7 +652,12 @@ func (r *renderer) render(ctx context.Context, req request) {
 			"outputs_rendered", res.OutputsRendered, "outputs_reused", res.OutputsReused)
 	}
 	st.At = out.At
-	if _, perr := bus.Publish(ctx, r.env.JS, msg.RenderSubject(req.target), msg.RenderID(req.target, st.Version), out); perr != nil {
+	// Only on the render this version was counted from: a replica that
+	// published meanwhile makes this a conflict, and the render is tried
+	// again on fresh state; a version handed out before is a duplicate,
+	// never silently dropped.
+	if _, perr := bus.PublishNew(ctx, r.env.JS, msg.RenderSubject(req.target), msg.RenderID(req.target, st.Version), out,
+		jetstream.WithExpectLastSequencePerSubject(last.seq)); perr != nil {
 		log.ErrorContext(ctx, "publishing render failed; will retry", "err", perr)
 		r.retryLater(req)
 		return
@@ -694,6 +744,29 @@ func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
 	}
 	_, err = r.bundles.PutBytes(ctx, b.Hash, data)
 	return err
+}
+
+// lastRendered is the last render message of a target: its stream
+// sequence (0: none) and version.
+type lastRendered struct{ seq, version uint64 }
+
+// lastRender reads a target's last render message from the stream's leader.
+// Versions grow from the larger of it and the status: the status may be
+// behind when its write failed after a publish.
+func (r *renderer) lastRender(ctx context.Context, name string) (lastRendered, error) {
+	m, err := r.renders.GetLastMsgForSubject(ctx, msg.RenderSubject(name))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return lastRendered{}, nil
+	}
+	if err != nil {
+		return lastRendered{}, err
+	}
+	last := lastRendered{seq: m.Sequence}
+	var prev msg.Render
+	if err := msg.Decode(m.Data, &prev); err == nil {
+		last.version = prev.Version
+	}
+	return last, nil
 }
 
 func (r *renderer) readStatus(ctx context.Context, name string) (msg.RenderStatus, uint64, error) {

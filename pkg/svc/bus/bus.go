@@ -24,16 +24,39 @@ type Publisher interface {
 }
 
 // Publish encodes m, sets its schema header, Nats-Msg-Id (when id is not
-// empty) and trace context from ctx, and publishes it to a stream subject.
-func Publish[T msg.Message](ctx context.Context, p Publisher, subject, id string, m T) (*jetstream.PubAck, error) {
+// empty) and trace context from ctx, and publishes it to a stream subject
+// with opts (expectations the stream checks). A message the stream already
+// had (its id within the duplicate window) is acknowledged as a duplicate:
+// Publish returns that ack without error, since a fact published twice is
+// one fact; PublishNew does not.
+func Publish[T msg.Message](ctx context.Context, p Publisher, subject, id string, m T, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	out, err := msg.NewMsg(subject, id, m)
 	if err != nil {
 		return nil, err
 	}
 	telemetry.Inject(ctx, out.Header)
-	ack, err := p.PublishMsg(ctx, out)
+	ack, err := p.PublishMsg(ctx, out, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return ack, nil
+}
+
+// ErrDuplicate: the stream already held a message with this id, so the
+// message was dropped.
+var ErrDuplicate = errors.New("bus: duplicate message id; not stored")
+
+// PublishNew is Publish for a message that must be new: one whose id the
+// stream already holds (an id reused for different content, such as a
+// version number handed out twice) is ErrDuplicate instead of being
+// silently dropped.
+func PublishNew[T msg.Message](ctx context.Context, p Publisher, subject, id string, m T, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := Publish(ctx, p, subject, id, m, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if ack.Duplicate {
+		return ack, fmt.Errorf("publish %s id %s: %w", subject, id, ErrDuplicate)
 	}
 	return ack, nil
 }
