@@ -3,10 +3,13 @@
 // On start it notes the end of WEFT_CHANGES, loads every object from the
 // resources bucket into an in-memory index, and then follows change and
 // sync messages from that point, so nothing between the load and the
-// follow is missed; applying a change re-reads its key from the bucket and
-// is ignored when the index already holds that revision (redelivery and
-// duplicates change nothing). No target renders until every source has
-// marked every watched type synced.
+// follow is missed; applying a change re-reads its key's last write from
+// the bucket's stream (a put, or a delete or purge marker, at its own
+// revision) and is ignored when the index already holds that revision
+// (redelivery, duplicates and reordering change nothing). A change naming
+// a revision the bucket does not hold is retried briefly, then
+// dead-lettered. No target renders until every source has marked every
+// watched type synced.
 //
 // A value change pokes only the targets that depend on the value: those
 // whose last render read it (every target before its first render), and,
@@ -166,6 +169,7 @@ type renderer struct {
 	status  jetstream.KeyValue
 	bundles jetstream.ObjectStore
 	ix      *index.Index
+	follow  *follower
 	targets map[string]*targetState
 	reqs    chan request
 	synced  chan struct{}
@@ -220,6 +224,11 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	if r.ix, err = index.New(specs); err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
+	resources, err := env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	if err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	r.follow = &follower{ix: r.ix, bucket: resources, log: env.Log}
 	for _, name := range cfg.TargetNames() {
 		tc := cfg.Targets[name]
 		ts := &targetState{}
@@ -379,23 +388,13 @@ func (r *renderer) load(ctx context.Context) error {
 	return nil
 }
 
-// apply puts the bucket's current entry for key (nil: gone) into the index.
+// apply puts one live entry of the bucket into the index.
 func (r *renderer) apply(key string, e jetstream.KeyValueEntry) bool {
 	_, typ, _, _, err := msg.ParseResourceKey(key)
-	if err != nil {
+	if err != nil || e.Operation() != jetstream.KeyValuePut {
 		return false
 	}
-	var changed bool
-	if e == nil || e.Operation() != jetstream.KeyValuePut {
-		return false
-	}
-	var res msg.Resource
-	if err := msg.Decode(e.Value(), &res); err != nil {
-		r.env.Log.Error("unreadable resource in bucket; ignored", "key", key, "err", err)
-		return false
-	}
-	changed = r.ix.Upsert(typ, key, e.Revision(), index.Normalize(res.Object).(map[string]any))
-	return changed
+	return r.follow.put(typ, key, e.Revision(), e.Value())
 }
 
 func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
@@ -417,35 +416,29 @@ func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
 		// burst: it must not take the leading edge.
 		meta, err := m.Metadata()
 		more := err == nil && meta.NumPending > 0
-		return r.onChange(ctx, c, more)
+		var age time.Duration
+		if err == nil {
+			age = time.Since(meta.Timestamp)
+		}
+		return r.onChange(ctx, c, age, more)
 	}
 	return msg.Permanent(fmt.Errorf("unexpected subject %s", m.Subject()))
 }
 
-func (r *renderer) onChange(ctx context.Context, c msg.Change, more bool) error {
-	defer func() {
-		if c.Revision > r.seen {
-			r.seen = c.Revision
-			r.checkSynced()
-		}
-	}()
-	if r.ix.Store(c.Type) == nil {
-		return nil // a type this renderer does not index
+func (r *renderer) onChange(ctx context.Context, c msg.Change, age time.Duration, more bool) error {
+	if _, typ, _, _, err := msg.ParseResourceKey(c.Key); err != nil || typ != c.Type {
+		return msg.Permanent(fmt.Errorf("change of type %q names key %q of another type", c.Type, c.Key))
 	}
-	e, err := r.kv.Get(ctx, c.Key)
-	var changed bool
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// Gone: a delete marker sits after the last put, so c.Revision+1
-		// orders it after every put this change could refer to.
-		changed = r.ix.Delete(c.Type, c.Key, c.Revision+1)
-	case err != nil:
-		return msg.Retry(fmt.Errorf("read %s: %w", c.Key, err), time.Second)
-	default:
-		if e.Revision() < c.Revision {
-			return msg.Retry(fmt.Errorf("bucket behind change %s@%d", c.Key, c.Revision), 200*time.Millisecond)
-		}
-		changed = r.apply(c.Key, e)
+	// A type this renderer does not index changes nothing, but its
+	// revision is checked against the bucket all the same before it
+	// counts as seen.
+	changed, err := r.follow.applyChange(ctx, c, age)
+	if err != nil {
+		return err
+	}
+	if c.Revision > r.seen {
+		r.seen = c.Revision
+		r.checkSynced()
 	}
 	if !changed {
 		return nil

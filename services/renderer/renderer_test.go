@@ -192,3 +192,49 @@ func TestRenderer(t *testing.T) {
 		t.Fatalf("status = %+v %v", st, err)
 	}
 }
+
+// del deletes the service name from the bucket and announces it as the
+// relay does: with the revision of the delete marker.
+func (f *fixture) del(name string) {
+	f.t.Helper()
+	ctx := context.Background()
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketResources)
+	key := msg.ResourceKey("m", "services", "default", name)
+	if err := kv.Delete(ctx, key); err != nil {
+		f.t.Fatal(err)
+	}
+	stream, _ := f.bus.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	m, err := stream.GetLastMsgForSubject(ctx, msg.ResourceSubject(key))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", msg.Change{Source: "m", Type: "services", Key: key, Op: msg.OpDelete, Name: name, Revision: m.Sequence})
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestDeleteThenRecreateRenders: an object deleted and created again as
+// the very next write of the bucket (kubectl delete, then apply) is
+// rendered again.
+func TestDeleteThenRecreateRenders(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.put("web", 80)
+	f.put("api", 8000)
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	f.synced()
+	f.render(1)
+	f.del("web")
+	if _, b := f.render(2); file(b, "maps/svc.map") != "\napi 8000\n" {
+		t.Fatalf("after delete: svc.map = %q", file(b, "maps/svc.map"))
+	}
+	f.put("web", 80) // the next write of the bucket: the marker's revision + 1
+	if _, b := f.render(3); file(b, "maps/svc.map") != "\napi 8000\nweb 80\n" {
+		t.Fatalf("after re-create: svc.map = %q", file(b, "maps/svc.map"))
+	}
+}
