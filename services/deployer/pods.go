@@ -193,29 +193,11 @@ func (p *podFollower) add(ctx context.Context, name, url string) {
 }
 
 // lastAccepted is the bundle a new instance catches up to: the last one the
-// validator stored as accepted, or the last verdict when it is a newer
-// acceptance. The validator publishes a verdict before it stores it, and
-// the verdict may have been turned into orders before this instance was
-// added; the verdict is read after it was added, so that it gets either
-// the order or the catch-up.
+// validator stored as accepted. A verdict is turned into orders only once
+// the validation status confirms it, and the instance is added before this
+// read, so a verdict confirmed after the read orders this instance too.
 func (p *podFollower) lastAccepted(ctx context.Context) (uint64, string, error) {
-	version, hash, err := p.d.lastAccepted(ctx, p.target)
-	if err != nil && !msg.IsPermanent(err) {
-		return 0, "", err
-	}
-	st, serr := p.d.env.JS.Stream(ctx, msg.StreamValidated)
-	if serr != nil {
-		return version, hash, err
-	}
-	m, serr := st.GetLastMsgForSubject(ctx, msg.ValidatedSubject(p.target))
-	if serr != nil {
-		return version, hash, err
-	}
-	var v msg.Validated
-	if msg.Decode(m.Data, &v) == nil && v.OK && (hash == "" || v.Version > version) {
-		return v.Version, v.BundleHash, nil
-	}
-	return version, hash, err
+	return p.d.lastAccepted(ctx, p.target)
 }
 
 func (p *podFollower) remove(ctx context.Context, name string) {

@@ -13,16 +13,6 @@ import (
 	"github.com/weftio/weft/services/renderer/index"
 )
 
-// ErrChangeAhead is a change message naming a revision of its key that the
-// resources bucket does not hold: no such write happened (a forged or
-// corrupted message), or the bucket read lags. It is retried for
-// changeAheadWait, then dead-lettered.
-var ErrChangeAhead = errors.New("change names a revision the resources bucket does not hold")
-
-// changeAheadWait is how long a change whose revision is ahead of the
-// bucket is retried before it is dead-lettered.
-const changeAheadWait = 10 * time.Second
-
 // lastWriter is the part of the resources bucket's stream the renderer
 // re-reads keys through: the last write of a key's subject, whether a put
 // or a delete or purge marker, with its real revision (stream sequence).
@@ -45,8 +35,8 @@ type follower struct {
 
 // applyChange brings c.Key in the index to the bucket's last write of it
 // and reports whether the index changed. A change whose revision is
-// beyond that last write is an error (ErrChangeAhead): retried while the
-// message is younger than changeAheadWait, then permanent. Once it
+// beyond that last write is an error (msg.ErrUnconfirmed): retried while
+// the message is younger than msg.ConfirmWait, then permanent. Once it
 // returns nil, the bucket is known to hold c.Revision (or a later write of
 // the key).
 func (f *follower) applyChange(ctx context.Context, c msg.Change, age time.Duration) (bool, error) {
@@ -76,13 +66,9 @@ func (f *follower) applyChange(ctx context.Context, c msg.Change, age time.Durat
 	return f.put(c.Type, c.Key, m.Sequence, m.Data), nil
 }
 
-// ahead is the error for a change beyond the bucket's last write last.
+// ahead is the error for a change beyond last, the bucket's last write.
 func ahead(c msg.Change, last uint64, age time.Duration) error {
-	err := fmt.Errorf("%w: %s@%d, the bucket's last write of it is revision %d", ErrChangeAhead, c.Key, c.Revision, last)
-	if age > changeAheadWait {
-		return msg.Permanent(err)
-	}
-	return msg.Retry(err, 500*time.Millisecond)
+	return msg.Unconfirmed(age, "change %s@%d: the bucket's last write of it is revision %d", c.Key, c.Revision, last)
 }
 
 // put stores one resource value of the bucket in the index at rev.

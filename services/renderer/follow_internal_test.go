@@ -210,7 +210,7 @@ func TestFollowerMatchesBucket(t *testing.T) {
 
 // TestFollowerChangeAhead: a change naming a revision its key never had
 // in the bucket (a forged message) changes nothing and is retried, then
-// dead-lettered once it is older than changeAheadWait; it records no
+// dead-lettered once it is older than msg.ConfirmWait; it records no
 // tombstone that would hide a later real write.
 func TestFollowerChangeAhead(t *testing.T) {
 	g := newFollowRig(t)
@@ -226,11 +226,11 @@ func TestFollowerChangeAhead(t *testing.T) {
 		{Source: "s", Type: "services", Key: ghost, Name: "ghost", Op: msg.OpDelete, Revision: 99999},
 	} {
 		changed, err := f.applyChange(ctx, c, time.Second)
-		if !errors.Is(err, ErrChangeAhead) || msg.IsPermanent(err) || changed {
+		if !errors.Is(err, msg.ErrUnconfirmed) || msg.IsPermanent(err) || changed {
 			t.Fatalf("%s: young forged change: changed=%v err=%v", c.Key, changed, err)
 		}
-		_, err = f.applyChange(ctx, c, changeAheadWait+time.Second)
-		if !errors.Is(err, ErrChangeAhead) || !msg.IsPermanent(err) {
+		_, err = f.applyChange(ctx, c, msg.ConfirmWait+time.Second)
+		if !errors.Is(err, msg.ErrUnconfirmed) || !msg.IsPermanent(err) {
 			t.Fatalf("%s: old forged change: err=%v, want permanent", c.Key, err)
 		}
 	}

@@ -404,9 +404,7 @@ func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
 		if err := msg.Decode(m.Data(), &s); err != nil {
 			return err
 		}
-		r.markers[s.Source+"."+s.Type] = s.Revision
-		r.checkSynced()
-		return nil
+		return r.onSync(ctx, s, msg.AgeOf(m.Metadata()))
 	case "change":
 		var c msg.Change
 		if err := msg.Decode(m.Data(), &c); err != nil {
@@ -416,13 +414,28 @@ func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
 		// burst: it must not take the leading edge.
 		meta, err := m.Metadata()
 		more := err == nil && meta.NumPending > 0
-		var age time.Duration
-		if err == nil {
-			age = time.Since(meta.Timestamp)
-		}
-		return r.onChange(ctx, c, age, more)
+		return r.onChange(ctx, c, msg.AgeOf(m.Metadata()), more)
 	}
 	return msg.Permanent(fmt.Errorf("unexpected subject %s", m.Subject()))
+}
+
+// onSync takes a type's sync marker from the status bucket, where the
+// watcher writes it before announcing it: the message only says that it
+// is there, so a sync message the bucket does not confirm cannot hold
+// rendering back or open it early. Unconfirmed, it is retried for
+// msg.ConfirmWait, then dead-lettered.
+func (r *renderer) onSync(ctx context.Context, s msg.Sync, age time.Duration) error {
+	var st msg.SyncStatus
+	rev, err := msg.LoadStatus(ctx, r.status, msg.SyncStatusKey(s.Source, s.Type), &st)
+	if err != nil {
+		return msg.Retry(err, time.Second)
+	}
+	if rev == 0 || !st.Synced {
+		return msg.Unconfirmed(age, "sync of %s.%s is not in the status bucket", s.Source, s.Type)
+	}
+	r.markers[s.Source+"."+s.Type] = st.Revision
+	r.checkSynced()
+	return nil
 }
 
 func (r *renderer) onChange(ctx context.Context, c msg.Change, age time.Duration, more bool) error {
