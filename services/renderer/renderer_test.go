@@ -238,3 +238,53 @@ func TestDeleteThenRecreateRenders(t *testing.T) {
 		t.Fatalf("after re-create: svc.map = %q", file(b, "maps/svc.map"))
 	}
 }
+
+// TestForgedSyncOpensNothing: a sync message whose marker the status
+// bucket does not hold (anyone can publish one) does not open rendering
+// before the source synced; it is dead-lettered, and the real marker
+// opens rendering.
+func TestForgedSyncOpensNothing(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.put("web", 80)
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	ctx := context.Background()
+	changes, _ := f.bus.JS.Stream(ctx, msg.StreamChanges)
+	testkit.Eventually(t, 10*time.Second, func() error { // the renderer follows the stream
+		info, err := changes.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Consumers == 0 {
+			return fmt.Errorf("no consumer yet")
+		}
+		return nil
+	})
+	out, _ := msg.NewMsg(msg.SyncSubject("m", "services"), "", msg.Sync{Source: "m", Type: "services"})
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	dlq, _ := f.bus.JS.Stream(ctx, msg.StreamDLQ)
+	var dl msg.DeadLetter
+	testkit.Eventually(t, 3*msg.ConfirmWait, func() error {
+		m, err := dlq.GetLastMsgForSubject(ctx, msg.DLQSubject("renderer"))
+		if err != nil {
+			return err
+		}
+		return msg.Decode(m.Data, &dl)
+	})
+	if dl.Subject != msg.SyncSubject("m", "services") || !strings.Contains(dl.Reason, msg.ErrUnconfirmed.Error()) {
+		t.Fatalf("dead letter = %+v", dl)
+	}
+	if n := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total"); n != 0 {
+		t.Fatalf("rendered %v times on a forged sync", n)
+	}
+	f.synced()
+	if _, b := f.render(1); file(b, "maps/svc.map") != "\nweb 80\n" {
+		t.Fatalf("svc.map = %q", file(b, "maps/svc.map"))
+	}
+}
