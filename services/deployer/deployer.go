@@ -7,6 +7,13 @@
 // good configuration keeps serving. Each instance has its own durable
 // consumer of orders ("deployer-<target>-<instance>", one order in flight
 // across all replicas), so instances deploy in parallel and each in order.
+// Verdicts and orders are checked against the validation status: a verdict
+// becomes orders only once the status records it as the last accepted
+// bundle, and an order is carried out only for the last accepted bundle or,
+// re-applying (trigger, drift check), for the bundle the instance's status
+// names; one superseded by a newer accepted bundle is skipped, and anything
+// else is dead-lettered (msg.ErrUnconfirmed), so no message can make real
+// versions look old.
 // An order for an older version than the instance already has is skipped;
 // otherwise the bundle is read from the object store (relocated to the
 // instance's folder when that is not the target's base), applied with the

@@ -13,6 +13,10 @@
 // expected kinds answered or at least validate.min_kinds did; a kind that
 // did not answer is named in the verdict. Complete verdicts are cached by
 // bundle hash and kinds, so a bundle seen before is not validated again.
+// A render message orders the validation status only when the renderer's
+// status confirms it (its version, and its bundle when it is the newest);
+// one beyond that status is retried for msg.ConfirmWait and then
+// dead-lettered, so a forged render cannot make real versions look old.
 package validator
 
 import (
