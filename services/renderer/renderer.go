@@ -613,12 +613,34 @@ func (r *renderer) render(ctx context.Context, req request) {
 			"outputs_rendered", res.OutputsRendered, "outputs_reused", res.OutputsReused)
 	}
 	st.At = out.At
-	if _, perr := bus.Publish(ctx, r.env.JS, msg.RenderSubject(req.target), msg.RenderID(req.target, st.Version), out); perr != nil {
+	if perr := r.publish(ctx, &st, &out); perr != nil {
 		log.ErrorContext(ctx, "publishing render failed; will retry", "err", perr)
 		r.retryLater(req)
 		return
 	}
-	r.writeStatus(ctx, st, rev)
+	if !r.writeStatus(ctx, st, rev) {
+		r.retryLater(req) // the validator waits for the status to confirm the render
+	}
+}
+
+// publish publishes out at st.Version. A version the stream already holds
+// (published before by a render whose status write failed) is taken: out
+// goes out at the next free version instead of being dropped as a
+// duplicate.
+func (r *renderer) publish(ctx context.Context, st *msg.RenderStatus, out *msg.Render) error {
+	for range 10 {
+		ack, err := bus.Publish(ctx, r.env.JS, msg.RenderSubject(out.Target), msg.RenderID(out.Target, st.Version), *out)
+		if err != nil {
+			return err
+		}
+		if !ack.Duplicate {
+			return nil
+		}
+		r.env.Log.WarnContext(ctx, "render version published before without a status; taking the next", "target", out.Target, "version", st.Version)
+		st.Version++
+		out.Version = st.Version
+	}
+	return fmt.Errorf("render versions up to %d of %s were all published before", st.Version, out.Target)
 }
 
 // fetch answers fetch(type, namespace, name) in templates: it asks the
@@ -712,8 +734,11 @@ func (r *renderer) readStatus(ctx context.Context, name string) (msg.RenderStatu
 	return st, rev, err
 }
 
-func (r *renderer) writeStatus(ctx context.Context, st msg.RenderStatus, rev uint64) {
+// writeStatus writes the render status and reports whether it did.
+func (r *renderer) writeStatus(ctx context.Context, st msg.RenderStatus, rev uint64) bool {
 	if _, err := msg.StoreStatus(ctx, r.status, msg.RenderStatusKey(st.Target), st, rev); err != nil {
 		r.env.Log.ErrorContext(ctx, "writing render status failed", "target", st.Target, "err", err)
+		return false
 	}
+	return true
 }

@@ -288,3 +288,33 @@ func TestForgedSyncOpensNothing(t *testing.T) {
 		t.Fatalf("svc.map = %q", file(b, "maps/svc.map"))
 	}
 }
+
+// TestRenderVersionTakenBefore: a version already in the stream (published
+// by a render whose status write failed) is not reused: the render goes
+// out at the next version instead of being dropped as a duplicate, and
+// the status names that version.
+func TestRenderVersionTakenBefore(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	ctx := context.Background()
+	earlier, _ := msg.NewMsg(msg.RenderSubject("edge"), msg.RenderID("edge", 1), msg.Render{Target: "edge", Version: 1, BundleHash: "earlier"})
+	if _, err := f.bus.JS.PublishMsg(ctx, earlier); err != nil {
+		t.Fatal(err)
+	}
+	f.put("web", 80)
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	f.synced()
+	r, b := f.render(2)
+	if file(b, "maps/svc.map") != "\nweb 80\n" {
+		t.Fatalf("svc.map = %q", file(b, "maps/svc.map"))
+	}
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	var st msg.RenderStatus
+	if _, err := msg.LoadStatus(ctx, kv, msg.RenderStatusKey("edge"), &st); err != nil || st.Version != 2 || st.BundleHash != r.BundleHash {
+		t.Fatalf("render status = %+v %v, want v2 %s", st, err, r.BundleHash)
+	}
+}
