@@ -41,9 +41,10 @@ import (
 // operator does not take, a failing item of a list or tuple literal), the
 // engine returns an error, which the render reports with the template and
 // the line. Outputs at a template's top level are evaluated here too
-// (ownOutputs), and so are macro defaults. Left to gonja: slices
-// (`l[a:b]`), and the bodies of gonja's own structures (filter, with,
-// call blocks) and of autoescaped templates.
+// (ownOutputs), and so are macro defaults and the bounds of slices. Left
+// to gonja: the target of a slice (`(a - b)[1:]`), and the bodies of
+// gonja's own structures (filter, with, call blocks) and of autoescaped
+// templates.
 
 // evalAny evaluates expr in r's scope to a plain value.
 func evalAny(r *exec.Renderer, expr nodes.Node) any {
@@ -230,6 +231,18 @@ func eval(r *exec.Renderer, node nodes.Node) any {
 		return evalItems(r, n.Val)
 	case *nodes.UnaryExpression:
 		return evalUnary(r, n)
+	case *nodes.GetSlice:
+		// gonja slices; its bounds are checked here first, so that a
+		// bound Jinja2 refuses (`l[1 // 0:]`) is an error and not a
+		// value gonja made up.
+		for _, b := range []nodes.Node{n.Start, n.End, n.Step} {
+			if e, ok := b.(nodes.Expression); b == nil || ok && literal(e) {
+				continue
+			}
+			if v := eval(r, b); isErr(v) {
+				return wrapf(v, `unable to evaluate slice bound %s`, b)
+			}
+		}
 	}
 	return plainOf(r.Eval(node.(nodes.Expression)))
 }

@@ -150,6 +150,7 @@ func TestEngineErrors(t *testing.T) {
 		{"error in a method argument", `'abc'.startswith(1 // 0)`, false},
 		{"error in a list item", `[1, 2 % 0]`, false},
 		{"error in a dict value", `{'a': 1 // 0}`, false},
+		{"error in a slice bound", `values.list[1 // 0:]`, false},
 		{"error in a condition", `'a' if 1 // 0 else 'b'`, false},
 		{"undefined function", `nofunc()`, false},
 		{"unknown method", `values.obj.nomethod()`, false},
