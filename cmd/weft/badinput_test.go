@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 const quickstart = "../../examples/quickstart"
@@ -225,4 +227,98 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 		t.Fatalf("validator consumer holds messages: %+v", info)
 	}
 	_ = jetstream.ErrKeyNotFound
+}
+
+// deadLetters returns every dead letter of service.
+func (s *stack) deadLetters(service string) []msg.DeadLetter {
+	s.t.Helper()
+	ctx := context.Background()
+	st, err := s.bus.JS.Stream(ctx, msg.StreamDLQ)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []msg.DeadLetter
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil || m.Subject != msg.DLQSubject(service) {
+			continue
+		}
+		var dl msg.DeadLetter
+		if msg.Decode(m.Data, &dl) == nil {
+			out = append(out, dl)
+		}
+	}
+	return out
+}
+
+// TestForgedMessagesWedgeNothing publishes, with the services running, a
+// change, a render, a verdict and a deploy order far ahead of the real
+// versions (anyone can publish on these subjects): none of them orders
+// state. Each is dead-lettered by the service that consumes it with the
+// reason, the next real change renders, validates and deploys at its real
+// version, and the status shows that version everywhere.
+func TestForgedMessagesWedgeNothing(t *testing.T) {
+	s := deployedOnce(t, nil)
+	ctx := context.Background()
+	before := s.target("quickstart")
+	hash := before.Deploys[0].BundleHash
+	key := msg.ResourceKey("manifests", "endpoints", "default", "web")
+	forged := []struct {
+		subject, service string
+		m                msg.Message
+	}{
+		{msg.ChangeSubject("manifests", "endpoints"), "renderer",
+			&msg.Change{Source: "manifests", Type: "endpoints", Key: key, Op: msg.OpDelete, Namespace: "default", Name: "web", Revision: 99999}},
+		{msg.RenderSubject("quickstart"), "validator", &msg.Render{Target: "quickstart", Version: 99999, BundleHash: hash, At: time.Now()}},
+		{msg.ValidatedSubject("quickstart"), "deployer", &msg.Validated{Target: "quickstart", Version: 99999, BundleHash: hash, OK: true}},
+		{msg.DeploySubject("quickstart", "local"), "deployer",
+			&msg.DeployOrder{Target: "quickstart", Instance: "local", Version: 99999, BundleHash: hash, Reason: msg.OrderTrigger}},
+	}
+	for _, f := range forged {
+		out, err := msg.NewMsg(f.subject, "", f.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.bus.JS.PublishMsg(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.editManifest("endpoints.yaml", `"127.0.0.1"`, `"127.0.0.7"`)
+	waitFor(t, "real change deployed at its real version", func() error {
+		if err := contains(s.read("haproxy.cfg"), "127.0.0.7:8080"); err != nil {
+			return err
+		}
+		tr := s.target("quickstart")
+		if tr.Render == nil || tr.Validation == nil || len(tr.Deploys) != 1 {
+			return errNotYet
+		}
+		v := tr.Render.Version
+		if v <= before.Render.Version || v >= 99999 {
+			return fmt.Errorf("render status at v%d, was v%d", v, before.Render.Version)
+		}
+		if val := tr.Validation; val.Version != v || !val.OK || val.LastGoodVersion != v {
+			return fmt.Errorf("validation status %+v, want v%d accepted", val, v)
+		}
+		if d := tr.Deploys[0]; d.Version != v || d.BundleHash != tr.Render.BundleHash {
+			return fmt.Errorf("deploy status at v%d %s, want v%d %s", d.Version, d.BundleHash, v, tr.Render.BundleHash)
+		}
+		return nil
+	})
+	for _, f := range forged {
+		testkit.Eventually(t, 3*msg.ConfirmWait, func() error {
+			for _, dl := range s.deadLetters(f.service) {
+				if dl.Subject == f.subject && strings.Contains(dl.Reason, "99999") && strings.Contains(dl.Reason, msg.ErrUnconfirmed.Error()) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no dead letter of %s in weft.dlq.%s: %+v", f.subject, f.service, s.deadLetters(f.service))
+		})
+	}
+	if err := contains(s.env.Logs.String(), "message dead-lettered"); err != nil {
+		t.Error("log:", err)
+	}
 }

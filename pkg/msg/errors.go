@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Decoding errors. Each is permanent: redelivery cannot fix the payload.
@@ -108,4 +110,40 @@ func Classify(err error) Decision {
 		return Decision{Action: Nak, Delay: t.delay, Reason: err.Error()}
 	}
 	return Decision{Action: Nak, Delay: DefaultRetryDelay, Reason: err.Error()}
+}
+
+// ErrUnconfirmed is a message whose version, revision or hash the state it
+// refers to does not hold (the status a service writes, the bucket, the
+// object store): a forged or corrupted message, or a write still on its
+// way. Such a message never orders state; see Unconfirmed.
+var ErrUnconfirmed = errors.New("not confirmed by the recorded state")
+
+// ConfirmWait is how long a message the recorded state does not confirm
+// yet is retried: long enough for the write that follows its publication
+// (a status written right after the message) to land.
+const ConfirmWait = 10 * time.Second
+
+// Unconfirmed is the error for a stream message, stored age ago, that the
+// recorded state does not confirm (ErrUnconfirmed with the formatted
+// detail): retried while younger than ConfirmWait, permanent (dead-lettered)
+// after. The delay doubles with the message's age (100ms, 200ms, ...):
+// the write that normally follows within milliseconds is met at once,
+// and a message nothing confirms is dead-lettered after about nine
+// deliveries, before a consumer's MaxDeliver (10 and more here) would drop
+// it unseen.
+func Unconfirmed(age time.Duration, format string, args ...any) error {
+	err := fmt.Errorf("%w: %s", ErrUnconfirmed, fmt.Sprintf(format, args...))
+	if age > ConfirmWait {
+		return Permanent(err)
+	}
+	return Retry(err, min(max(age, 100*time.Millisecond), ConfirmWait))
+}
+
+// AgeOf is how long ago a stream message was stored, from its metadata (0
+// when it has none).
+func AgeOf(meta *jetstream.MsgMetadata, err error) time.Duration {
+	if err != nil || meta == nil {
+		return 0
+	}
+	return time.Since(meta.Timestamp)
 }

@@ -7,6 +7,13 @@
 // good configuration keeps serving. Each instance has its own durable
 // consumer of orders ("deployer-<target>-<instance>", one order in flight
 // across all replicas), so instances deploy in parallel and each in order.
+// Verdicts and orders are checked against the validation status: a verdict
+// becomes orders only once the status records it as the last accepted
+// bundle, and an order is carried out only for the last accepted bundle or,
+// re-applying (trigger, drift check), for the bundle the instance's status
+// names; one superseded by a newer accepted bundle is skipped, and anything
+// else is dead-lettered (msg.ErrUnconfirmed), so no message can make real
+// versions look old.
 // An order for an older version than the instance already has is skipped;
 // otherwise the bundle is read from the object store (relocated to the
 // instance's folder when that is not the target's base), applied with the
@@ -190,7 +197,49 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		d.env.Log.WarnContext(ctx, "bundle refused by validation; the deployed configuration stays", "target", v.Target, "version", v.Version, "reason", v.Reason)
 		return nil
 	}
+	vs, err := d.validation(ctx, v.Target)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v.Version < vs.LastGoodVersion:
+		d.env.Log.InfoContext(ctx, "accepted bundle superseded by a newer one; not ordered", "target", v.Target, "version", v.Version, "last_good", vs.LastGoodVersion)
+		return nil
+	case v.Version > vs.LastGoodVersion:
+		return msg.Unconfirmed(msg.AgeOf(m.Metadata()), "verdict %s v%d: the validation status last accepted v%d", v.Target, v.Version, vs.LastGoodVersion)
+	case v.BundleHash != vs.LastGood:
+		return msg.Permanent(fmt.Errorf("%w: verdict %s v%d names bundle %s, the validation status %s", msg.ErrUnconfirmed, v.Target, v.Version, v.BundleHash, vs.LastGood))
+	}
 	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, true)
+}
+
+// validation reads the target's validation status, the record of what the
+// validator accepted: the only thing that may order what is deployed.
+func (d *deployer) validation(ctx context.Context, target string) (msg.ValidationStatus, error) {
+	var vs msg.ValidationStatus
+	if _, err := msg.LoadStatus(ctx, d.status, msg.ValidationStatusKey(target), &vs); err != nil {
+		return vs, msg.Retry(err, time.Second)
+	}
+	return vs, nil
+}
+
+// confirmOrder checks an order against the validation status and the
+// instance's deploy status st. It returns whether the order is carried
+// out (false: superseded by a newer accepted bundle, skipped) or an error
+// naming why the recorded state does not confirm it. An order is carried
+// out when it names the last accepted bundle, or, re-applying (trigger,
+// drift check), the bundle the instance has.
+func confirmOrder(o msg.DeployOrder, vs msg.ValidationStatus, st msg.DeployStatus) (bool, error) {
+	switch {
+	case o.Version == vs.LastGoodVersion && o.BundleHash == vs.LastGood && vs.LastGood != "":
+		return true, nil
+	case o.Reapply() && o.Version == st.Version && o.BundleHash == st.BundleHash && st.BundleHash != "":
+		return true, nil
+	case o.Version < vs.LastGoodVersion:
+		return false, nil
+	}
+	return false, msg.Permanent(fmt.Errorf("%w: order %s/%s v%d bundle %s: the validation status last accepted v%d (%s)",
+		msg.ErrUnconfirmed, o.Target, o.Instance, o.Version, o.BundleHash, vs.LastGoodVersion, vs.LastGood))
 }
 
 func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, hash, reason string, dedupe bool) error {
@@ -240,36 +289,19 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 }
 
 // lastAccepted is the bundle every instance of target should hold: the
-// last one the validator stored as accepted, or the last verdict when it
-// is a newer acceptance (the validator publishes a verdict before it
-// stores it). A target with nothing accepted yet is a permanent error.
+// last one the validator stored as accepted. Only the status counts, never
+// a verdict read from the stream, which anyone able to publish could have
+// forged; a verdict is turned into orders only once the status confirms
+// it. A target with nothing accepted yet is a permanent error.
 func (d *deployer) lastAccepted(ctx context.Context, target string) (uint64, string, error) {
 	var vs msg.ValidationStatus
 	if _, err := msg.LoadStatus(ctx, d.status, msg.ValidationStatusKey(target), &vs); err != nil {
 		return 0, "", err
 	}
-	version, hash := vs.LastGoodVersion, vs.LastGood
-	if v, ok := d.lastVerdict(ctx, target); ok && v.OK && (hash == "" || v.Version > version) {
-		version, hash = v.Version, v.BundleHash
-	}
-	if hash == "" {
+	if vs.LastGood == "" {
 		return 0, "", msg.Permanent(fmt.Errorf("no accepted bundle for %s yet", target))
 	}
-	return version, hash, nil
-}
-
-// lastVerdict is the newest verdict on target in the stream, if any.
-func (d *deployer) lastVerdict(ctx context.Context, target string) (msg.Validated, bool) {
-	var v msg.Validated
-	st, err := d.env.JS.Stream(ctx, msg.StreamValidated)
-	if err != nil {
-		return v, false
-	}
-	m, err := st.GetLastMsgForSubject(ctx, msg.ValidatedSubject(target))
-	if err != nil {
-		return v, false
-	}
-	return v, msg.Decode(m.Data, &v) == nil
+	return vs.LastGoodVersion, vs.LastGood, nil
 }
 
 // onOrder carries out one deploy order. An order that cannot be carried
@@ -325,11 +357,24 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 		log.InfoContext(ctx, "order delivered again after it was carried out; acknowledged", "order", seq)
 		return nil
 	}
+	vs, err := d.validation(ctx, o.Target)
+	if err != nil {
+		return err
+	}
+	if st.Version > vs.LastGoodVersion {
+		// Written from an order nothing confirmed: it orders nothing.
+		log.WarnContext(ctx, "deploy status names a version never accepted; not trusted", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
+		st.Version = 0
+	}
+	current, err := confirmOrder(o, vs, st)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}
-	if o.Version < st.Version && !o.Reapply() {
+	if !current || o.Version < st.Version && !o.Reapply() {
 		out.Outcome = msg.OutcomeSkipped
-		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version)
+		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
 		return d.finish(ctx, out, seq, start, nil, 0)
 	}
 	b, err := d.bundle(ctx, in, o.BundleHash)

@@ -94,6 +94,32 @@ func (f *fixture) publish(subject string, m msg.Message) {
 	}
 }
 
+// verdict publishes v and records it in the validation status, as the
+// validator does: a verdict the status does not confirm orders nothing.
+func (f *fixture) verdict(v msg.Validated) {
+	f.t.Helper()
+	recordVerdict(f.t, f.bus, v)
+	f.publish(msg.ValidatedSubject(v.Target), v)
+}
+
+func recordVerdict(t *testing.T, bus *testkit.Bus, v msg.Validated) {
+	t.Helper()
+	ctx := context.Background()
+	kv, _ := bus.JS.KeyValue(ctx, msg.BucketStatus)
+	var st msg.ValidationStatus
+	rev, err := msg.LoadStatus(ctx, kv, msg.ValidationStatusKey(v.Target), &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Target, st.Version, st.BundleHash, st.OK = v.Target, v.Version, v.BundleHash, v.OK
+	if v.OK {
+		st.LastGood, st.LastGoodVersion = v.BundleHash, v.Version
+	}
+	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey(v.Target), st, rev); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // outcome waits for the n-th deploy outcome of edge/local.
 func (f *fixture) outcome(n uint64) msg.Deployed {
 	f.t.Helper()
@@ -140,14 +166,14 @@ func TestDeployFlow(t *testing.T) {
 		reloads int
 	}{
 		{"accepted bundle is deployed", func() {
-			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
+			f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
 		}, 1, msg.OutcomeApplied, "global # one\n", 1},
 		{"refused bundle is not", func() {
-			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: false, Reason: "haproxy refused"})
-			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 3, BundleHash: b1.Hash, OK: true})
+			f.verdict(msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: false, Reason: "haproxy refused"})
+			f.verdict(msg.Validated{Target: "edge", Version: 3, BundleHash: b1.Hash, OK: true})
 		}, 2, msg.OutcomeUnchanged, "global # one\n", 1},
 		{"newer bundle is deployed", func() {
-			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 4, BundleHash: b2.Hash, OK: true})
+			f.verdict(msg.Validated{Target: "edge", Version: 4, BundleHash: b2.Hash, OK: true})
 		}, 3, msg.OutcomeApplied, "global # two\n", 2},
 		{"an order for an older bundle is skipped", func() {
 			f.publish(msg.DeploySubject("edge", "local"), msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b1.Hash})
@@ -218,6 +244,7 @@ func TestOrderCarriedOutIsNotRepeated(t *testing.T) {
 		}
 		return ack.Sequence
 	}
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
 	done := order()
 	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
 	if _, err := msg.StoreStatus(ctx, kv, msg.DeployStatusKey("edge", "local"),
@@ -252,5 +279,65 @@ func TestOrderCarriedOutIsNotRepeated(t *testing.T) {
 	}
 	if st.Order != next || st.Deploys != 2 {
 		t.Fatalf("status records order %d after %d deploys, want order %d after 2", st.Order, st.Deploys, next)
+	}
+}
+
+// TestForgedVerdictsAndOrdersAreDeadLettered: a verdict or a deploy order
+// the validation status does not confirm (anyone can publish them) deploys
+// nothing and is dead-lettered with the reason; a deploy status such an
+// order wrote before this check does not make real orders look old.
+func TestForgedVerdictsAndOrdersAreDeadLettered(t *testing.T) {
+	f, run := prepare(t)
+	ctx := context.Background()
+	real, fake := f.store("global # real\n"), f.store("global # forged\n")
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if _, err := msg.StoreStatus(ctx, kv, msg.DeployStatusKey("edge", "local"),
+		msg.DeployStatus{Target: "edge", Instance: "local", Driver: "files", Version: 99998, BundleHash: fake.Hash}, 0); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 99999, BundleHash: fake.Hash, OK: true})
+	for _, reason := range []string{msg.OrderValidated, msg.OrderTrigger, msg.OrderDriftCheck} {
+		f.publish(msg.DeploySubject("edge", "local"), msg.DeployOrder{Target: "edge", Instance: "local", Version: 99999, BundleHash: fake.Hash, Reason: reason})
+	}
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: real.Hash, OK: true})
+	testkit.Eventually(t, 15*time.Second, func() error {
+		var st msg.DeployStatus
+		if _, err := msg.LoadStatus(ctx, kv, msg.DeployStatusKey("edge", "local"), &st); err != nil {
+			return err
+		}
+		if st.Version != 1 || st.BundleHash != real.Hash || f.file("haproxy.cfg") != "global # real\n" {
+			return fmt.Errorf("deploy status v%d %s, haproxy.cfg %q", st.Version, st.BundleHash, f.file("haproxy.cfg"))
+		}
+		return nil
+	})
+	dlq, _ := f.bus.JS.Stream(ctx, msg.StreamDLQ)
+	testkit.Eventually(t, 3*msg.ConfirmWait, func() error {
+		info, err := dlq.Info(ctx, jetstreamFilter(msg.DLQSubject("deployer")))
+		if err != nil {
+			return err
+		}
+		var subjects []string
+		for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+			m, err := dlq.GetMsg(ctx, seq)
+			if err != nil {
+				return err
+			}
+			var dl msg.DeadLetter
+			if err := msg.Decode(m.Data, &dl); err != nil {
+				return err
+			}
+			if !strings.Contains(dl.Reason, msg.ErrUnconfirmed.Error()) || !strings.Contains(dl.Reason, "v99999") {
+				return fmt.Errorf("dead letter %+v", dl)
+			}
+			subjects = append(subjects, dl.Subject)
+		}
+		if len(subjects) != 4 {
+			return fmt.Errorf("dead letters on %v, want the verdict and three orders", subjects)
+		}
+		return nil
+	})
+	if strings.Contains(f.file("haproxy.cfg"), "forged") {
+		t.Fatal("a forged bundle was deployed")
 	}
 }

@@ -71,7 +71,7 @@ targets:
 `
 	f, _ := run(t, testkit.NATS(t), dir, "/etc/haproxy", yaml)
 	b := f.store("frontend f\n  use_backend %[req.hdr(host),map(/etc/haproxy/maps/host.map)]\n")
-	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
 	for _, name := range []string{"a", "b", "c"} {
 		st := status(t, f.bus, name, 1)
 		if st.BundleHash != b.Hash || st.Deploys != 1 {
@@ -125,7 +125,7 @@ targets:
 `
 	f, _ := run(t, testkit.NATS(t), dir, filepath.Join(dir, "out"), yaml)
 	b := f.store("global # delivered\n")
-	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
 	status(t, f.bus, "local", 1)
 	if err := os.WriteFile(filepath.Join(f.dest, "haproxy.cfg"), []byte("tampered\n"), 0o644); err != nil {
 		t.Fatal(err)

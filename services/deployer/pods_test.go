@@ -160,9 +160,10 @@ func TestGonePodsAreRemovedAtStart(t *testing.T) {
 	}
 }
 
-// TestPodReadyAsAVerdictIsPublished makes a Pod ready after a verdict was
-// handled while the Pod was no instance yet, and before the validator
-// stored it as the last accepted bundle: the Pod still gets that bundle.
+// TestPodReadyAsAVerdictIsPublished makes a Pod ready while a verdict is
+// published that the validator has not stored yet (it stores right after
+// publishing): the Pod catches up to the stored bundle, and gets the new
+// one once the status confirms the verdict.
 func TestPodReadyAsAVerdictIsPublished(t *testing.T) {
 	api := dataplanetest.New(t, dataplanetest.Options{})
 	bus := testkit.NATS(t)
@@ -176,22 +177,12 @@ func TestPodReadyAsAVerdictIsPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 4, BundleHash: b.Hash, OK: true, At: time.Now()})
-	testkit.Eventually(t, 15*time.Second, func() error { // handled, for no instance
-		c, err := bus.JS.Consumer(ctx, msg.StreamValidated, deployer.OrdersConsumer)
-		if err != nil {
-			return err
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return err
-		}
-		if info.AckFloor.Stream < 1 {
-			return fmt.Errorf("verdict not handled yet: %+v", info.AckFloor)
-		}
-		return nil
-	})
-
 	putPod(t, bus, "haproxy-0", "127.0.0.1", "haproxy", true)
+	testkit.Eventually(t, 15*time.Second, func() error { // the Pod is an instance
+		_, err := bus.JS.Consumer(ctx, msg.StreamDeploys, deployer.InstanceConsumer("edge", "pod-lb_haproxy-0"))
+		return err
+	})
+	recordVerdict(t, bus, msg.Validated{Target: "edge", Version: 4, BundleHash: b.Hash, OK: true})
 	if st := status(t, bus, "pod-lb_haproxy-0", 4); st.BundleHash != b.Hash {
 		t.Fatalf("pod status %+v, want bundle %s", st, b.Hash)
 	}

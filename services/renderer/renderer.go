@@ -3,10 +3,13 @@
 // On start it notes the end of WEFT_CHANGES, loads every object from the
 // resources bucket into an in-memory index, and then follows change and
 // sync messages from that point, so nothing between the load and the
-// follow is missed; applying a change re-reads its key from the bucket and
-// is ignored when the index already holds that revision (redelivery and
-// duplicates change nothing). No target renders until every source has
-// marked every watched type synced.
+// follow is missed; applying a change re-reads its key's last write from
+// the bucket's stream (a put, or a delete or purge marker, at its own
+// revision) and is ignored when the index already holds that revision
+// (redelivery, duplicates and reordering change nothing). A change naming
+// a revision the bucket does not hold is retried briefly, then
+// dead-lettered. No target renders until every source has marked every
+// watched type synced.
 //
 // A value change pokes only the targets that depend on the value: those
 // whose last render read it (every target before its first render), and,
@@ -168,6 +171,7 @@ type renderer struct {
 	bundles jetstream.ObjectStore
 	renders jetstream.Stream
 	ix      *index.Index
+	follow  *follower
 	targets map[string]*targetState
 	reqs    chan request
 	synced  chan struct{}
@@ -250,6 +254,11 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	if r.ix, err = index.New(specs); err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
+	resources, err := env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	if err != nil {
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	r.follow = &follower{ix: r.ix, bucket: resources, log: env.Log}
 	for _, name := range cfg.TargetNames() {
 		tc := cfg.Targets[name]
 		ts := &targetState{}
@@ -418,23 +427,13 @@ func (r *renderer) load(ctx context.Context) error {
 	return nil
 }
 
-// apply puts the bucket's current entry for key (nil: gone) into the index.
+// apply puts one live entry of the bucket into the index.
 func (r *renderer) apply(key string, e jetstream.KeyValueEntry) bool {
 	_, typ, _, _, err := msg.ParseResourceKey(key)
-	if err != nil {
+	if err != nil || e.Operation() != jetstream.KeyValuePut {
 		return false
 	}
-	var changed bool
-	if e == nil || e.Operation() != jetstream.KeyValuePut {
-		return false
-	}
-	var res msg.Resource
-	if err := msg.Decode(e.Value(), &res); err != nil {
-		r.env.Log.Error("unreadable resource in bucket; ignored", "key", key, "err", err)
-		return false
-	}
-	changed = r.ix.Upsert(typ, key, e.Revision(), index.Normalize(res.Object).(map[string]any))
-	return changed
+	return r.follow.put(typ, key, e.Revision(), e.Value())
 }
 
 func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
@@ -444,9 +443,7 @@ func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
 		if err := msg.Decode(m.Data(), &s); err != nil {
 			return err
 		}
-		r.markers[s.Source+"."+s.Type] = s.Revision
-		r.checkSynced()
-		return nil
+		return r.onSync(ctx, s, msg.AgeOf(m.Metadata()))
 	case "change":
 		var c msg.Change
 		if err := msg.Decode(m.Data(), &c); err != nil {
@@ -456,35 +453,44 @@ func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
 		// burst: it must not take the leading edge.
 		meta, err := m.Metadata()
 		more := err == nil && meta.NumPending > 0
-		return r.onChange(ctx, c, more)
+		return r.onChange(ctx, c, msg.AgeOf(m.Metadata()), more)
 	}
 	return msg.Permanent(fmt.Errorf("unexpected subject %s", m.Subject()))
 }
 
-func (r *renderer) onChange(ctx context.Context, c msg.Change, more bool) error {
-	defer func() {
-		if c.Revision > r.seen {
-			r.seen = c.Revision
-			r.checkSynced()
-		}
-	}()
-	if r.ix.Store(c.Type) == nil {
-		return nil // a type this renderer does not index
+// onSync takes a type's sync marker from the status bucket, where the
+// watcher writes it before announcing it: the message only says that it
+// is there, so a sync message the bucket does not confirm cannot hold
+// rendering back or open it early. Unconfirmed, it is retried for
+// msg.ConfirmWait, then dead-lettered.
+func (r *renderer) onSync(ctx context.Context, s msg.Sync, age time.Duration) error {
+	var st msg.SyncStatus
+	rev, err := msg.LoadStatus(ctx, r.status, msg.SyncStatusKey(s.Source, s.Type), &st)
+	if err != nil {
+		return msg.Retry(err, time.Second)
 	}
-	e, err := r.kv.Get(ctx, c.Key)
-	var changed bool
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// Gone: a delete marker sits after the last put, so c.Revision+1
-		// orders it after every put this change could refer to.
-		changed = r.ix.Delete(c.Type, c.Key, c.Revision+1)
-	case err != nil:
-		return msg.Retry(fmt.Errorf("read %s: %w", c.Key, err), time.Second)
-	default:
-		if e.Revision() < c.Revision {
-			return msg.Retry(fmt.Errorf("bucket behind change %s@%d", c.Key, c.Revision), 200*time.Millisecond)
-		}
-		changed = r.apply(c.Key, e)
+	if rev == 0 || !st.Synced {
+		return msg.Unconfirmed(age, "sync of %s.%s is not in the status bucket", s.Source, s.Type)
+	}
+	r.markers[s.Source+"."+s.Type] = st.Revision
+	r.checkSynced()
+	return nil
+}
+
+func (r *renderer) onChange(ctx context.Context, c msg.Change, age time.Duration, more bool) error {
+	if _, typ, _, _, err := msg.ParseResourceKey(c.Key); err != nil || typ != c.Type {
+		return msg.Permanent(fmt.Errorf("change of type %q names key %q of another type", c.Type, c.Key))
+	}
+	// A type this renderer does not index changes nothing, but its
+	// revision is checked against the bucket all the same before it
+	// counts as seen.
+	changed, err := r.follow.applyChange(ctx, c, age)
+	if err != nil {
+		return err
+	}
+	if c.Revision > r.seen {
+		r.seen = c.Revision
+		r.checkSynced()
 	}
 	if !changed {
 		return nil
@@ -662,7 +668,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.retryLater(req)
 		return
 	}
-	r.writeStatus(ctx, st, rev)
+	if !r.writeStatus(ctx, st, rev) {
+		r.retryLater(req) // the validator waits for the status to confirm the render
+	}
 }
 
 // fetch answers fetch(type, namespace, name) in templates: it asks the
@@ -779,8 +787,11 @@ func (r *renderer) readStatus(ctx context.Context, name string) (msg.RenderStatu
 	return st, rev, err
 }
 
-func (r *renderer) writeStatus(ctx context.Context, st msg.RenderStatus, rev uint64) {
+// writeStatus writes the render status and reports whether it did.
+func (r *renderer) writeStatus(ctx context.Context, st msg.RenderStatus, rev uint64) bool {
 	if _, err := msg.StoreStatus(ctx, r.status, msg.RenderStatusKey(st.Target), st, rev); err != nil {
 		r.env.Log.ErrorContext(ctx, "writing render status failed", "target", st.Target, "err", err)
+		return false
 	}
+	return true
 }

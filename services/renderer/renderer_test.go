@@ -192,3 +192,129 @@ func TestRenderer(t *testing.T) {
 		t.Fatalf("status = %+v %v", st, err)
 	}
 }
+
+// del deletes the service name from the bucket and announces it as the
+// relay does: with the revision of the delete marker.
+func (f *fixture) del(name string) {
+	f.t.Helper()
+	ctx := context.Background()
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketResources)
+	key := msg.ResourceKey("m", "services", "default", name)
+	if err := kv.Delete(ctx, key); err != nil {
+		f.t.Fatal(err)
+	}
+	stream, _ := f.bus.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	m, err := stream.GetLastMsgForSubject(ctx, msg.ResourceSubject(key))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", msg.Change{Source: "m", Type: "services", Key: key, Op: msg.OpDelete, Name: name, Revision: m.Sequence})
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestDeleteThenRecreateRenders: an object deleted and created again as
+// the very next write of the bucket (kubectl delete, then apply) is
+// rendered again.
+func TestDeleteThenRecreateRenders(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.put("web", 80)
+	f.put("api", 8000)
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	f.synced()
+	f.render(1)
+	f.del("web")
+	if _, b := f.render(2); file(b, "maps/svc.map") != "\napi 8000\n" {
+		t.Fatalf("after delete: svc.map = %q", file(b, "maps/svc.map"))
+	}
+	f.put("web", 80) // the next write of the bucket: the marker's revision + 1
+	if _, b := f.render(3); file(b, "maps/svc.map") != "\napi 8000\nweb 80\n" {
+		t.Fatalf("after re-create: svc.map = %q", file(b, "maps/svc.map"))
+	}
+}
+
+// TestForgedSyncOpensNothing: a sync message whose marker the status
+// bucket does not hold (anyone can publish one) does not open rendering
+// before the source synced; it is dead-lettered, and the real marker
+// opens rendering.
+func TestForgedSyncOpensNothing(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.put("web", 80)
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	ctx := context.Background()
+	changes, _ := f.bus.JS.Stream(ctx, msg.StreamChanges)
+	testkit.Eventually(t, 10*time.Second, func() error { // the renderer follows the stream
+		info, err := changes.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Consumers == 0 {
+			return fmt.Errorf("no consumer yet")
+		}
+		return nil
+	})
+	out, _ := msg.NewMsg(msg.SyncSubject("m", "services"), "", msg.Sync{Source: "m", Type: "services"})
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	dlq, _ := f.bus.JS.Stream(ctx, msg.StreamDLQ)
+	var dl msg.DeadLetter
+	testkit.Eventually(t, 3*msg.ConfirmWait, func() error {
+		m, err := dlq.GetLastMsgForSubject(ctx, msg.DLQSubject("renderer"))
+		if err != nil {
+			return err
+		}
+		return msg.Decode(m.Data, &dl)
+	})
+	if dl.Subject != msg.SyncSubject("m", "services") || !strings.Contains(dl.Reason, msg.ErrUnconfirmed.Error()) {
+		t.Fatalf("dead letter = %+v", dl)
+	}
+	if n := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total"); n != 0 {
+		t.Fatalf("rendered %v times on a forged sync", n)
+	}
+	f.synced()
+	if _, b := f.render(1); file(b, "maps/svc.map") != "\nweb 80\n" {
+		t.Fatalf("svc.map = %q", file(b, "maps/svc.map"))
+	}
+}
+
+// TestRenderVersionTakenBefore: a version already in the stream (published
+// by a render whose status write failed) is not reused: the render goes
+// out at the next version instead of being dropped as a duplicate, and
+// the status names that version.
+func TestRenderVersionTakenBefore(t *testing.T) {
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	ctx := context.Background()
+	earlier, _ := msg.NewMsg(msg.RenderSubject("edge"), msg.RenderID("edge", 1), msg.Render{Target: "edge", Version: 1, BundleHash: "earlier"})
+	if _, err := f.bus.JS.PublishMsg(ctx, earlier); err != nil {
+		t.Fatal(err)
+	}
+	f.put("web", 80)
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	f.synced()
+	r, b := f.render(2)
+	if file(b, "maps/svc.map") != "\nweb 80\n" {
+		t.Fatalf("svc.map = %q", file(b, "maps/svc.map"))
+	}
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	var st msg.RenderStatus
+	if _, err := msg.LoadStatus(ctx, kv, msg.RenderStatusKey("edge"), &st); err != nil || st.Version != 2 || st.BundleHash != r.BundleHash {
+		t.Fatalf("render status = %+v %v, want v2 %s", st, err, r.BundleHash)
+	}
+}

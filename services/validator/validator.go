@@ -16,6 +16,12 @@
 // a bundle seen before is not validated again. A kind that cannot run on
 // the machine (haproxy without its binary) makes Run fail at start when
 // Options.Kinds names it or a target expects it.
+// A render message orders the validation status only when the renderer's
+// status confirms it (its version, and its bundle when it is the newest);
+// one beyond that status is retried for msg.ConfirmWait and then
+// dead-lettered, so a forged render cannot make real versions look old. A
+// gather without a verdict (a kind that did not answer, or could not read
+// the bundle) is asked again, never taken as a refusal.
 package validator
 
 import (
@@ -317,6 +323,10 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	if !ok {
 		return msg.Permanent(fmt.Errorf("render for unknown target %q", r.Target))
 	}
+	rendered, err := v.confirm(ctx, r, msg.AgeOf(m.Metadata()))
+	if err != nil {
+		return err
+	}
 	log := v.env.Log.With("target", r.Target, "version", r.Version)
 	kinds, err := v.reg.expected(ctx, tc.Validate)
 	if err != nil {
@@ -365,7 +375,7 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	if _, err := bus.Publish(ctx, v.env.JS, msg.ValidatedSubject(r.Target), msg.RenderID(r.Target, r.Version), verdict); err != nil {
 		return err
 	}
-	return v.writeStatus(ctx, verdict)
+	return v.writeStatus(ctx, verdict, rendered)
 }
 
 // undecided answers a gather without a verdict (kinds that did not answer,
@@ -428,15 +438,53 @@ func (v *validator) writeUndecided(ctx context.Context, r msg.Render, reason str
 	return err
 }
 
-func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated) error {
+// confirm checks a render message against the render status the renderer
+// writes right after publishing it, and returns the version that status
+// is at. Only a render the status confirms (its version, and its bundle
+// hash when it is the newest render) may order the validation status;
+// an older one is validated but cannot move the status back. A render
+// beyond the renderer's status (a forged message, or a status write still
+// on its way) is retried for msg.ConfirmWait, then dead-lettered.
+func (v *validator) confirm(ctx context.Context, r msg.Render, age time.Duration) (uint64, error) {
+	var rs msg.RenderStatus
+	if _, err := msg.LoadStatus(ctx, v.status, msg.RenderStatusKey(r.Target), &rs); err != nil {
+		return 0, msg.Retry(err, time.Second)
+	}
+	switch {
+	case r.Version > rs.Version:
+		return 0, msg.Unconfirmed(age, "render %s v%d: the renderer's status is at v%d", r.Target, r.Version, rs.Version)
+	case r.Version == rs.Version && r.BundleHash != rs.BundleHash:
+		return 0, msg.Permanent(fmt.Errorf("%w: render %s v%d names bundle %s, the renderer's status %s",
+			msg.ErrUnconfirmed, r.Target, r.Version, short(r.BundleHash), short(rs.BundleHash)))
+	}
+	return rs.Version, nil
+}
+
+// writeStatus records verdict in the validation status. A status beyond
+// the version the renderer's status is at (rendered) was written from a
+// message nothing confirmed; it is replaced, not trusted to order.
+func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated, rendered uint64) error {
 	key := msg.ValidationStatusKey(verdict.Target)
 	var st msg.ValidationStatus
 	rev, err := msg.LoadStatus(ctx, v.status, key, &st)
 	if err != nil && rev == 0 {
 		return err
 	}
+	if st.Version > rendered {
+		v.env.Log.WarnContext(ctx, "validation status names a version never rendered; replaced", "target", verdict.Target, "version", st.Version, "rendered", rendered)
+		st = msg.ValidationStatus{}
+	}
 	if verdict.Version < st.Version {
-		return nil // an older render finished late; keep the newer status
+		// An older render finished late: the newer status stays, but
+		// an accepted bundle newer than the last good one is recorded.
+		if !verdict.OK || verdict.Version <= st.LastGoodVersion {
+			return nil
+		}
+		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version
+		if _, err := msg.StoreStatus(ctx, v.status, key, st, rev); err != nil {
+			return msg.Retry(err, 200*time.Millisecond)
+		}
+		return nil
 	}
 	st.Target, st.Version, st.BundleHash, st.OK, st.Undecided, st.Reason, st.At = verdict.Target, verdict.Version, verdict.BundleHash, verdict.OK, false, verdict.Reason, verdict.At
 	st.Problems = problems(verdict.Replies)

@@ -117,13 +117,25 @@ func (f *fixture) store(b msg.Bundle) {
 	}
 }
 
-// publish publishes the next version's render message naming b.
+// publish publishes the next version's render message naming b and, as
+// the renderer does, the render status after it.
 func (f *fixture) publish(b msg.Bundle) uint64 {
 	f.t.Helper()
+	ctx := context.Background()
 	f.ver++
 	r := msg.Render{Target: "edge", Version: f.ver, BundleHash: b.Hash, At: time.Now()}
 	out, _ := msg.NewMsg(msg.RenderSubject("edge"), "", r)
-	if _, err := f.bus.JS.PublishMsg(context.Background(), out); err != nil {
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		f.t.Fatal(err)
+	}
+	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	var rs msg.RenderStatus
+	rev, err := msg.LoadStatus(ctx, status, msg.RenderStatusKey("edge"), &rs)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	rs.Target, rs.Version, rs.BundleHash = "edge", f.ver, b.Hash
+	if _, err := msg.StoreStatus(ctx, status, msg.RenderStatusKey("edge"), rs, rev); err != nil {
 		f.t.Fatal(err)
 	}
 	return f.ver
@@ -214,6 +226,59 @@ func TestGatherNamesMissingKinds(t *testing.T) {
 	}
 	if res.OK() || strings.Join(res.Missing, ",") != "telepathy" || len(res.Replies) != 1 || res.Replies[0].Kind != "template" {
 		t.Fatalf("result = %+v", res)
+	}
+}
+
+// TestForgedRenderIsDeadLettered: a render message nobody rendered (any
+// client can publish on weft.render.<target>) with a version far ahead
+// orders nothing: it is dead-lettered once the renderer's status has not
+// confirmed it in time, and the real renders are validated and recorded.
+// A validation status such a message wrote before is replaced.
+func TestForgedRenderIsDeadLettered(t *testing.T) {
+	f := start(t)
+	ctx := context.Background()
+	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if _, err := msg.StoreStatus(ctx, status, msg.ValidationStatusKey("edge"),
+		msg.ValidationStatus{Target: "edge", Version: 99998, BundleHash: "forged", Reason: "refused"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	good := bundle(t, goodCfg, "a b\n")
+	forged := msg.Render{Target: "edge", Version: 99999, BundleHash: good.Hash, At: time.Now()}
+	out, _ := msg.NewMsg(msg.RenderSubject("edge"), "", forged)
+	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	if v := f.submit(good); !v.OK {
+		t.Fatalf("real render refused: %s", v.Reason)
+	}
+	var st msg.ValidationStatus
+	if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != 1 || !st.OK || st.LastGoodVersion != 1 || st.LastGood != good.Hash {
+		t.Fatalf("validation status = %+v, want v1 accepted", st)
+	}
+	dlq, _ := f.bus.JS.Stream(ctx, msg.StreamDLQ)
+	var dl msg.DeadLetter
+	testkit.Eventually(t, 3*msg.ConfirmWait, func() error {
+		m, err := dlq.GetLastMsgForSubject(ctx, msg.DLQSubject("validator"))
+		if err != nil {
+			return err
+		}
+		return msg.Decode(m.Data, &dl)
+	})
+	if dl.Subject != msg.RenderSubject("edge") || !strings.Contains(dl.Reason, "v99999") || !strings.Contains(dl.Reason, msg.ErrUnconfirmed.Error()) {
+		t.Fatalf("dead letter = %+v", dl)
+	}
+	if n := testkit.CounterValue(t, f.env.Registry, "weft_validator_dead_letters_total"); n != 1 {
+		t.Fatalf("dead letters metric = %v, want 1", n)
+	}
+	if !strings.Contains(f.env.Logs.String(), "message dead-lettered") {
+		t.Fatal("no log of the dead letter")
+	}
+	// Another real render still goes through.
+	if v := f.submit(bundle(t, goodCfg, "c d\n")); !v.OK || v.Version != 2 {
+		t.Fatalf("next render: %+v", v)
 	}
 }
 

@@ -424,7 +424,7 @@ kwargs:
 	}
 	for i := range args {
 		if args[i] == nil {
-			v := r.Eval(n.Kwargs[i].Value)
+			v := toValue(evalAny(r, n.Kwargs[i].Value))
 			if v.IsError() {
 				return exec.AsValue(fmt.Errorf("macro '%s' failed to evaluate '%s': %s", n.Name, n.Kwargs[i].Value.String(), v))
 			}

@@ -41,7 +41,7 @@ func TestControlStructuresMatchGonja(t *testing.T) {
 		"resources":        `{% for _, i in resources.ingresses.items() %}{% if i.spec.rules %}{% for r in i.spec.rules %}{{ r.host }}{{ loop.last }}{% endfor %}{% endif %}{% endfor %}`,
 		"values":           `{% for k, v in values.items() if v %}{{ k }}{% endfor %}`,
 		"macro include":    `{% set obj = {'k': 'v'} %}{% include "macro" %}`,
-		"loop error":       `{% for x in [1, 0] %}{{ 1 // x }}{{ x | log }}{% endfor %}`,
+		"loop error":       `{% for x in [1, 0] %}{{ 10 // (x + 1) }}{{ x | log }}{% endfor %}`,
 		"if error":         `{% if 'x' | log %}y{% endif %}`,
 	}
 	in := testInput(t)

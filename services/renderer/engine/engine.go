@@ -268,6 +268,9 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Set is a compiled Spec.
 type Set struct {
+	// fast: the engine evaluates expressions (eval.go), top-level
+	// outputs included; unset only in tests that compare with gonja.
+	fast       bool
 	env        *exec.Environment
 	snippetCfg *config.Config
 	outputCfg  *config.Config
@@ -303,6 +306,7 @@ func Compile(spec Spec) (*Set, error) {
 // macro (the tests compare the two).
 func compile(spec Spec, fast bool) (*Set, error) {
 	s := &Set{
+		fast:       fast,
 		snippetCfg: config.New(),
 		outputCfg:  config.New(),
 		snippets:   make(map[string]*exec.Template, len(spec.Snippets)),
@@ -362,6 +366,7 @@ func compile(spec Spec, fast bool) (*Set, error) {
 			continue
 		}
 		rewriteFragmentOutputs(tpl.Root().Nodes)
+		s.ownOutputs(tpl)
 		s.snippets[name] = tpl
 	}
 	for _, name := range fragNames {
@@ -374,6 +379,7 @@ func compile(spec Spec, fast bool) (*Set, error) {
 			errs = append(errs, compileError(KindFragment, name, "", err))
 			continue
 		}
+		s.ownOutputs(tpl)
 		parts, complete := declaredParts(f.Text, spec.Snippets, s.outputCfg)
 		s.fragments = append(s.fragments, &fragment{name: name, forEach: f.ForEach, tpl: tpl, parts: parts, anyPart: !complete})
 	}
@@ -394,6 +400,7 @@ func compile(spec Spec, fast bool) (*Set, error) {
 			continue
 		}
 		rewriteFragmentOutputs(tpl.Root().Nodes)
+		s.ownOutputs(tpl)
 		s.outputs = append(s.outputs, &output{Template: o, tpl: tpl})
 	}
 	if len(errs) > 0 {

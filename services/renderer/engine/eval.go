@@ -35,6 +35,16 @@ import (
 // `l.pop().upper()` pops two items there, one here and in Jinja2). With
 // autoescaping on (where gonja marks values safe) everything goes to
 // gonja.
+//
+// Errors: an error value never becomes output. Where Jinja2 raises and
+// gonja makes a value up (division or modulo by zero, an operand type the
+// operator does not take, a failing item of a list or tuple literal), the
+// engine returns an error, which the render reports with the template and
+// the line. Outputs at a template's top level are evaluated here too
+// (ownOutputs), and so are macro defaults and the bounds of slices. Left
+// to gonja: the target of a slice (`(a - b)[1:]`), and the bodies of
+// gonja's own structures (filter, with, call blocks) and of autoescaped
+// templates.
 
 // evalAny evaluates expr in r's scope to a plain value.
 func evalAny(r *exec.Renderer, expr nodes.Node) any {
@@ -214,15 +224,66 @@ func eval(r *exec.Renderer, node nodes.Node) any {
 	case *nodes.TestExpression:
 		return evalTest(r, n)
 	case *nodes.List:
-		l := make(exec.ValuesList, len(n.Val))
-		for i, e := range n.Val {
-			l[i] = toValue(eval(r, e))
-		}
-		return l
+		return evalItems(r, n.Val)
 	case *nodes.Dict:
 		return evalDict(r, n)
+	case *nodes.Tuple:
+		return evalItems(r, n.Val)
+	case *nodes.UnaryExpression:
+		return evalUnary(r, n)
+	case *nodes.GetSlice:
+		// gonja slices; its bounds are checked here first, so that a
+		// bound Jinja2 refuses (`l[1 // 0:]`) is an error and not a
+		// value gonja made up.
+		for _, b := range []nodes.Node{n.Start, n.End, n.Step} {
+			if e, ok := b.(nodes.Expression); b == nil || ok && literal(e) {
+				continue
+			}
+			if v := eval(r, b); isErr(v) {
+				return wrapf(v, `unable to evaluate slice bound %s`, b)
+			}
+		}
 	}
 	return plainOf(r.Eval(node.(nodes.Expression)))
+}
+
+// evalItems evaluates the items of a list or tuple literal; an item that
+// fails fails the literal (gonja keeps the error as an item and prints
+// it).
+func evalItems(r *exec.Renderer, items []nodes.Expression) any {
+	l := make(exec.ValuesList, len(items))
+	for i, e := range items {
+		v := eval(r, e)
+		if isErr(v) {
+			return wrapf(v, `Unable to evaluate item %d %s`, i, e)
+		}
+		l[i] = toValue(v)
+	}
+	return l
+}
+
+// evalUnary is gonja's unary minus and plus, refusing a term that is not a
+// number as Jinja2 does.
+func evalUnary(r *exec.Renderer, n *nodes.UnaryExpression) any {
+	v := eval(r, n.Term)
+	if isErr(v) {
+		return wrapf(v, `Unable to evaluate term %s`, n.Term)
+	}
+	x := toValue(v)
+	if !numeric(x) {
+		sign := "+"
+		if n.Negative {
+			sign = "-"
+		}
+		return fmt.Errorf("bad operand type for unary %s: '%s'", sign, pyType(x))
+	}
+	switch {
+	case !n.Negative:
+		return plainOf(number(x))
+	case x.IsFloat():
+		return -x.Float()
+	}
+	return -number(x).Integer()
 }
 
 func negate(v any) any {
@@ -1347,8 +1408,15 @@ func evalBinary(r *exec.Renderer, n *nodes.BinaryExpression) any {
 }
 
 // binary is gonja's evalBinaryExpression once both sides are evaluated,
-// for the operators other than and, or, ~, == and !=.
+// for the operators other than and, or, ~, == and !=, except that what
+// Jinja2 refuses is an error here too, where gonja returns a made-up value
+// or panics: division and modulo by zero (ZeroDivisionError), and operand
+// types the operator does not take (TypeError: `'a' - 1`, `none + 1`,
+// `1 < 'a'`).
 func binary(node *nodes.BinaryExpression, left, right *exec.Value) *exec.Value {
+	if err := checkOperands(node, left, right); err != nil {
+		return exec.AsValue(err)
+	}
 	switch node.Operator.Token.Type {
 	case tokens.Addition:
 		if left.IsList() {
@@ -1371,28 +1439,34 @@ func binary(node *nodes.BinaryExpression, left, right *exec.Value) *exec.Value {
 		if left.IsString() || right.IsString() {
 			return exec.AsValue(left.String() + right.String())
 		}
-		return exec.AsValue(left.Integer() + right.Integer())
+		return exec.AsValue(number(left).Integer() + number(right).Integer())
 	case tokens.Subtraction:
 		if left.IsFloat() || right.IsFloat() {
 			return exec.AsValue(left.Float() - right.Float())
 		}
-		return exec.AsValue(left.Integer() - right.Integer())
+		return exec.AsValue(number(left).Integer() - number(right).Integer())
 	case tokens.Multiply:
 		if left.IsFloat() || right.IsFloat() {
 			return exec.AsValue(left.Float() * right.Float())
 		}
 		if left.IsString() {
-			return exec.AsValue(strings.Repeat(left.String(), right.Integer()))
+			return exec.AsValue(strings.Repeat(left.String(), max(0, number(right).Integer())))
 		}
-		return exec.AsValue(left.Integer() * right.Integer())
+		if right.IsString() {
+			return exec.AsValue(strings.Repeat(right.String(), max(0, number(left).Integer())))
+		}
+		return exec.AsValue(number(left).Integer() * number(right).Integer())
 	case tokens.Division:
-		return exec.AsValue(left.Float() / right.Float())
+		return exec.AsValue(number(left).Float() / number(right).Float())
 	case tokens.FloorDivision:
-		return exec.AsValue(int(left.Float() / right.Float()))
+		return exec.AsValue(int(number(left).Float() / number(right).Float()))
 	case tokens.Modulo:
-		return exec.AsValue(left.Integer() % right.Integer())
+		if left.IsFloat() || right.IsFloat() {
+			return exec.AsValue(pyMod(left.Float(), right.Float()))
+		}
+		return exec.AsValue(number(left).Integer() % number(right).Integer())
 	case tokens.Power:
-		return exec.AsValue(math.Pow(left.Float(), right.Float()))
+		return exec.AsValue(math.Pow(number(left).Float(), number(right).Float()))
 	case tokens.LowerThanOrEqual:
 		if left.IsFloat() || right.IsFloat() {
 			return exec.AsValue(left.Float() <= right.Float())
@@ -1431,6 +1505,86 @@ func binary(node *nodes.BinaryExpression, left, right *exec.Value) *exec.Value {
 	return exec.AsValue(fmt.Errorf(`Unknown operator "%s"`, node.Operator.Token))
 }
 
+// pyType is the name Jinja2 (Python) gives v's type in its errors.
+func pyType(v *exec.Value) string {
+	switch {
+	case v.IsNil():
+		return "NoneType"
+	case v.IsBool():
+		return "bool"
+	case v.IsInteger():
+		return "int"
+	case v.IsFloat():
+		return "float"
+	case v.IsString():
+		return "str"
+	case v.IsList():
+		return "list"
+	case v.IsDict():
+		return "dict"
+	}
+	return fmt.Sprintf("%T", v.Interface())
+}
+
+// numeric reports whether v is a number to Python: an int, a float or a
+// bool.
+func numeric(v *exec.Value) bool {
+	return !v.IsNil() && (v.IsInteger() || v.IsFloat() || v.IsBool())
+}
+
+// number is v with a bool as the int Python takes it for.
+func number(v *exec.Value) *exec.Value {
+	if v.IsBool() {
+		if v.Bool() {
+			return exec.AsValue(1)
+		}
+		return exec.AsValue(0)
+	}
+	return v
+}
+
+// checkOperands returns the error Jinja2 raises for node on these operands,
+// or nil: a ZeroDivisionError or a TypeError, in Python's words.
+func checkOperands(node *nodes.BinaryExpression, left, right *exec.Value) error {
+	op := node.Operator.Token
+	both := numeric(left) && numeric(right)
+	strs := left.IsString() && right.IsString()
+	ok := true
+	switch op.Type {
+	case tokens.Addition:
+		ok = both || strs || left.IsList() && right.IsList()
+	case tokens.Subtraction, tokens.Power:
+		ok = both
+	case tokens.Multiply:
+		ok = both || left.IsString() && numeric(right) && !right.IsFloat() || right.IsString() && numeric(left) && !left.IsFloat()
+	case tokens.Division, tokens.FloorDivision, tokens.Modulo:
+		if left.IsString() && op.Type == tokens.Modulo {
+			return errors.New("string formatting with % is not supported; use the format filter")
+		}
+		ok = both
+		if ok && number(right).Float() == 0 {
+			return errors.New("division by zero")
+		}
+	case tokens.LowerThan, tokens.LowerThanOrEqual, tokens.GreaterThan, tokens.GreaterThanOrEqual:
+		if !both && !strs {
+			return fmt.Errorf("'%s' not supported between instances of '%s' and '%s'", op.Val, pyType(left), pyType(right))
+		}
+	}
+	if !ok {
+		return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op.Val, pyType(left), pyType(right))
+	}
+	return nil
+}
+
+// pyMod is Python's float modulo: the result has the sign of b.
+func pyMod(a, b float64) float64 {
+	m := math.Mod(a, b)
+	if m != 0 && (m < 0) != (b < 0) {
+		m += b
+	}
+	return m
+}
+
 func resolved(v *exec.Value) reflect.Value {
 	if v.Val.IsValid() && v.Val.Kind() == reflect.Pointer {
 		return v.Val.Elem()
@@ -1463,6 +1617,42 @@ func walk(r *exec.Renderer, w *nodes.Wrapper) error {
 		}
 	}
 	return nil
+}
+
+// ownOutputs makes the engine evaluate the `{{ ... }}` at the top level of
+// tpl too (gonja renders them itself otherwise, with its own arithmetic,
+// which makes up values where Jinja2 raises): each becomes an
+// engineOutput. Bodies of the engine's control structures are walked by
+// walk, which evaluates their outputs already.
+func (s *Set) ownOutputs(tpl *exec.Template) {
+	if !s.fast {
+		return
+	}
+	list := tpl.Root().Nodes
+	for i, n := range list {
+		if o, ok := n.(*nodes.Output); ok {
+			list[i] = &nodes.ControlStructureBlock{Location: o.Start, Name: "output", ControlStructure: &engineOutput{o}}
+		}
+	}
+}
+
+// engineOutput is a top-level output the engine evaluates.
+type engineOutput struct{ orig *nodes.Output }
+
+func (n *engineOutput) Position() *tokens.Token { return n.orig.Start }
+
+// String has the form of gonja's control structures, which the error
+// messages leave out (runtimeError).
+func (n *engineOutput) String() string {
+	return fmt.Sprintf("Output(Line=%d Col=%d)", n.orig.Start.Line, n.orig.Start.Col)
+}
+
+func (n *engineOutput) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
+	if r.Config.AutoEscape {
+		_, err := r.Visit(n.orig)
+		return err
+	}
+	return writeOutput(r, n.orig)
 }
 
 // writeOutput is gonja's rendering of `{{ ... }}`.

@@ -1,6 +1,11 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -54,7 +59,7 @@ func TestExpressionsMatchGonja(t *testing.T) {
 		"if error":          `{% if none.x.y %}y{% endif %}`,
 		"output condition":  `{{ 'a' if true else 'b' }}{{ 'a' if false else 'b' }}{{ 'a' if false }}`,
 		"slices":            `{{ values.list[1:] }}{{ 'abc'[:2] }}`,
-		"modulo by zero":    `{{ 1 % 0 }}`,
+		"arithmetic":        `{{ 7 % 3 }}{{ 7.5 // 2 }}{{ 2 * 3.5 }}{{ 1 + 2.5 }}{{ 10 / 4 }}{{ -(2) }}{{ -2.5 }}{{ (1, 'a') }}{{ 'ab' * 3 }}{{ 2 <= 2.0 }}`,
 		"get default error": `{{ values.obj.get('k', none.x) }}`,
 		"append error":      `{% set l = [] %}{% do l.append(none.x) %}`,
 		"method arg error":  `{{ 'abc'.startswith(none.x) }}`,
@@ -102,4 +107,129 @@ func TestMethodReceiverEvaluatedOnce(t *testing.T) {
 	if want := "B['a']"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+}
+
+// TestEngineErrors: every error the engine meets while evaluating an
+// expression is a render error naming the template and the line, never an
+// empty or made-up value. Where Jinja2 raises (ZeroDivisionError,
+// TypeError) the engine errors even where gonja itself renders something:
+// gonja renders `1 // 0` as -9223372036854775808, `1 / 0` as +Inf,
+// `'a' - 1` as -1 and `none + 1` as 1, and panics on `1 % 0`; so these
+// cases are not in TestExpressionsMatchGonja. Each case renders at the top
+// level, in an if body, in a set, as a macro's default and in a snippet,
+// on its third line. The messages
+// are in testdata/engine-errors.golden (go test -update rewrites it).
+func TestEngineErrors(t *testing.T) {
+	cases := []struct {
+		name, expr string
+		compile    bool // an error when the template compiles
+	}{
+		{"undefined filter", `1 | nofilter`, true},
+		{"integer floor division by zero", `1 // 0`, false},
+		{"integer division by zero", `1 / 0`, false},
+		{"integer modulo by zero", `1 % 0`, false},
+		{"float floor division by zero", `1.5 // 0.0`, false},
+		{"float division by zero", `values.n / 0.0`, false},
+		{"float modulo by zero", `2.5 % 0`, false},
+		{"division by false", `1 / false`, false},
+		{"string minus int", `'a' - 1`, false},
+		{"none plus int", `none + 1`, false},
+		{"string plus int", `'80' + 1`, false},
+		{"list minus int", `[1] - 1`, false},
+		{"dict times int", `{} * 2`, false},
+		{"string times string", `'a' * 'b'`, false},
+		{"string power", `'a' ** 2`, false},
+		{"string modulo", `'%s' % 'x'`, false},
+		{"int lower than string", `1 < 'a'`, false},
+		{"none greater than int", `none > 1`, false},
+		{"unary minus of a string", `-'a'`, false},
+		{"error inside unary minus", `-(1 // 0)`, false},
+		{"error inside a tuple", `(1, 1 // 0)`, false},
+		{"error in a filter argument", `'x' | default(1 // 0)`, false},
+		{"error in a call argument", `range(1 // 0)`, false},
+		{"error in a method argument", `'abc'.startswith(1 // 0)`, false},
+		{"error in a list item", `[1, 2 % 0]`, false},
+		{"error in a dict value", `{'a': 1 // 0}`, false},
+		{"error in a slice bound", `values.list[1 // 0:]`, false},
+		{"error in a condition", `'a' if 1 // 0 else 'b'`, false},
+		{"undefined function", `nofunc()`, false},
+		{"unknown method", `values.obj.nomethod()`, false},
+		{"unknown test", `1 is nosuchtest`, false},
+		{"failed call", `range('x')`, false},
+		{"call of a non-callable", `values.n()`, false},
+	}
+	in := testInput(t)
+	var golden strings.Builder
+	for _, tc := range cases {
+		forms := []struct{ where, text string }{
+			{"macro default", "{% macro m(x=(" + tc.expr + ")) %}{{ x }}{% endmacro %}\n\n{{ m() }}\n"},
+			{"top level", "a\nb\n{{ " + tc.expr + " }}\n"},
+			{"if body", "{% if true %}\n\n{{ " + tc.expr + " }}{% endif %}\n"},
+			{"set", "{% if true %}\n\n{% set x = " + tc.expr + " %}{{ x }}{% endif %}\n"},
+			{"snippet", `{% include "inc" %}`},
+		}
+		for _, f := range forms {
+			if f.where == "macro default" && (tc.compile || strings.Contains(tc.expr, " if ")) {
+				continue // the default is on line 1; gonja does not parse a conditional there
+			}
+			var snippets map[string]string
+			if f.where == "snippet" {
+				snippets = map[string]string{"inc": "\n\n{{ " + tc.expr + " }}"}
+			}
+			got, err := render(t, snippets, f.text, in)
+			if err == nil {
+				t.Errorf("%s, %s: %q rendered %q, want an error", tc.name, f.where, tc.expr, got)
+				continue
+			}
+			var e *Error
+			switch {
+			case !errors.As(err, &e) || e.Line != 3:
+				t.Errorf("%s, %s: error %v does not name line 3", tc.name, f.where, err)
+			case f.where == "snippet" && e.Snippet != "inc" && !(tc.compile && e.Template == "inc"):
+				t.Errorf("%s, %s: error %v does not name the snippet", tc.name, f.where, err)
+			case f.where != "snippet" && e.Template != "test.map":
+				t.Errorf("%s, %s: error %v does not name test.map", tc.name, f.where, err)
+			}
+			fmt.Fprintf(&golden, "%s, %s: %v\n", tc.name, f.where, err)
+		}
+	}
+	checkGolden(t, filepath.Join("testdata", "engine-errors.golden"), golden.String())
+}
+
+// checkGolden compares got with the golden file at path, or rewrites the
+// file with -update.
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("messages differ from %s (go test -update rewrites it):\n%s", path, lineDiff(string(want), got))
+	}
+}
+
+// lineDiff lists the lines of want and got that differ.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for i := range max(len(w), len(g)) {
+		var a, c string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			c = g[i]
+		}
+		if a != c {
+			fmt.Fprintf(&b, "- %s\n+ %s\n", a, c)
+		}
+	}
+	return b.String()
 }

@@ -8,11 +8,15 @@
 // missing (or null) indexes as "".
 //
 // Revisions: every Upsert and Delete carries the source revision of the
-// change (for example a NATS KV revision). A change whose revision is not
-// newer than the one already applied for that id is ignored, so redelivered
-// and duplicate changes alter nothing. Deletions leave a tombstone with their
-// revision, so an older upsert delivered late cannot resurrect the object.
-// Revision reports the highest revision applied to the whole Index.
+// write (for example a NATS KV revision; for a delete, the revision of the
+// delete or purge marker itself, never one derived from another write). A
+// change whose revision is not newer than the one already applied for that
+// id is ignored, so redelivered and duplicate changes alter nothing.
+// Deletions leave a tombstone with their revision, so an older upsert
+// delivered late cannot resurrect the object, and any later write, whose
+// revision is strictly higher, wins. Forget removes an id a reader found
+// no write of at all, at the revision the Index holds it. Revision reports
+// the highest revision applied to the whole Index.
 //
 // Observers: Observe registers a function that receives a Change for every
 // Upsert and Delete that altered the Index, with the object's index key
@@ -221,6 +225,19 @@ func (ix *Index) delete(st *Store, id string, rev uint64) (Change, bool) {
 	if !st.newer(id, rev) {
 		return Change{}, false
 	}
+	return ix.tombstone(st, id, rev)
+}
+
+// remove is delete of an entry at its own revision (Forget); the writer
+// holds gate, so the entry is still there.
+func (ix *Index) remove(st *Store, id string, rev uint64) (Change, bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.tombstone(st, id, rev)
+}
+
+// tombstone records id deleted at rev and removes its entry; mu is held.
+func (ix *Index) tombstone(st *Store, id string, rev uint64) (Change, bool) {
 	st.tombstones[id] = rev
 	ix.bump(rev)
 	old := st.entries[id]
@@ -232,6 +249,30 @@ func (ix *Index) delete(st *Store, id string, rev uint64) (Change, bool) {
 	st.ids = removeSorted(st.ids, id)
 	st.changes++
 	return Change{Type: st.typ, ID: id, Rev: rev, Old: old.obj, OldKeys: old.keys}, true
+}
+
+// Forget removes id from typ whatever its revision, for a reader that
+// found no write of id left at all in the source; the tombstone keeps the
+// revision id was stored at, so only a newer write brings it back. It
+// reports whether an object was removed.
+func (ix *Index) Forget(typ, id string) bool {
+	st := ix.stores[typ]
+	if st == nil {
+		return false
+	}
+	ix.gate.Lock()
+	defer ix.gate.Unlock()
+	ix.mu.RLock()
+	e := st.entries[id]
+	ix.mu.RUnlock()
+	if e == nil {
+		return false
+	}
+	c, ok := ix.remove(st, id, e.rev)
+	if ok {
+		ix.notify(c)
+	}
+	return ok
 }
 
 // Observe registers fn to receive every Change from now on (see the

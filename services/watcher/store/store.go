@@ -261,19 +261,24 @@ func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bo
 	return false, fmt.Errorf("store: write %s: the key keeps changing under us", key)
 }
 
-// delete removes key unless someone changed it meanwhile; it reports whether
-// it wrote a delete marker.
+// delete removes key unless someone wrote it meanwhile; it reports whether
+// it wrote a delete marker. On such a conflict it re-reads the key, so the
+// next Apply decides on what the bucket holds now (and deletes it again if
+// still unwanted); a failed write keeps the key known, so the next Apply
+// deletes it again too.
 func (s *Store) delete(ctx context.Context, key string) (bool, error) {
-	cur := s.known[key]
-	_, err := s.write(ctx, key, nil, msg.KVOpDelete, cur.rev, false)
-	s.forget(key)
-	if isConflict(err) {
-		return false, nil // changed under us: the next Apply sees the truth
+	_, err := s.write(ctx, key, nil, msg.KVOpDelete, s.known[key].rev, false)
+	switch {
+	case err == nil:
+		s.forget(key)
+		return true, nil
+	case isConflict(err):
+		if _, _, err := s.reread(ctx, key); err != nil {
+			return false, err
+		}
+		return false, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("store: delete %s: %w", key, err)
-	}
-	return true, nil
+	return false, fmt.Errorf("store: delete %s: %w", key, err)
 }
 
 // write publishes a value (or a delete marker when op is set) for key,

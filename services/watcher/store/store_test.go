@@ -1,0 +1,141 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/watcher/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
+
+// flaky publishes through the real bucket stream but fails the delete
+// markers while failing is set, as a connection lost mid-write does.
+type flaky struct {
+	js      jetstream.JetStream
+	failing atomic.Bool
+}
+
+var errLost = errors.New("connection lost")
+
+func (f *flaky) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if f.failing.Load() && m.Header.Get(msg.HeaderKVOperation) != "" {
+		return nil, errLost
+	}
+	return f.js.PublishMsg(ctx, m, opts...)
+}
+
+type rig struct {
+	t      *testing.T
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	bus    *testkit.Bus
+}
+
+func newRig(t *testing.T) *rig {
+	bus := testkit.NATS(t)
+	ctx := context.Background()
+	kv, err := bus.JS.KeyValue(ctx, msg.BucketResources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := bus.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{t: t, kv: kv, stream: stream, bus: bus}
+}
+
+func (r *rig) store(pub store.Publisher) *store.Store {
+	s, err := store.New("m", []string{"services"}, nil, r.kv, r.stream, pub)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return s
+}
+
+func (r *rig) live(name string) bool {
+	r.t.Helper()
+	_, err := r.kv.Get(context.Background(), msg.ResourceKey("m", "services", "default", name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return true
+}
+
+func svc(name string, port int) store.Object {
+	return store.Object{Type: "services", Namespace: "default", Name: name, Body: map[string]any{"spec": map[string]any{"port": port}}}
+}
+
+// TestFailedDeleteIsRetried: a delete whose write failed is written by the
+// next Apply; the object does not stay in the bucket for good.
+func TestFailedDeleteIsRetried(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	pub := &flaky{js: r.bus.JS}
+	s := r.store(pub)
+	if _, err := s.Apply(ctx, []store.Object{svc("web", 80)}, true); err != nil {
+		t.Fatal(err)
+	}
+	pub.failing.Store(true)
+	if _, err := s.Apply(ctx, nil, false); !errors.Is(err, errLost) {
+		t.Fatalf("Apply with a failing write: %v, want the write's error", err)
+	}
+	pub.failing.Store(false)
+	res, err := s.Apply(ctx, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 1 || r.live("web") {
+		t.Fatalf("after the failed delete: %+v, web still in the bucket: %v", res, r.live("web"))
+	}
+}
+
+// TestDeleteAfterConflictIsRetried: a delete that loses a compare-and-set
+// to another replica's write of the key re-reads it, so the next Apply
+// deletes what is there now.
+func TestDeleteAfterConflictIsRetried(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a, b := r.store(r.bus.JS), r.store(r.bus.JS)
+	if _, err := a.Apply(ctx, []store.Object{svc("web", 80)}, true); err != nil {
+		t.Fatal(err)
+	}
+	// Replica b rewrites web behind a's back.
+	if _, err := b.Apply(ctx, []store.Object{svc("web", 81)}, false); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.Apply(ctx, nil, false); err != nil || res.Deleted != 0 {
+		t.Fatalf("conflicting delete: %+v %v", res, err)
+	}
+	if res, err := a.Apply(ctx, nil, false); err != nil || res.Deleted != 1 || r.live("web") {
+		t.Fatalf("next Apply: %+v %v, web still in the bucket: %v", res, err, r.live("web"))
+	}
+}
+
+// TestRecreateAfterDelete: an object deleted and created again right
+// away is in the bucket, once, with the new content.
+func TestRecreateAfterDelete(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	s := r.store(r.bus.JS)
+	for _, objs := range [][]store.Object{{svc("web", 80)}, nil, {svc("web", 80)}} {
+		if _, err := s.Apply(ctx, objs, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.live("web") {
+		t.Fatal("re-created web not in the bucket")
+	}
+}
