@@ -71,7 +71,9 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketResources, Description: "watched objects by <source>.<type>.<namespace>.<name>", History: 1, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketStatus, Description: "sync, render, validation and deploy status per source, target and instance", History: 5, Replicas: replicas, Storage: jetstream.FileStorage},
-		{Bucket: BucketLeases, Description: "leases: which replica renders a target; heartbeats of validator kinds", History: 1, TTL: LeaseTTL, Replicas: replicas, Storage: jetstream.FileStorage},
+		// Keys may carry a TTL of their own (render leases: RenderLeaseTTL);
+		// a key that expires leaves a delete marker, so watchers see it go.
+		{Bucket: BucketLeases, Description: "leases: which replica renders a target; heartbeats of validator kinds", History: 1, TTL: LeaseTTL, LimitMarkerTTL: LeaseTTL, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketConfig, Description: "the active configuration, when it comes from a ConfigMap", History: 5, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketVerdicts, Description: "validation verdicts cached by bundle hash", History: 1, TTL: 7 * 24 * time.Hour, Replicas: replicas, Storage: jetstream.FileStorage},
 	}
@@ -84,8 +86,15 @@ func ObjectStores(replicas int) []jetstream.ObjectStoreConfig {
 	}
 }
 
-// LeaseTTL bounds how long a dead replica's lease blocks a target.
+// LeaseTTL bounds how long a key of the leases bucket lives without being
+// written again: a validator replica's heartbeat, and any key without a TTL
+// of its own.
 const LeaseTTL = 15 * time.Second
+
+// RenderLeaseTTL is how long a render lease outlives its last renewal: a
+// replica that dies holding one (killed, cut off) blocks its target for at
+// most that long before another replica renders it.
+const RenderLeaseTTL = 2 * time.Second
 
 // Provisioner is the part of jetstream.JetStream that Provision needs.
 type Provisioner interface {
@@ -122,6 +131,9 @@ func KVStreamConfig(c jetstream.KeyValueConfig) jetstream.StreamConfig {
 		MaxConsumers:      -1,
 		AllowDirect:       false,
 		Discard:           jetstream.DiscardNew,
+		// Per-key TTLs, and a marker where a key expired.
+		AllowMsgTTL:            c.LimitMarkerTTL > 0,
+		SubjectDeleteMarkerTTL: c.LimitMarkerTTL,
 	}
 }
 

@@ -184,6 +184,35 @@ type renderer struct {
 	feedCheck string
 }
 
+// leaseTTLs is how render leases expire: by a TTL of their own
+// (msg.RenderLeaseTTL) where the bucket allows it, else by the bucket's.
+type leaseTTLs struct {
+	ttl    time.Duration
+	perKey bool
+}
+
+func renderLeaseTTL(ctx context.Context, leases jetstream.KeyValue) (leaseTTLs, error) {
+	st, err := leases.Status(ctx)
+	if err != nil {
+		return leaseTTLs{}, err
+	}
+	if js, ok := st.(interface{ StreamInfo() *jetstream.StreamInfo }); ok && js.StreamInfo().Config.AllowMsgTTL {
+		ttl := msg.RenderLeaseTTL
+		if st.TTL() > 0 {
+			ttl = min(ttl, st.TTL())
+		}
+		return leaseTTLs{ttl: ttl, perKey: true}, nil
+	}
+	return leaseTTLs{ttl: st.TTL()}, nil
+}
+
+func (l leaseTTLs) opts(pub lease.Publisher, key string) []lease.Option {
+	if !l.perKey {
+		return nil
+	}
+	return []lease.Option{lease.WithKeyTTL(pub, msg.LeaseSubject(key))}
+}
+
 // changesAckWait bounds how long a change held by a renderer that died
 // waits; a live handler keeps its change with InProgress.
 const changesAckWait = 5 * time.Second
@@ -243,7 +272,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	if err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
-	ls, err := leases.Status(ctx)
+	leaseTTL, err := renderLeaseTTL(ctx, leases)
 	if err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
@@ -275,7 +304,8 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 		if err != nil {
 			return nil, err
 		}
-		if ts.lease, err = lease.New(leases, msg.RenderLeaseKey(name), env.Replica, ls.TTL()); err != nil {
+		key := msg.RenderLeaseKey(name)
+		if ts.lease, err = lease.New(leases, key, env.Replica, leaseTTL.ttl, leaseTTL.opts(env.JS, key)...); err != nil {
 			return nil, err
 		}
 		r.targets[name] = ts

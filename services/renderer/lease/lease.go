@@ -28,10 +28,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
 )
+
+// Publisher writes a renewal with a TTL of its own (jetstream.JetStream).
+type Publisher interface {
+	PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
 
 // KV is the part of the leases bucket a lease needs.
 type KV interface {
@@ -49,6 +55,9 @@ type Lease struct {
 	ttl   time.Duration
 	every time.Duration
 	now   func() time.Time
+	// With a key TTL: renewals are published to subject with the TTL.
+	pub     Publisher
+	subject string
 
 	mu    sync.Mutex
 	held  bool
@@ -58,6 +67,19 @@ type Lease struct {
 
 // Option configures a Lease.
 type Option func(*Lease) error
+
+// WithKeyTTL makes the key expire ttl after each write of it, whatever the
+// bucket's TTL (the bucket must allow per-message TTLs): pub publishes the
+// renewals to subject, the key's subject in the bucket's stream.
+func WithKeyTTL(pub Publisher, subject string) Option {
+	return func(l *Lease) error {
+		if pub == nil || subject == "" {
+			return errors.New("lease: a key TTL needs a publisher and the key's subject")
+		}
+		l.pub, l.subject = pub, subject
+		return nil
+	}
+}
 
 // WithClock sets the clock a lease measures its TTL with (tests).
 func WithClock(now func() time.Time) Option {
@@ -143,9 +165,14 @@ func (l *Lease) Try(ctx context.Context) (held, settled bool) {
 	start := l.now()
 	var rev uint64
 	var err error
-	if l.held {
+	switch {
+	case l.held && l.pub != nil:
+		rev, err = l.renew(ctx)
+	case l.held:
 		rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
-	} else {
+	case l.pub != nil:
+		rev, err = l.kv.Create(ctx, l.key, []byte(l.owner), jetstream.KeyTTL(l.ttl))
+	default:
 		rev, err = l.kv.Create(ctx, l.key, []byte(l.owner))
 	}
 	switch {
@@ -159,6 +186,17 @@ func (l *Lease) Try(ctx context.Context) (held, settled bool) {
 	default:
 		return l.keep(), false
 	}
+}
+
+// renew is an Update of the key with its TTL: a publish on the revision
+// this lease wrote last.
+func (l *Lease) renew(ctx context.Context) (uint64, error) {
+	ack, err := l.pub.PublishMsg(ctx, &nats.Msg{Subject: l.subject, Data: []byte(l.owner)},
+		jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // adopt reads the key after a conflict: a key naming this owner is this

@@ -214,3 +214,56 @@ func TestRunYieldsWhileItCannotWork(t *testing.T) {
 		t.Fatal("both hold the lease")
 	}
 }
+
+// TestKeyTTL: with a TTL of its own, a lease outlives its holder by that
+// TTL, not by the bucket's, while renewals keep it as long as they come.
+func TestKeyTTL(t *testing.T) {
+	bus := testkit.NATS(t)
+	ctx := context.Background()
+	kv, err := bus.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases-ttl", TTL: time.Hour, LimitMarkerTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keyTTL = time.Second
+	subject := "$KV.leases-ttl.render.web"
+	a, err := lease.New(kv, "render.web", "replica-a", keyTTL, lease.WithKeyTTL(bus.JS, subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lease.New(kv, "render.web", "replica-b", keyTTL, lease.WithKeyTTL(bus.JS, subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := a.Try(ctx); !held {
+		t.Fatal("a did not take the free lease")
+	}
+	// Renewed more often than its TTL, a keeps it past several TTLs.
+	deadline := time.Now().Add(3 * keyTTL)
+	for time.Now().Before(deadline) {
+		if held, _ := a.Try(ctx); !held {
+			t.Fatal("a lost the lease it renews")
+		}
+		if held, _ := b.Try(ctx); held {
+			t.Fatal("b took a renewed lease")
+		}
+		time.Sleep(keyTTL / 4)
+	}
+	// a stops renewing (it died): b takes the lease once the key's own TTL
+	// is over, long before the bucket's hour.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if held, _ := b.Try(ctx); !held {
+			return errors.New("b cannot take the lease")
+		}
+		return nil
+	})
+}
+
+func TestKeyTTLOptions(t *testing.T) {
+	kv := bucket(t)
+	if _, err := lease.New(kv, "k", "o", time.Second, lease.WithKeyTTL(nil, "s")); err == nil {
+		t.Fatal("a key TTL without a publisher was accepted")
+	}
+	if _, err := lease.New(kv, "k", "o", time.Second, lease.WithClock(nil)); err == nil {
+		t.Fatal("a nil clock was accepted")
+	}
+}
