@@ -334,6 +334,9 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 		if ctx.Err() != nil {
 			return err // stopping: the order is delivered again
 		}
+		if msg.IsPermanent(err) {
+			return err // no attempt can carry it out (an unconfirmed order): dead-lettered
+		}
 		d.failed(ctx, log, in, o, attempt, err)
 		superseded, werr := d.waitRetry(ctx, in, seq, retryDelay(attempt))
 		if werr != nil {

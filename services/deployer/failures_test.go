@@ -95,7 +95,7 @@ func TestFailingDeployIsReportedAndRetried(t *testing.T) {
 	ctx := context.Background()
 	b := f.store("global # one\n")
 	f.block()
-	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
 
 	testkit.Eventually(t, 15*time.Second, func() error {
 		if st := f.deployStatus(); st.Failures < 25 || st.LastError == "" {
@@ -154,14 +154,14 @@ func TestNewerOrderSupersedesFailingOne(t *testing.T) {
 	f := start(t)
 	b1, b2 := f.store("global # one\n"), f.store("global # two\n")
 	f.block()
-	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
 	testkit.Eventually(t, 15*time.Second, func() error {
 		if len(failedOutcomes(f.outcomes())) == 0 {
 			return errors.New("no failed outcome yet")
 		}
 		return nil
 	})
-	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true})
+	f.verdict(msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true})
 	// The newer order fails too, which only its delivery can show.
 	testkit.Eventually(t, 15*time.Second, func() error {
 		for _, d := range failedOutcomes(f.outcomes()) {
@@ -171,7 +171,10 @@ func TestNewerOrderSupersedesFailingOne(t *testing.T) {
 		}
 		return errors.New("the newer order was not tried")
 	})
-	if !strings.Contains(f.env.Logs.String(), "failing order superseded by a newer one") {
+	// The failing order ends when the newer one comes: seen on the
+	// subject while waiting, or, at its next attempt, as an order for a
+	// bundle older than the last accepted (skipped).
+	if logs := f.env.Logs.String(); !strings.Contains(logs, "failing order superseded by a newer one") && !strings.Contains(logs, "order for an older bundle skipped") {
 		t.Error("superseding not logged")
 	}
 	f.unblock()
@@ -182,7 +185,7 @@ func TestNewerOrderSupersedesFailingOne(t *testing.T) {
 		return nil
 	})
 	for _, d := range f.outcomes() {
-		if d.Version == 1 && d.Outcome != msg.OutcomeFailed {
+		if d.Version == 1 && d.Outcome != msg.OutcomeFailed && d.Outcome != msg.OutcomeSkipped {
 			t.Errorf("the superseded order was carried out: %+v", d)
 		}
 	}
@@ -199,7 +202,7 @@ func TestFailureReminders(t *testing.T) {
 	f := start(t)
 	b := f.store("global # one\n")
 	f.block()
-	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
 	testkit.Eventually(t, 15*time.Second, func() error {
 		if n := len(failedOutcomes(f.outcomes())); n < 3 {
 			return fmt.Errorf("%d failed outcomes, want a first report and two reminders", n)

@@ -1,7 +1,6 @@
 package deployer_test
 
 import (
-	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,17 +16,13 @@ import (
 // newer bundle was accepted while its orders never came).
 func TestTriggerDeploysLastAccepted(t *testing.T) {
 	f := start(t)
-	ctx := context.Background()
 	b1, b2 := f.store("global # one\n"), f.store("global # two\n")
-	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
 	if d := f.outcome(1); d.Outcome != msg.OutcomeApplied {
 		t.Fatalf("first deploy: %+v", d)
 	}
-	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
-	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"),
-		msg.ValidationStatus{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true, LastGood: b2.Hash, LastGoodVersion: 2}, 0); err != nil {
-		t.Fatal(err)
-	}
+	// v2 accepted (recorded as the validator does), its orders never came.
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true})
 	testkit.Eventually(t, 5*time.Second, func() error {
 		_, err := f.bus.NC.Request(msg.TriggerDeploySubject("edge"), nil, 2*time.Second)
 		return err
@@ -76,7 +71,7 @@ targets:
 			bus := testkit.NATS(t)
 			f, stop := run(t, bus, dir, filepath.Join(dir, "out"), yaml)
 			b := f.store("global # one\n")
-			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+			f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
 			if d := f.outcome(1); d.Outcome != msg.OutcomeApplied || f.reloads() != 1 {
 				t.Fatalf("first deploy: %+v after %d reloads", d, f.reloads())
 			}
@@ -132,7 +127,7 @@ targets:
 				t.Fatal(err)
 			}
 			f.put(b)
-			f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+			f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
 			if d := f.outcome(1); d.Outcome != msg.OutcomeApplied {
 				t.Fatalf("deploy: %+v", d)
 			}
