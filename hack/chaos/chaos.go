@@ -142,7 +142,13 @@ func (r *run) logf(format string, args ...any) {
 
 func (r *run) setupDir() {
 	r.dir = r.o.Dir
-	if r.dir == "" {
+	if r.dir != "" {
+		// A run starts from nothing: files of an earlier run would be
+		// taken for this one's.
+		if entries, err := os.ReadDir(r.dir); err == nil && len(entries) > 0 {
+			r.t.Fatalf("run folder %s is not empty", r.dir)
+		}
+	} else {
 		d, err := os.MkdirTemp("", "weft-chaos-")
 		if err != nil {
 			r.t.Fatal(err)

@@ -190,8 +190,12 @@ func (res *Result) Summary() string {
 	fmt.Fprintf(&b, "processes (killed / exited by themselves):\n")
 	for _, p := range res.Procs {
 		fmt.Fprintf(&b, "  %-12s %d / %d", p.Name, p.Kills, p.Crashes)
-		if len(p.Exits) > 0 {
-			fmt.Fprintf(&b, "  %s", strings.Join(p.Exits, "; "))
+		exits := map[string]int{}
+		for _, e := range p.Exits {
+			exits[e]++
+		}
+		for _, e := range sortedByCount(exits) {
+			fmt.Fprintf(&b, "  %dx %s", exits[e], e)
 		}
 		b.WriteString("\n")
 	}
