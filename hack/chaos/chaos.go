@@ -110,11 +110,11 @@ func Run(t testing.TB, o Options) *Result {
 	r.startServices(ctx, &wg)
 
 	r.res.Objects = r.mf.objects()
-	r.res.InitialConverged, r.res.InitialTime, r.res.InitialMismatch = r.converge(time.Now())
+	r.res.InitialConverged, r.res.InitialTime, r.res.InitialMismatch = r.converge("initial", time.Now())
 	r.logf("initial: converged=%v after %v (%d objects)", r.res.InitialConverged, r.res.InitialTime.Round(time.Millisecond), r.res.Objects)
 
 	lastEdit := r.editWithFaults()
-	r.res.Converged, r.res.ConvergeTime, r.res.Mismatch = r.converge(lastEdit)
+	r.res.Converged, r.res.ConvergeTime, r.res.Mismatch = r.converge("final", lastEdit)
 	r.logf("after %d edits: converged=%v after %v", r.res.EditsDone, r.res.Converged, r.res.ConvergeTime.Round(time.Millisecond))
 
 	r.collectDLQ()
@@ -236,7 +236,7 @@ func (r *run) startServices(ctx context.Context, wg *sync.WaitGroup) {
 // converge renders the manifests as they are now with `weft render` and
 // waits until out/ holds exactly that, for Settle at most. It returns the
 // time from since to the first exact match, or the last difference.
-func (r *run) converge(since time.Time) (bool, time.Duration, string) {
+func (r *run) converge(label string, since time.Time) (bool, time.Duration, string) {
 	ref := filepath.Join(r.dir, "ref")
 	_ = os.RemoveAll(ref)
 	cmd := exec.Command(filepath.Join(r.bin, "weft"), "render", "--config", filepath.Join(r.dir, "weft.yaml"),
@@ -258,9 +258,21 @@ func (r *run) converge(since time.Time) (bool, time.Duration, string) {
 			r.logf("matched after %v but then: %v", at.Round(time.Millisecond), diff)
 		}
 		if time.Now().After(deadline) {
+			r.snapshot(label)
 			return false, time.Since(since), diff.Error()
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// snapshot copies out/ and ref/ to <label>-out/ and <label>-ref/ in the run
+// folder, for a person to compare.
+func (r *run) snapshot(label string) {
+	for _, d := range []string{"out", "ref"} {
+		cmd := exec.Command("cp", "-a", filepath.Join(r.dir, d), filepath.Join(r.dir, label+"-"+d))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			r.logf("keep %s: %v %s", d, err, out)
+		}
 	}
 }
 
@@ -282,7 +294,7 @@ func sameTree(want, got string) error {
 		case !ok:
 			diffs = append(diffs, p+" missing")
 		case gd != wd:
-			diffs = append(diffs, p+" differs")
+			diffs = append(diffs, p+" differs ("+lineDiff(wd, gd)+")")
 		}
 	}
 	for p := range g {
@@ -320,4 +332,43 @@ func readTree(root string) (map[string]string, error) {
 		return nil
 	})
 	return files, err
+}
+
+// lineDiff says which lines one text has that the other lacks, as counts
+// and a first example of each.
+func lineDiff(want, got string) string {
+	count := func(s string) map[string]int {
+		m := map[string]int{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l]++
+		}
+		return m
+	}
+	w, g := count(want), count(got)
+	var missing, extra int
+	var exMissing, exExtra string
+	for l, n := range w {
+		if d := n - g[l]; d > 0 {
+			missing += d
+			if exMissing == "" || l < exMissing {
+				exMissing = l
+			}
+		}
+	}
+	for l, n := range g {
+		if d := n - w[l]; d > 0 {
+			extra += d
+			if exExtra == "" || l < exExtra {
+				exExtra = l
+			}
+		}
+	}
+	out := fmt.Sprintf("%d lines missing, %d not rendered", missing, extra)
+	if exMissing != "" {
+		out += fmt.Sprintf("; missing %q", strings.TrimSpace(exMissing))
+	}
+	if exExtra != "" {
+		out += fmt.Sprintf("; not rendered %q", strings.TrimSpace(exExtra))
+	}
+	return out
 }
