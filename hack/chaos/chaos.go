@@ -75,6 +75,25 @@ type Options struct {
 	Keep bool
 }
 
+// check refuses options a run cannot honour.
+func (o Options) check() error {
+	switch {
+	case o.Mode != NoFaults && o.Mode != Faults && o.Mode != LoseNode:
+		return fmt.Errorf("chaos: unknown mode %q (want %s, %s or %s)", o.Mode, NoFaults, Faults, LoseNode)
+	case o.Sites < 1 || o.Edits < 1 || o.Replicas < 1:
+		return fmt.Errorf("chaos: sites (%d), edits (%d) and replicas (%d) must be at least 1", o.Sites, o.Edits, o.Replicas)
+	case o.Duration <= 0 || o.Settle <= 0:
+		return fmt.Errorf("chaos: duration (%v) and settle (%v) must be positive", o.Duration, o.Settle)
+	case o.Mode != NoFaults && o.ServiceKillEvery <= 0:
+		return fmt.Errorf("chaos: service-kill-every must be positive in mode %s", o.Mode)
+	case o.Mode == Faults && o.NodeKillEvery <= 0:
+		return fmt.Errorf("chaos: node-kill-every must be positive in mode %s", o.Mode)
+	case o.Root == "":
+		return errors.New("chaos: the repository root is needed")
+	}
+	return nil
+}
+
 var services = []string{"watcher", "renderer", "validator", "deployer"}
 
 // run is the state of one run.
@@ -98,6 +117,9 @@ type run struct {
 // converging does not: it is the result.
 func Run(t testing.TB, o Options) *Result {
 	t.Helper()
+	if err := o.check(); err != nil {
+		t.Fatal(err)
+	}
 	r := &run{t: t, o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
 	r.res = &Result{Options: o, Start: time.Now().UTC(), Errors: map[string]*logGroup{}, DLQ: map[string]int{}}
 	r.setupDir()

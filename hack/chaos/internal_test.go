@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSameTree(t *testing.T) {
@@ -44,6 +45,28 @@ func write(t *testing.T, dir string, files map[string]string) {
 		}
 		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+func TestOptionsCheck(t *testing.T) {
+	good := Options{Mode: Faults, Sites: 1, Edits: 1, Replicas: 1, Duration: time.Second, Settle: time.Second,
+		ServiceKillEvery: time.Second, NodeKillEvery: time.Second, Root: "/"}
+	if err := good.check(); err != nil {
+		t.Fatalf("check(%+v) = %v", good, err)
+	}
+	for name, change := range map[string]func(*Options){
+		"unknown mode":         func(o *Options) { o.Mode = "fault" },
+		"no edits":             func(o *Options) { o.Edits = 0 },
+		"no duration":          func(o *Options) { o.Duration = 0 },
+		"faults without kills": func(o *Options) { o.ServiceKillEvery = 0 },
+		"node kills every 0":   func(o *Options) { o.NodeKillEvery = 0 },
+		"no repository root":   func(o *Options) { o.Root = "" },
+	} {
+		o := good
+		change(&o)
+		if err := o.check(); err == nil {
+			t.Errorf("%s: check(%+v) = nil, want an error", name, o)
 		}
 	}
 }
