@@ -139,6 +139,9 @@ func Run(t testing.TB, o Options) *Result {
 	r.res.Converged, r.res.ConvergeTime, r.res.Mismatch = r.converge("final", lastEdit)
 	r.logf("after %d edits: converged=%v after %v", r.res.EditsDone, r.res.Converged, r.res.ConvergeTime.Round(time.Millisecond))
 
+	if !r.res.Converged || !r.res.InitialConverged {
+		r.dumpResources()
+	}
 	r.collectDLQ()
 	cancel()
 	wg.Wait()
@@ -188,6 +191,7 @@ func (r *run) setupDir() {
 		r.t.Fatal(err)
 	}
 	r.mf = mf
+	r.t.Cleanup(func() { _ = mf.log.Close() })
 }
 
 // buildBinaries builds the service binaries and weft into the run folder

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // site is one application of the manifests folder: an Ingress, a Service
@@ -26,6 +27,7 @@ type site struct {
 type manifests struct {
 	dir, tmp string
 	rng      *rand.Rand
+	log      *os.File // every edit, with its time
 	sites    []*site
 }
 
@@ -35,6 +37,10 @@ func newManifests(dir, tmp string, sites int, rng *rand.Rand) (*manifests, error
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if m.log, err = os.Create(filepath.Join(filepath.Dir(dir), "edits.log")); err != nil {
+		return nil, err
 	}
 	for i := range sites {
 		s := &site{n: i, class: "weft", paths: []string{"Prefix /", "Prefix /api"}, port: 80, present: true}
@@ -69,8 +75,15 @@ func (m *manifests) addresses() []string {
 	return addrs
 }
 
-// edit makes one random change and returns what it did.
+// edit makes one random change, logs it to edits.log and returns what it
+// did.
 func (m *manifests) edit() (string, error) {
+	what, err := m.change()
+	fmt.Fprintf(m.log, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), what)
+	return what, err
+}
+
+func (m *manifests) change() (string, error) {
 	s := m.sites[m.rng.IntN(len(m.sites))]
 	if !s.present {
 		s.present, s.noSlices, s.addrs = true, false, m.addresses()

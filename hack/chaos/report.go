@@ -111,6 +111,78 @@ func (r *run) collectDLQ() {
 	}
 }
 
+// dumpResources writes every entry of the resources bucket (key, revision,
+// time, operation, value), as the bucket's stream leader has it, to
+// resources.txt in the run folder, to tell a write the watcher lost from a
+// read the renderer got wrong; and to resources-direct.txt every key whose
+// direct get through one node alone (served by any replica) answers another
+// revision or nothing: a replica behind its leader.
+func (r *run) dumpResources() {
+	if err := r.dumpBucket(); err != nil {
+		r.logf("dump %s: %v", msg.BucketResources, err)
+	}
+}
+
+func (r *run) dumpBucket() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kvs := make([]jetstream.KeyValue, 0, r.nats.Size())
+	for _, url := range append([]string{r.nats.URL()}, r.nats.URLs()...) {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		kv, err := js.KeyValue(ctx, msg.BucketResources)
+		if err != nil {
+			return err
+		}
+		kvs = append(kvs, kv)
+	}
+	w, err := kvs[0].WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	var all, direct strings.Builder
+	revs := map[string]uint64{}
+	deleted := map[string]bool{}
+	var keys []string
+	for e := range w.Updates() {
+		if e == nil {
+			break // every current entry seen
+		}
+		revs[e.Key()] = e.Revision()
+		deleted[e.Key()] = e.Operation() != jetstream.KeyValuePut
+		keys = append(keys, e.Key())
+		fmt.Fprintf(&all, "%s rev %d %s %s %s\n", e.Key(), e.Revision(), e.Created().UTC().Format("15:04:05.000"), e.Operation(), e.Value())
+	}
+	sort.Strings(keys)
+	for i, kv := range kvs[1:] {
+		for _, k := range keys {
+			e, err := kv.Get(ctx, k)
+			switch {
+			case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+				fmt.Fprintf(&direct, "%s %s: %v\n", r.nats.Name(i), k, err)
+			case err != nil:
+				if !deleted[k] {
+					fmt.Fprintf(&direct, "%s %s: not found (leader: rev %d)\n", r.nats.Name(i), k, revs[k])
+				}
+			case e.Revision() != revs[k]:
+				fmt.Fprintf(&direct, "%s %s: rev %d (leader: rev %d)\n", r.nats.Name(i), k, e.Revision(), revs[k])
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "resources.txt"), []byte(all.String()), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(r.dir, "resources-direct.txt"), []byte(direct.String()), 0o644)
+}
+
 // collectLogs groups the ERROR lines of every service log by process kind
 // and message, and keeps the lines a process wrote when it exited.
 func (r *run) collectLogs() {
