@@ -102,7 +102,7 @@ type run struct {
 	o     Options
 	dir   string
 	bin   string
-	rng   *rand.Rand
+	rng   *rand.Rand // of the faults, under mu; the edits have their own
 	mf    *manifests
 	nats  *testkit.Cluster
 	procs []*proc
@@ -149,6 +149,12 @@ func Run(t testing.TB, o Options) *Result {
 		r.res.Procs = append(r.res.Procs, p.stats())
 	}
 	r.collectLogs()
+	r.mu.Lock()
+	events := strings.Join(r.events, "\n") + "\n"
+	r.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(r.dir, "events.log"), []byte(events), 0o644); err != nil {
+		r.t.Errorf("write events.log: %v", err)
+	}
 	r.res.Dir = r.dir
 	if r.res.Converged && r.res.InitialConverged && !o.Keep {
 		_ = os.RemoveAll(r.dir)
@@ -186,7 +192,10 @@ func (r *run) setupDir() {
 		}
 	}
 	r.t.Logf("run folder %s", r.dir)
-	mf, err := newManifests(filepath.Join(r.dir, "manifests"), filepath.Join(r.dir, "tmp"), r.o.Sites, r.rng)
+	// The edits have their own random source: the same seed makes the same
+	// edits whatever the faults do.
+	edits := rand.New(rand.NewPCG(r.o.Seed, r.o.Seed^0x5851f42d4c957f2d))
+	mf, err := newManifests(filepath.Join(r.dir, "manifests"), filepath.Join(r.dir, "tmp"), r.o.Sites, edits)
 	if err != nil {
 		r.t.Fatal(err)
 	}
