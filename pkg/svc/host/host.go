@@ -135,11 +135,17 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		}
 		fileCfg, dir = cfg, cfg.Dir
 	}
+	// A taken address is reported now, naming every one and how to change
+	// it, rather than by whichever part fails first.
+	addrs := s.Addrs()
+	if err := CheckAddrs(addrs...); err != nil {
+		return err
+	}
 	url := s.NATSURL
 	if url == "" {
 		ns, err := startEmbedded(s, dir)
 		if err != nil {
-			return err
+			return addrs[0].IfTaken(err)
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
@@ -175,9 +181,13 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
+		err := health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
 			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
 		})
+		if err != nil {
+			return addrs[len(addrs)-1].IfTaken(err)
+		}
+		return nil
 	})
 	var configs <-chan *config.Config
 	if fileCfg != nil {
