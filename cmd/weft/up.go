@@ -26,8 +26,15 @@ func upCmd(ctx context.Context, args []string) error {
 	s.Flags(fs, binary.EmbeddedDefault)
 	demoDefault, _ := strconv.ParseBool(os.Getenv("WEFT_DEMO"))
 	withDemo := fs.Bool("demo", demoDefault, "also start HAProxy on 127.0.0.1 and echo backends for the EndpointSlices, and deliver the one target to HAProxy with the runtime driver (as configured when haproxy is missing) [WEFT_DEMO]")
+	parentDefault, _ := strconv.ParseBool(os.Getenv("WEFT_EXIT_WITH_PARENT"))
+	withParent := fs.Bool("exit-with-parent", parentDefault, "stop (as on SIGTERM) when the process that started weft ends, killed or not; Linux only (`make run` sets it) [WEFT_EXIT_WITH_PARENT]")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *withParent {
+		if err := exitWithParent(); err != nil {
+			return err
+		}
 	}
 	if !*withDemo {
 		return host.Run(ctx, s, binary)
@@ -55,6 +62,15 @@ func upDemo(ctx context.Context, s host.Settings) error {
 	if err != nil {
 		log.Warn("the demo cannot run this configuration: running it without HAProxy", "err", err, "files", strings.Join(dests(cfg), ", "))
 		return host.Run(ctx, s, binary)
+	}
+	// Every address is checked before anything starts: a second `weft up
+	// --demo` fails at once, naming each and how to change it.
+	addrs, err := plan.Addrs(s.Config)
+	if err != nil {
+		return err
+	}
+	if err := host.CheckAddrs(append(s.Addrs(), addrs...)...); err != nil {
+		return err
 	}
 	return demo.Run(ctx, demo.Options{Plan: plan, HAProxy: bin, Log: log}, func(ctx context.Context, path, dataDir string) error {
 		s.Config = path

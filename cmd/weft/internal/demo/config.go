@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/host"
 )
 
 // ErrNotDemonstrable wraps the reasons a configuration cannot be run by
@@ -106,4 +107,30 @@ func withAdminSocket(tpl, admin string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: the haproxy_config template has no global section for the admin socket", ErrNotDemonstrable)
+}
+
+// Addrs lists the addresses the demo listens on for this plan, each with
+// how a person changes it: HAProxy's bind address (in the configuration at
+// configPath) and an echo backend's for every endpoint of the
+// EndpointSlices.
+func (p *Plan) Addrs(configPath string) ([]host.Addr, error) {
+	out := []host.Addr{{
+		Addr:   p.Listen,
+		What:   "HAProxy of the demo, the bind line of target " + p.Target + "'s haproxy_config template",
+		Change: "that bind line in " + configPath + " (--config or WEFT_CONFIG)",
+	}}
+	for _, dir := range p.Manifests {
+		eps, err := Endpoints([]string{dir})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range eps {
+			out = append(out, host.Addr{
+				Addr:   e.Addr,
+				What:   "the demo's echo backend " + e.Name,
+				Change: "the port of its EndpointSlice under " + dir,
+			})
+		}
+	}
+	return out, nil
 }

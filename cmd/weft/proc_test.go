@@ -1,0 +1,238 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// demoRun is `weft up --demo` on a copy of the quickstart, on ports of
+// its own.
+type demoRun struct {
+	*weftProcess
+	dir                                string
+	args                               []string
+	httpPort, backendPort, nats, probe int
+}
+
+// startDemo starts `weft up --demo` on a copy of the quickstart and waits
+// until HAProxy serves it.
+func startDemo(t *testing.T, extra ...string) *demoRun {
+	t.Helper()
+	testkit.HAProxy(t)
+	d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+	copyTree(t, quickstart, d.dir)
+	onPorts(t, d.dir, d.httpPort, d.backendPort)
+	d.args = append([]string{"up", "--demo", "--config", filepath.Join(d.dir, "weft.yaml"),
+		"--nats-listen", "127.0.0.1:" + strconv.Itoa(d.nats), "--listen", "127.0.0.1:" + strconv.Itoa(d.probe)}, extra...)
+	d.weftProcess = startWeft(t, d.args...)
+	d.served(t)
+	return d
+}
+
+// served waits until shop.example.com is answered by both webs.
+func (d *demoRun) served(t *testing.T) {
+	t.Helper()
+	waitFor(t, "the quickstart served", func() error { return bothWebs(d.httpPort) })
+}
+
+// ports are the addresses the demo listens on.
+func (d *demoRun) ports() []string {
+	out := []string{}
+	for _, p := range []int{d.httpPort, d.nats, d.probe} {
+		out = append(out, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	for _, ip := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"} {
+		out = append(out, ip+":"+strconv.Itoa(d.backendPort))
+	}
+	return out
+}
+
+// leftNothing waits until no process names the copy's folder, every port
+// of the demo is free and the demo's temporary folder is gone.
+func (d *demoRun) leftNothing(t *testing.T, out string) {
+	t.Helper()
+	ready, _ := logged(out, "HAProxy serves the target")
+	runDir := filepath.Dir(fmt.Sprint(ready["master_socket"]))
+	if !strings.HasPrefix(filepath.Base(runDir), "weft-demo-") {
+		t.Fatalf("no demo folder logged: %v", ready)
+	}
+	waitFor(t, "nothing left of weft", func() error {
+		if left := processesNaming(t, d.dir); len(left) > 0 {
+			return fmt.Errorf("processes left: %q", left)
+		}
+		for _, a := range d.ports() {
+			l, err := net.Listen("tcp", a)
+			if err != nil {
+				return fmt.Errorf("%s is still held: %w", a, err)
+			}
+			l.Close()
+		}
+		return nil
+	})
+	if _, err := os.Stat(runDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the demo's folder %s is still there: %v", runDir, err)
+	}
+}
+
+// errorLines returns the log records at level ERROR in out.
+func errorLines(out string) []string {
+	var lines []string
+	for l := range strings.Lines(out) {
+		if strings.Contains(l, `"level":"ERROR"`) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestSecondUpFailsNamingTheTakenAddresses: a second `weft up` on the
+// same addresses exits non-zero at once, naming every taken address and
+// the flag and environment variable that change it; the first keeps
+// serving.
+func TestSecondUpFailsNamingTheTakenAddresses(t *testing.T) {
+	first := startDemo(t)
+	plain := slices.DeleteFunc(slices.Clone(first.args), func(a string) bool { return a == "--demo" })
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"demo", first.args, []string{
+			"--nats-listen or WEFT_NATS_LISTEN", "--listen or WEFT_LISTEN",
+			fmt.Sprintf("127.0.0.1:%d (HAProxy of the demo", first.httpPort), "(--config or WEFT_CONFIG)",
+			fmt.Sprintf("127.0.0.2:%d (the demo's echo backend web-2)", first.backendPort),
+		}},
+		{"without demo", plain, []string{"--nats-listen or WEFT_NATS_LISTEN", "--listen or WEFT_LISTEN"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], tc.args...)
+			cmd.Env = append(os.Environ(), asWeft+"=1")
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("second weft: %v, want a non-zero exit\n%s", err, out)
+			}
+			for _, w := range append(tc.want, fmt.Sprintf("127.0.0.1:%d (embedded NATS server): address in use", first.nats),
+				fmt.Sprintf("127.0.0.1:%d (/healthz, /readyz and /metrics): address in use", first.probe)) {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("the second weft does not say %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+	if err := bothWebs(first.httpPort); err != nil {
+		t.Fatalf("the first weft: %v", err)
+	}
+}
+
+// TestUpStopsCleanlyOnSignals: Ctrl-C (SIGINT) and SIGTERM stop weft with
+// exit status 0, no ERROR record, and nothing left behind.
+func TestUpStopsCleanlyOnSignals(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			d := startDemo(t)
+			if err := d.signal(t, sig); err != nil {
+				t.Fatalf("weft exited with %v after %s", err, sig)
+			}
+			if errs := errorLines(d.out.String()); len(errs) > 0 {
+				t.Errorf("ERROR records after %s:\n%s", sig, strings.Join(errs, ""))
+			}
+			d.leftNothing(t, d.out.String())
+		})
+	}
+}
+
+// TestUpKilledLeavesNothing: weft killed with SIGKILL cannot stop HAProxy
+// itself; the kernel does (parent-death signal), and every port is free.
+func TestUpKilledLeavesNothing(t *testing.T) {
+	d := startDemo(t)
+	if err := d.signal(t, syscall.SIGKILL); err == nil {
+		t.Fatal("weft exited 0 after SIGKILL")
+	}
+	waitFor(t, "nothing left of weft", func() error {
+		if left := processesNaming(t, d.dir); len(left) > 0 {
+			return fmt.Errorf("processes left: %q", left)
+		}
+		for _, a := range d.ports() {
+			l, err := net.Listen("tcp", a)
+			if err != nil {
+				return fmt.Errorf("%s is still held: %w", a, err)
+			}
+			l.Close()
+		}
+		return nil
+	})
+}
+
+// TestUpExitsWithItsParent: with --exit-with-parent, weft stops cleanly
+// when the process that started it is killed, and leaves nothing behind.
+func TestUpExitsWithItsParent(t *testing.T) {
+	testkit.HAProxy(t)
+	d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+	copyTree(t, quickstart, d.dir)
+	onPorts(t, d.dir, d.httpPort, d.backendPort)
+	logFile := filepath.Join(t.TempDir(), "weft.log")
+	// sh starts weft and waits for it: weft's parent is sh.
+	parent := exec.Command("sh", "-c", `"$0" "$@" >"$WEFT_TEST_LOG" 2>&1 & wait`, os.Args[0], "up", "--demo", "--exit-with-parent",
+		"--config", filepath.Join(d.dir, "weft.yaml"), "--nats-listen", "127.0.0.1:"+strconv.Itoa(d.nats), "--listen", "127.0.0.1:"+strconv.Itoa(d.probe))
+	parent.Env = append(os.Environ(), asWeft+"=1", "WEFT_TEST_LOG="+logFile)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- parent.Wait() }()
+	t.Cleanup(func() {
+		_ = parent.Process.Kill()
+		<-done
+		for _, p := range processesNaming(t, d.dir) {
+			if pid, err := strconv.Atoi(strings.SplitN(p, ":", 2)[0]); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if t.Failed() {
+			t.Logf("weft's output:\n%s", readFile(logFile))
+		}
+	})
+	d.served(t)
+	if err := parent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	done <- nil // for the cleanup
+	waitFor(t, "weft stopped", func() error {
+		return contains(readFile(logFile), `"msg":"stopped","err":null`)
+	})
+	out := readFile(logFile)
+	if errs := errorLines(out); len(errs) > 0 {
+		t.Errorf("ERROR records:\n%s", strings.Join(errs, ""))
+	}
+	d.leftNothing(t, out)
+}
+
+// signal sends sig to weft and waits for it to exit.
+func (p *weftProcess) signal(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("weft did not exit within 30s of %s", sig)
+		return nil
+	}
+}
