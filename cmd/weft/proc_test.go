@@ -174,6 +174,21 @@ func TestUpKilledLeavesNothing(t *testing.T) {
 		}
 		return nil
 	})
+	// The demo's folder could not be removed by the killed weft; the next
+	// one removes it.
+	ready, _ := d.logged("HAProxy serves the target")
+	runDir := filepath.Dir(fmt.Sprint(ready["master_socket"]))
+	if _, err := os.Stat(runDir); err != nil {
+		t.Fatalf("the killed weft's folder: %v", err)
+	}
+	next := startDemo(t)
+	rec, ok := next.logged("removed the folder of a weft that was killed")
+	if !ok || rec["dir"] != runDir {
+		t.Errorf("the next weft did not say it removed %s: %v", runDir, rec)
+	}
+	if _, err := os.Stat(runDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed weft's folder %s is still there: %v", runDir, err)
+	}
 }
 
 // TestUpExitsWithItsParent: with --exit-with-parent, weft stops cleanly
@@ -234,5 +249,104 @@ func (p *weftProcess) signal(t *testing.T, sig syscall.Signal) error {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("weft did not exit within 30s of %s", sig)
 		return nil
+	}
+}
+
+// noRoute is what the quickstart's HAProxy answers for a host it routes
+// nowhere; reroute edits the text of that answer in weft.yaml.
+const noRoute = `string "no route"`
+
+func (d *demoRun) reroute(t *testing.T, text string, replace bool) {
+	t.Helper()
+	p := filepath.Join(d.dir, "weft.yaml")
+	y := strings.Replace(readFile(p), noRoute, text, 1)
+	if !replace {
+		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	// As an editor saves: a new file renamed over the old one.
+	tmp := filepath.Join(d.dir, ".weft.yaml.swp")
+	if err := os.WriteFile(tmp, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answers waits until a host HAProxy routes nowhere is answered want.
+func (d *demoRun) answers(t *testing.T, want string) {
+	t.Helper()
+	waitFor(t, "answered "+want, func() error {
+		if got := httpGet(d.httpPort, "nowhere.example.com", "/"); got != want {
+			return fmt.Errorf("answered %q", got)
+		}
+		return nil
+	})
+}
+
+// TestUpReloadsOnSIGHUP: SIGHUP re-reads weft.yaml, validates it and swaps
+// it in; a broken one is rejected with an ERROR record and the running
+// configuration keeps serving. weft keeps running through both, and still
+// stops cleanly after.
+func TestUpReloadsOnSIGHUP(t *testing.T) {
+	d := startDemo(t, "--watch-config=false")
+	d.answers(t, "404 no route")
+	hup := func() {
+		t.Helper()
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Without the signal (the file is not watched here) nothing changes.
+	d.reroute(t, `string "no route here"`, false)
+	hup()
+	d.answers(t, "404 no route here")
+	if rec, ok := d.logged("configuration activated"); !ok || !strings.Contains(fmt.Sprint(rec["origin"]), "(signal hangup)") {
+		t.Fatalf("no record of the configuration activated on SIGHUP: %v", rec)
+	}
+	if errs := errorLines(d.out.String()); len(errs) > 0 {
+		t.Fatalf("ERROR records after a good reload:\n%s", strings.Join(errs, ""))
+	}
+
+	p := filepath.Join(d.dir, "weft.yaml")
+	broken := strings.Replace(readFile(p), `string "no route here"`, `string "{% for %}"`, 1)
+	if err := os.WriteFile(p, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hup()
+	waitFor(t, "the broken configuration rejected", func() error {
+		for _, l := range errorLines(d.out.String()) {
+			if strings.Contains(l, "configuration rejected; the running one stays") && strings.Contains(l, "for") {
+				return nil
+			}
+		}
+		return errNotYet
+	})
+	d.answers(t, "404 no route here")
+	if err := bothWebs(d.httpPort); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.signal(t, syscall.SIGINT); err != nil {
+		t.Fatalf("weft exited with %v after an interrupt", err)
+	}
+	d.leftNothing(t, d.out.String())
+}
+
+// TestUpFollowsTheFileOnDisk: weft.yaml saved as an editor does (a new
+// file renamed over it) is validated and swapped in without a signal.
+func TestUpFollowsTheFileOnDisk(t *testing.T) {
+	d := startDemo(t)
+	d.answers(t, "404 no route")
+	d.reroute(t, `string "no route, edited"`, true)
+	d.answers(t, "404 no route, edited")
+	rec, ok := d.logged("configuration activated")
+	if !ok || !strings.Contains(fmt.Sprint(rec["origin"]), "(changed on disk)") {
+		t.Fatalf("no record of the configuration activated on the change: %v", rec)
+	}
+	if errs := errorLines(d.out.String()); len(errs) > 0 {
+		t.Fatalf("ERROR records:\n%s", strings.Join(errs, ""))
 	}
 }

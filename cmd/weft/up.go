@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/weftio/weft/cmd/weft/internal/demo"
 	"github.com/weftio/weft/pkg/config"
@@ -21,7 +23,14 @@ var binary = host.Binary{Name: "weft up", EmbeddedDefault: true, Services: Servi
 // upCmd runs every service until ctx is done; with --demo, against a real
 // HAProxy when one is installed (package demo).
 func upCmd(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet(binary.Name, flag.ContinueOnError)
+	// SIGHUP reloads the configuration (host.Run); one received while the
+	// demo starts is kept for then, rather than ending weft.
+	reload := make(chan os.Signal, 1)
+	signal.Notify(reload, syscall.SIGHUP)
+	defer signal.Stop(reload)
+	b := binary
+	b.Reload = reload
+	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
 	var s host.Settings
 	s.Flags(fs, binary.EmbeddedDefault)
 	demoDefault, _ := strconv.ParseBool(os.Getenv("WEFT_DEMO"))
@@ -37,12 +46,12 @@ func upCmd(ctx context.Context, args []string) error {
 		}
 	}
 	if !*withDemo {
-		return host.Run(ctx, s, binary)
+		return host.Run(ctx, s, b)
 	}
-	return upDemo(ctx, s)
+	return upDemo(ctx, s, b)
 }
 
-func upDemo(ctx context.Context, s host.Settings) error {
+func upDemo(ctx context.Context, s host.Settings, b host.Binary) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s.LogLevel)); err != nil {
 		return fmt.Errorf("log level: %w", err)
@@ -56,12 +65,12 @@ func upDemo(ctx context.Context, s host.Settings) error {
 	if !ok {
 		log.Warn("haproxy not found (looked on PATH and at /usr/sbin/haproxy): running without HAProxy; the rendered files are delivered as configured",
 			"files", strings.Join(dests(cfg), ", "))
-		return host.Run(ctx, s, binary)
+		return host.Run(ctx, s, b)
 	}
 	plan, err := demo.Prepare(cfg)
 	if err != nil {
 		log.Warn("the demo cannot run this configuration: running it without HAProxy", "err", err, "files", strings.Join(dests(cfg), ", "))
-		return host.Run(ctx, s, binary)
+		return host.Run(ctx, s, b)
 	}
 	// Every address is checked before anything starts: a second `weft up
 	// --demo` fails at once, naming each and how to change it.
@@ -72,12 +81,16 @@ func upDemo(ctx context.Context, s host.Settings) error {
 	if err := host.CheckAddrs(append(s.Addrs(), addrs...)...); err != nil {
 		return err
 	}
+	// weft runs the demo's runtime configuration, derived from the file
+	// given, which is the one followed for changes.
+	b.ConfigFile = s.Config
+	b.ReadConfig = func() ([]byte, error) { return plan.Reread(b.ConfigFile) }
 	return demo.Run(ctx, demo.Options{Plan: plan, HAProxy: bin, Log: log}, func(ctx context.Context, path, dataDir string) error {
 		s.Config = path
 		if s.DataDir == "" {
 			s.DataDir = dataDir
 		}
-		return host.Run(ctx, s, binary)
+		return host.Run(ctx, s, b)
 	})
 }
 

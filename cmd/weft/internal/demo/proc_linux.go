@@ -68,3 +68,9 @@ func signalGroup(p *os.Process, sig syscall.Signal) error {
 	}
 	return nil
 }
+
+// running reports whether process pid exists.
+func running(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

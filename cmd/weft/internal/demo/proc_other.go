@@ -26,3 +26,9 @@ func stopGroup(p *os.Process) error {
 
 // killGroup kills the master.
 func killGroup(p *os.Process) { _ = p.Kill() }
+
+// running reports whether process pid exists.
+func running(pid int) bool {
+	p, err := os.FindProcess(pid)
+	return err == nil && p.Signal(syscall.Signal(0)) == nil
+}
