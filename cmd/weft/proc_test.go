@@ -350,3 +350,66 @@ func TestUpFollowsTheFileOnDisk(t *testing.T) {
 		t.Fatalf("ERROR records:\n%s", strings.Join(errs, ""))
 	}
 }
+
+// TestMakeRunStopsWithMake runs `make run` as a person or CI does, on a
+// copy of the quickstart, and ends make alone, as a supervisor does:
+// SIGTERM (make passes it to weft) or SIGKILL (weft's parent-death
+// signal). Nothing of weft is left, and every port is free.
+func TestMakeRunStopsWithMake(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	testkit.HAProxy(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+			copyTree(t, quickstart, d.dir)
+			onPorts(t, d.dir, d.httpPort, d.backendPort)
+			out := &testkit.SyncBuffer{}
+			mk := exec.Command("make", "-C", root, "run", "CONFIG="+filepath.Join(d.dir, "weft.yaml"))
+			mk.Env = append(os.Environ(), "WEFT_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(d.nats), "WEFT_LISTEN=127.0.0.1:"+strconv.Itoa(d.probe))
+			mk.Stdout, mk.Stderr = out, out
+			// A weft left behind holds the output pipe: Wait returns anyway.
+			mk.WaitDelay = 5 * time.Second
+			if err := mk.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- mk.Wait() }()
+			t.Cleanup(func() {
+				_ = mk.Process.Kill()
+				<-done
+				for _, p := range processesNaming(t, d.dir) {
+					if pid, err := strconv.Atoi(strings.SplitN(p, ":", 2)[0]); err == nil {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+				if t.Failed() {
+					t.Logf("make's output:\n%s", out)
+				}
+			})
+			// The first build of bin/weft can take minutes on a cold cache.
+			testkit.Eventually(t, 10*time.Minute, func() error {
+				if _, ok := logged(out.String(), "HAProxy serves the target"); !ok {
+					return errNotYet
+				}
+				return nil
+			})
+			d.served(t)
+			if err := mk.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			done <- nil // for the cleanup
+			waitFor(t, "weft stopped", func() error { return contains(out.String(), `"msg":"stopped","err":null`) })
+			if errs := errorLines(out.String()); len(errs) > 0 {
+				t.Errorf("ERROR records:\n%s", strings.Join(errs, ""))
+			}
+			d.leftNothing(t, out.String())
+		})
+	}
+}
