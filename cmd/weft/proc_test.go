@@ -63,11 +63,21 @@ func (d *demoRun) ports() []string {
 // of the demo is free and the demo's temporary folder is gone.
 func (d *demoRun) leftNothing(t *testing.T, out string) {
 	t.Helper()
+	d.noProcessNorPort(t)
 	ready, _ := logged(out, "HAProxy serves the target")
 	runDir := filepath.Dir(fmt.Sprint(ready["master_socket"]))
 	if !strings.HasPrefix(filepath.Base(runDir), "weft-demo-") {
 		t.Fatalf("no demo folder logged: %v", ready)
 	}
+	if _, err := os.Stat(runDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the demo's folder %s is still there: %v", runDir, err)
+	}
+}
+
+// noProcessNorPort waits until no process names the copy's folder and
+// every port of the demo is free.
+func (d *demoRun) noProcessNorPort(t *testing.T) {
+	t.Helper()
 	waitFor(t, "nothing left of weft", func() error {
 		if left := processesNaming(t, d.dir); len(left) > 0 {
 			return fmt.Errorf("processes left: %q", left)
@@ -81,9 +91,6 @@ func (d *demoRun) leftNothing(t *testing.T, out string) {
 		}
 		return nil
 	})
-	if _, err := os.Stat(runDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the demo's folder %s is still there: %v", runDir, err)
-	}
 }
 
 // errorLines returns the log records at level ERROR in out.
@@ -150,6 +157,42 @@ func TestUpStopsCleanlyOnSignals(t *testing.T) {
 				t.Errorf("ERROR records after %s:\n%s", sig, strings.Join(errs, ""))
 			}
 			d.leftNothing(t, d.out.String())
+		})
+	}
+}
+
+// TestUpStoppedWhileStarting: SIGTERM at each step of the start
+// (backends up, HAProxy starting, NATS provisioning, services starting)
+// is a stop as asked: exit status 0, no ERROR record, nothing left.
+func TestUpStoppedWhileStarting(t *testing.T) {
+	for _, step := range []string{"echo backend listening", "HAProxy serves the target", "embedded NATS server started", "serving /healthz"} {
+		t.Run(step, func(t *testing.T) {
+			testkit.HAProxy(t)
+			d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+			copyTree(t, quickstart, d.dir)
+			onPorts(t, d.dir, d.httpPort, d.backendPort)
+			d.weftProcess = startWeft(t, "up", "--demo", "--config", filepath.Join(d.dir, "weft.yaml"),
+				"--nats-listen", "127.0.0.1:"+strconv.Itoa(d.nats), "--listen", "127.0.0.1:"+strconv.Itoa(d.probe))
+			deadline := time.Now().Add(time.Minute)
+			for _, ok := d.logged(step); !ok; _, ok = d.logged(step) {
+				if time.Now().After(deadline) {
+					t.Fatalf("weft did not log %q", step)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := d.signal(t, syscall.SIGTERM); err != nil {
+				t.Fatalf("weft exited with %v after SIGTERM", err)
+			}
+			if errs := errorLines(d.out.String()); len(errs) > 0 {
+				t.Errorf("ERROR records:\n%s", strings.Join(errs, ""))
+			}
+			d.noProcessNorPort(t)
+			owned, _ := filepath.Glob(filepath.Join(os.TempDir(), "weft-demo-*", "weft.pid"))
+			for _, f := range owned {
+				if strings.TrimSpace(readFile(f)) == strconv.Itoa(d.cmd.Process.Pid) {
+					t.Errorf("the demo's folder %s is still there", filepath.Dir(f))
+				}
+			}
 		})
 	}
 }

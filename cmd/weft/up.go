@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -45,10 +46,18 @@ func upCmd(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	var err error
 	if !*withDemo {
-		return host.Run(ctx, s, b)
+		err = host.Run(ctx, s, b)
+	} else {
+		err = upDemo(ctx, s, b)
 	}
-	return upDemo(ctx, s, b)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// SIGINT or SIGTERM while starting: a stop as asked, not a failure.
+		fmt.Fprintln(os.Stderr, "weft: stopped while starting:", err)
+		return nil
+	}
+	return err
 }
 
 func upDemo(ctx context.Context, s host.Settings, b host.Binary) error {

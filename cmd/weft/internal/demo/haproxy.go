@@ -119,6 +119,9 @@ func (h *HAProxy) waitReady() error {
 	for {
 		select {
 		case <-h.done:
+			if err := h.ctx.Err(); err != nil { // stopped as asked, while starting
+				return fmt.Errorf("demo: haproxy stopped before serving: %w", err)
+			}
 			return fmt.Errorf("%w before serving: %v; last output: %s", ErrHAProxyExited, h.err, h.out.last())
 		default:
 		}
