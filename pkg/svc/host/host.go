@@ -209,15 +209,6 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
 	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		err := health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
-			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
-		})
-		if err != nil {
-			return addrs[len(addrs)-1].IfTaken(err)
-		}
-		return nil
-	})
 	var configs <-chan *config.Config
 	if fileCfg != nil {
 		f := liveconfig.File{Path: s.Config, Dir: dir, Running: fileHash, Reload: reload, Watch: s.WatchConfig}
@@ -231,6 +222,13 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		configs = prepend(gctx, fileCfg, later)
 		log.Info("following the configuration file: SIGHUP reloads it", "path", f.Path, "watch", s.WatchConfig)
 	} else {
+		if b.ConfigMap != nil {
+			g.Go(func() error { return b.ConfigMap(gctx, env, s) })
+		}
+		checks.Pending("configuration")
+		if configs, err = liveconfig.Watch(gctx, env, dir); err != nil {
+			return err
+		}
 		g.Go(func() error {
 			for {
 				select {
@@ -241,14 +239,16 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 				}
 			}
 		})
-		if b.ConfigMap != nil {
-			g.Go(func() error { return b.ConfigMap(gctx, env, s) })
-		}
-		checks.Pending("configuration")
-		if configs, err = liveconfig.Watch(gctx, env, dir); err != nil {
-			return err
-		}
 	}
+	g.Go(func() error {
+		err := health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
+			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
+		})
+		if err != nil {
+			return addrs[len(addrs)-1].IfTaken(err)
+		}
+		return nil
+	})
 	g.Go(func() error { return runServices(gctx, env, gens, b.Services, configs) })
 	err = g.Wait()
 	log.Info("stopped", "err", err)
