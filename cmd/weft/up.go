@@ -37,7 +37,7 @@ func upCmd(ctx context.Context, args []string) error {
 	demoDefault, _ := strconv.ParseBool(os.Getenv("WEFT_DEMO"))
 	withDemo := fs.Bool("demo", demoDefault, "also start HAProxy on 127.0.0.1 and echo backends for the EndpointSlices, and deliver the one target to HAProxy with the runtime driver (as configured when haproxy is missing) [WEFT_DEMO]")
 	parentDefault, _ := strconv.ParseBool(os.Getenv("WEFT_EXIT_WITH_PARENT"))
-	withParent := fs.Bool("exit-with-parent", parentDefault, "stop (as on SIGTERM) when the process that started weft ends, killed or not; Linux only (`make run` sets it) [WEFT_EXIT_WITH_PARENT]")
+	withParent := fs.Bool("exit-with-parent", parentDefault, "stop (as on SIGTERM) when the process that started weft ends, killed or not; Linux only (make run sets it) [WEFT_EXIT_WITH_PARENT]")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
