@@ -12,9 +12,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 .PHONY: run build test deps lint bench fuzz tidy chaos chaos-short
 
 ## run: weft in one process (embedded NATS on 127.0.0.1:4222) on the quickstart;
-## with haproxy installed, also HAProxy on 127.0.0.1:18080 and echo backends
+## with haproxy installed, also HAProxy on 127.0.0.1:18080 and echo backends.
+## weft is built, then run as make's own child (no `go run` between them)
+## with --exit-with-parent: a SIGTERM to make (as `timeout` or a CI runner
+## sends) stops weft and HAProxy, and so does make being killed.
 run:
-	$(GO) run ./cmd/weft up --demo --config $(CONFIG)
+	mkdir -p bin
+	$(GO) build -o bin/weft ./cmd/weft
+	exec bin/weft up --demo --exit-with-parent --config $(CONFIG)
 
 ## build: every binary into bin/
 build:

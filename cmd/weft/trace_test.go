@@ -17,7 +17,8 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m, testkit.LeakOptions()...)
+	// The demo's starter goroutine lives as long as the process, by design.
+	goleak.VerifyTestMain(m, append(testkit.LeakOptions(), goleak.IgnoreAnyFunction("github.com/weftio/weft/cmd/weft/internal/demo.starter"))...)
 }
 
 // TestOneTraceFromChangeToDeploy edits a manifest and follows the trace: the

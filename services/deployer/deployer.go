@@ -391,6 +391,9 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 		out.Outcome = msg.OutcomeUnchanged
 	case aerr == nil:
 		out.Outcome = msg.OutcomeApplied
+	case ctx.Err() != nil:
+		// Interrupted (the process is stopping): no verdict on the bundle.
+		return fmt.Errorf("deploy %s/%s interrupted: %w", o.Target, o.Instance, aerr)
 	case in.apply.Refused(aerr):
 		out.Outcome, out.Error = msg.OutcomeFailed, aerr.Error()
 		log.ErrorContext(ctx, "deploy refused by the driver", "err", aerr, "detail", res.Detail)

@@ -357,8 +357,13 @@ func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
 	return err
 }
 
-// Problem reports passing trouble of the source.
+// Problem reports passing trouble of the source. An error while ctx is
+// done is the source being stopped (the process stopping), not trouble.
 func (k *sink) Problem(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		k.env.Log.DebugContext(ctx, "source stopped", "source", k.source, "err", err)
+		return
+	}
 	k.m.errors.WithLabelValues(k.source).Inc()
 	k.env.Log.ErrorContext(ctx, "source problem", "source", k.source, "err", err)
 }

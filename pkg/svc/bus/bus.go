@@ -96,12 +96,21 @@ func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {
 	defer span.End()
 	err := withKeepAlive(ctx, m, o.AckWait, func() error { return h(ctx, m) })
 	d := msg.Classify(err)
+	if d.Action != msg.Ack && ctx.Err() != nil {
+		// The process is stopping: the handler was interrupted, its error
+		// is no verdict on the message. It is handled again, by this
+		// process's successor or another replica, at once.
+		o.Log.InfoContext(ctx, "handling interrupted by the shutdown; left for redelivery", "stage", o.Stage, "subject", m.Subject(), "err", err)
+		d = msg.Decision{Action: msg.Nak, Reason: "interrupted by the shutdown"}
+	}
 	var settleErr error
 	switch d.Action {
 	case msg.Ack:
 		settleErr = m.Ack()
 	case msg.Nak:
-		o.Log.WarnContext(ctx, "handling failed; will retry", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)
+		if ctx.Err() == nil {
+			o.Log.WarnContext(ctx, "handling failed; will retry", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)
+		}
 		settleErr = m.NakWithDelay(d.Delay)
 	case msg.Term:
 		dl := msg.DeadLetter{Service: o.Service, Subject: m.Subject(), Reason: d.Reason, Size: len(m.Data()), At: time.Now().UTC()}
@@ -152,12 +161,19 @@ func handleCore(ctx context.Context, m *nats.Msg, h CoreHandler, o Options) {
 	defer span.End()
 	err := h(ctx, m)
 	d := msg.Classify(err)
+	if d.Action != msg.Ack && ctx.Err() != nil {
+		// Interrupted by the shutdown: no verdict (the sender retries).
+		o.Log.InfoContext(ctx, "handling interrupted by the shutdown", "stage", o.Stage, "subject", m.Subject, "err", err)
+		d = msg.Decision{Action: msg.Nak, Reason: "interrupted by the shutdown"}
+	}
 	switch d.Action {
 	case msg.Term:
 		dl := msg.DeadLetter{Service: o.Service, Subject: m.Subject, Reason: d.Reason, Size: len(m.Data), At: time.Now().UTC()}
 		deadLetter(ctx, dl, m.Data, m.Header, "", o)
 	case msg.Nak:
-		o.Log.WarnContext(ctx, "handling failed", "stage", o.Stage, "subject", m.Subject, "err", err)
+		if ctx.Err() == nil {
+			o.Log.WarnContext(ctx, "handling failed", "stage", o.Stage, "subject", m.Subject, "err", err)
+		}
 	}
 	finish(span, o, d, err, time.Since(start))
 }

@@ -3,6 +3,8 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,4 +159,66 @@ func TestServeDeadLettersPermanentErrors(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestConsumeInterruptedByTheShutdown: a handler that fails because its
+// context was cancelled (the process stopping) gave no verdict: the
+// message is not dead-lettered, no failure is logged, and the next
+// consumer gets it at once.
+func TestConsumeInterruptedByTheShutdown(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	ctx := context.Background()
+	cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{
+		Durable: "t", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options(t, env)
+	o.AckWait = time.Minute // a redelivery can only come from the Nak
+	started := make(chan struct{}, 1)
+	stop := testkit.Run(t, func(ctx context.Context) error {
+		return bus.Consume(ctx, cons, func(ctx context.Context, m jetstream.Msg) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return msg.Permanent(fmt.Errorf("apply: %w", ctx.Err()))
+		}, o)
+	})
+	if _, err := bus.Publish(ctx, b.JS, msg.RenderSubject("x"), "", msg.Render{Target: "x", Version: 1, BundleHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler not called")
+	}
+	stop()
+	again := make(chan uint64, 1)
+	testkit.Run(t, func(ctx context.Context) error {
+		return bus.Consume(ctx, cons, func(ctx context.Context, m jetstream.Msg) error {
+			meta, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			again <- meta.NumDelivered
+			return nil
+		}, o)
+	})
+	select {
+	case n := <-again:
+		if n != 2 {
+			t.Fatalf("delivered %d times, want 2", n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the interrupted message was not delivered again")
+	}
+	if got := testkit.CounterValue(t, env.Registry, "weft_test_dead_letters_total"); got != 0 {
+		t.Fatalf("dead letters = %v, want none", got)
+	}
+	for l := range strings.Lines(env.Logs.String()) {
+		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"level":"WARN"`) {
+			t.Errorf("logged: %s", l)
+		}
+	}
 }

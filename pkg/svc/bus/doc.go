@@ -7,6 +7,9 @@
 // the handler's error with msg.Classify: permanent errors are dead-lettered
 // on weft.dlq.<service> (de-duplicated across replicas by stream sequence)
 // and terminated; other errors are redelivered after a delay; a handler that
-// runs long has the message kept alive with InProgress. Messages of one
+// runs long has the message kept alive with InProgress. A handler that
+// fails while its context is done (the process stopping) was interrupted:
+// its message is redelivered at once, neither dead-lettered nor logged as
+// a failure. Messages of one
 // consumer are handled one at a time, in order.
 package bus

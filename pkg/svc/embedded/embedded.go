@@ -1,5 +1,9 @@
 // Package embedded runs a NATS server with JetStream inside the process:
 // what a new user gets from `weft up`, and what tests run against.
+//
+// Start returns once the server accepts connections, or at once with an
+// error wrapping the cause when the server cannot start (its address is
+// taken: errors.Is(err, syscall.EADDRINUSE)), not after a timeout.
 package embedded
 
 import (
@@ -7,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -19,6 +24,9 @@ type Options struct {
 	StoreDir string // JetStream storage; required
 	Name     string
 }
+
+// readyTimeout bounds the wait for a server that neither listens nor fails.
+const readyTimeout = 10 * time.Second
 
 // Start starts the server and waits until it accepts connections.
 func Start(o Options) (*server.Server, error) {
@@ -34,6 +42,7 @@ func Start(o Options) (*server.Server, error) {
 	if o.Name == "" {
 		o.Name = "weft"
 	}
+	addr := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
 	s, err := server.NewServer(&server.Options{
 		ServerName: o.Name,
 		Host:       o.Host,
@@ -46,10 +55,50 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	fatal := &fatalLog{failed: make(chan struct{})}
+	s.SetLogger(fatal, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats: not ready on %s", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	deadline := time.Now().Add(readyTimeout)
+	for !s.ReadyForConnections(25 * time.Millisecond) {
+		select {
+		case <-fatal.failed:
+			s.Shutdown()
+			s.WaitForShutdown()
+			return nil, fmt.Errorf("embedded nats on %s: %w", addr, fatal.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			s.WaitForShutdown()
+			return nil, fmt.Errorf("embedded nats: not ready on %s within %s", addr, readyTimeout)
+		}
 	}
 	return s, nil
 }
+
+// fatalLog is the server's logger: it keeps nothing but the first fatal
+// error (a listener that cannot bind, a JetStream store that cannot be
+// opened), which the server only logs.
+type fatalLog struct {
+	once   sync.Once
+	failed chan struct{}
+	err    error
+}
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	l.once.Do(func() {
+		l.err = fmt.Errorf(format, v...)
+		for _, a := range v {
+			if e, ok := a.(error); ok {
+				l.err = e // the cause (a listener's *net.OpError), for errors.Is
+			}
+		}
+		close(l.failed)
+	})
+}
+
+func (*fatalLog) Noticef(string, ...any) {}
+func (*fatalLog) Warnf(string, ...any)   {}
+func (*fatalLog) Errorf(string, ...any)  {}
+func (*fatalLog) Debugf(string, ...any)  {}
+func (*fatalLog) Tracef(string, ...any)  {}

@@ -3,6 +3,13 @@
 // embedded server), provisions the streams and buckets, serves /healthz,
 // /readyz and /metrics, and runs the given services until SIGINT/SIGTERM,
 // then stops them and waits. Every binary's main calls Main.
+//
+// A configuration file is followed: on SIGHUP, and when it changes on disk
+// (unless --watch-config=false), it is read again, validated by the
+// validator's template kind (liveconfig.FollowFile) and, when it passes,
+// the services are restarted on it; otherwise the running configuration
+// stays and an ERROR record says why. Addresses the process listens on
+// are checked before anything starts (CheckAddrs).
 package host
 
 import (
@@ -54,6 +61,9 @@ type Settings struct {
 	ConfigMap  string
 	ConfigKey  string
 	Kubeconfig string
+	// WatchConfig (WEFT_WATCH_CONFIG, default true): a change of the
+	// configuration file on disk is validated and swapped in as on SIGHUP.
+	WatchConfig bool
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -71,6 +81,7 @@ func (s *Settings) Flags(fs *flag.FlagSet, embeddedDefault bool) {
 	fs.IntVar(&s.Replicas, "replicas", envInt("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
 	fs.StringVar(&s.ConfigMap, "config-map", env("WEFT_CONFIG_MAP", ""), "take the configuration from this ConfigMap (<namespace>/<name>), validated before it goes live [WEFT_CONFIG_MAP]")
 	fs.StringVar(&s.ConfigKey, "config-key", env("WEFT_CONFIG_KEY", "weft.yaml"), "the ConfigMap key holding weft.yaml [WEFT_CONFIG_KEY]")
+	fs.BoolVar(&s.WatchConfig, "watch-config", envBool("WEFT_WATCH_CONFIG", true), "validate and swap in the configuration file when it changes on disk, as on SIGHUP [WEFT_WATCH_CONFIG]")
 	fs.StringVar(&s.Kubeconfig, "kubeconfig", env("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
 }
 
@@ -98,6 +109,14 @@ type Binary struct {
 	ConfigMap ConfigMapWatcher
 	// Flags registers the binary's own flags, beside the common ones.
 	Flags func(fs *flag.FlagSet)
+	// Reload delivers the requests to read the configuration file again;
+	// nil: Run listens for SIGHUP itself.
+	Reload <-chan os.Signal
+	// ConfigFile, if set, is the file followed for changes and ReadConfig
+	// returns the configuration text to run from it (weft up --demo runs a
+	// configuration derived from the file); nil: Settings.Config is both.
+	ConfigFile string
+	ReadConfig func() ([]byte, error)
 }
 
 // Main parses args and runs the binary's services until a signal. It
@@ -127,19 +146,35 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	}
 	log := telemetry.NewLogger(os.Stderr, level)
 	var fileCfg *config.Config
+	var fileHash string
 	dir, _ := os.Getwd()
 	if s.ConfigMap == "" {
+		// Read first: a change after it is seen as a change.
+		data, _ := os.ReadFile(s.Config)
 		cfg, err := config.Load(s.Config)
 		if err != nil {
 			return err
 		}
-		fileCfg, dir = cfg, cfg.Dir
+		fileCfg, fileHash, dir = cfg, liveconfig.Hash(string(data)), cfg.Dir
+	}
+	reload := b.Reload
+	if reload == nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		reload = hup
+	}
+	// A taken address is reported now, naming every one and how to change
+	// it, rather than by whichever part fails first.
+	addrs := s.Addrs()
+	if err := CheckAddrs(addrs...); err != nil {
+		return err
 	}
 	url := s.NATSURL
 	if url == "" {
 		ns, err := startEmbedded(s, dir)
 		if err != nil {
-			return err
+			return addrs[0].IfTaken(err)
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
@@ -174,16 +209,18 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
 	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
-			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
-		})
-	})
 	var configs <-chan *config.Config
 	if fileCfg != nil {
-		ch := make(chan *config.Config, 1)
-		ch <- fileCfg
-		configs = ch
+		f := liveconfig.File{Path: s.Config, Dir: dir, Running: fileHash, Reload: reload, Watch: s.WatchConfig}
+		if b.ConfigFile != "" {
+			f.Path, f.Read = b.ConfigFile, b.ReadConfig
+		}
+		later, err := liveconfig.FollowFile(gctx, env, f)
+		if err != nil {
+			return err
+		}
+		configs = prepend(gctx, fileCfg, later)
+		log.Info("following the configuration file: SIGHUP reloads it", "path", f.Path, "watch", s.WatchConfig)
 	} else {
 		if b.ConfigMap != nil {
 			g.Go(func() error { return b.ConfigMap(gctx, env, s) })
@@ -192,11 +229,48 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		if configs, err = liveconfig.Watch(gctx, env, dir); err != nil {
 			return err
 		}
+		g.Go(func() error {
+			for {
+				select {
+				case <-gctx.Done():
+					return nil
+				case <-reload:
+					log.Info("SIGHUP ignored: the configuration follows its ConfigMap", "config_map", s.ConfigMap)
+				}
+			}
+		})
 	}
+	g.Go(func() error {
+		err := health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
+			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
+		})
+		if err != nil {
+			return addrs[len(addrs)-1].IfTaken(err)
+		}
+		return nil
+	})
 	g.Go(func() error { return runServices(gctx, env, gens, b.Services, configs) })
 	err = g.Wait()
 	log.Info("stopped", "err", err)
 	return err
+}
+
+// prepend yields first, then what rest yields until it is closed or ctx
+// is done.
+func prepend(ctx context.Context, first *config.Config, rest <-chan *config.Config) <-chan *config.Config {
+	out := make(chan *config.Config, 1)
+	out <- first
+	go func() {
+		defer close(out)
+		for c := range rest {
+			select {
+			case out <- c:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // generations is what /metrics serves: the process's own registry and the
@@ -325,6 +399,13 @@ func startEmbedded(s Settings, configDir string) (*server.Server, error) {
 
 func env(key, def string) string {
 	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func envBool(key string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
 		return v
 	}
 	return def

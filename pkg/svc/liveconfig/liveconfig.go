@@ -6,6 +6,13 @@
 // bucket either way, and a rejected candidate leaves the last good
 // configuration running. Watch yields the active configuration and every
 // later one; the host restarts its services on each.
+//
+// A process whose configuration is a file follows it with FollowFile
+// instead: on SIGHUP or a change of the file, the new text is validated
+// the same way (Check: the verdict is kept in the status bucket, the
+// config bucket is left alone) and, when it passes, yielded; a rejected
+// or unreadable file is logged at ERROR and the running configuration
+// stays.
 package liveconfig
 
 import (
@@ -42,10 +49,6 @@ func Propose(ctx context.Context, env svc.Env, yaml, origin string, timeout time
 	if err != nil {
 		return st, fmt.Errorf("liveconfig: %w", err)
 	}
-	statusKV, err := env.JS.KeyValue(ctx, msg.BucketStatus)
-	if err != nil {
-		return st, fmt.Errorf("liveconfig: %w", err)
-	}
 	var active msg.Config
 	activeRev, err := msg.LoadStatus(ctx, cfgKV, msg.ConfigKey, &active)
 	if err != nil && activeRev == 0 {
@@ -56,15 +59,10 @@ func Propose(ctx context.Context, env svc.Env, yaml, origin string, timeout time
 		st.OK = true
 		return st, nil
 	}
-	st.Problems, err = validate(ctx, env, cand, timeout)
-	if err != nil {
-		return st, err
-	}
-	st.OK = len(st.Problems) == 0
-	if st.OK {
+	return judge(ctx, env, cand, st, timeout, func() error {
 		data, err := msg.Encode(cand)
 		if err != nil {
-			return st, err
+			return err
 		}
 		if activeRev == 0 {
 			_, err = cfgKV.Create(ctx, msg.ConfigKey, data)
@@ -72,12 +70,42 @@ func Propose(ctx context.Context, env svc.Env, yaml, origin string, timeout time
 			_, err = cfgKV.Update(ctx, msg.ConfigKey, data, activeRev)
 		}
 		if err != nil {
-			return st, fmt.Errorf("liveconfig: activate: %w", err)
+			return fmt.Errorf("liveconfig: activate: %w", err)
+		}
+		return nil
+	})
+}
+
+// Check validates yaml as Propose does and keeps the verdict in the status
+// bucket, but activates nothing: it is for a process whose configuration
+// is its own file (which the caller swaps in when Check passes), not the
+// config bucket. active is the hash of the configuration that runs.
+func Check(ctx context.Context, env svc.Env, yaml, origin, active string, timeout time.Duration) (msg.ConfigStatus, error) {
+	cand := msg.Config{Hash: Hash(yaml), YAML: yaml, Origin: origin, At: time.Now().UTC()}
+	st := msg.ConfigStatus{Candidate: cand.Hash, Origin: origin, At: cand.At, Active: active}
+	return judge(ctx, env, cand, st, timeout, func() error { return nil })
+}
+
+// judge validates cand, calls activate when it passes, logs the verdict
+// and keeps it in the status bucket.
+func judge(ctx context.Context, env svc.Env, cand msg.Config, st msg.ConfigStatus, timeout time.Duration, activate func() error) (msg.ConfigStatus, error) {
+	statusKV, err := env.JS.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		return st, fmt.Errorf("liveconfig: %w", err)
+	}
+	st.Problems, err = validate(ctx, env, cand, timeout)
+	if err != nil {
+		return st, err
+	}
+	st.OK = len(st.Problems) == 0
+	if st.OK {
+		if err := activate(); err != nil {
+			return st, err
 		}
 		st.Active = cand.Hash
-		env.Log.InfoContext(ctx, "configuration activated", "hash", cand.Hash, "origin", origin)
+		env.Log.InfoContext(ctx, "configuration activated", "hash", cand.Hash, "origin", cand.Origin)
 	} else {
-		env.Log.ErrorContext(ctx, "configuration rejected; the running one stays", "hash", cand.Hash, "origin", origin, "problems", st.Problems)
+		env.Log.ErrorContext(ctx, "configuration rejected; the running one stays", "hash", cand.Hash, "origin", cand.Origin, "problems", st.Problems)
 	}
 	data, err := msg.Encode(st)
 	if err == nil {

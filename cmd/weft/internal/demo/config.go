@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/host"
 )
 
 // ErrNotDemonstrable wraps the reasons a configuration cannot be run by
@@ -27,6 +28,8 @@ type Plan struct {
 	Listen string
 	// Manifests are the folders of the configuration's manifests sources.
 	Manifests []string
+
+	master, admin string // sockets of the last WriteConfig
 }
 
 // bindAddr matches a bind line with a literal IPv4 address and port.
@@ -90,7 +93,29 @@ func (p *Plan) WriteConfig(path, master, admin string) error {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
+	p.master, p.admin = master, admin
 	return nil
+}
+
+// Reread loads the configuration at path again (edited while the demo
+// runs) and returns its runtime configuration for the same HAProxy, with
+// the sockets of the last WriteConfig. A configuration the demo cannot
+// run, or whose target moved to another folder or name (HAProxy reads its
+// haproxy.cfg from the first), is an error.
+func (p *Plan) Reread(path string) ([]byte, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	next, err := Prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if next.Target != p.Target || next.Dest != p.Dest {
+		return nil, fmt.Errorf("%w: the target moved from %s in %s to %s in %s; the demo's HAProxy reads the first: restart weft to move it",
+			ErrNotDemonstrable, p.Target, p.Dest, next.Target, next.Dest)
+	}
+	return next.RuntimeConfig(p.master, p.admin)
 }
 
 // withAdminSocket adds an admin stats socket line after the template's
@@ -132,4 +157,30 @@ func WithoutHAProxyKind(cfg *config.Config) (*config.Config, []string) {
 		out.Targets[name] = t
 	}
 	return &out, changed
+}
+
+// Addrs lists the addresses the demo listens on for this plan, each with
+// how a person changes it: HAProxy's bind address (in the configuration at
+// configPath) and an echo backend's for every endpoint of the
+// EndpointSlices.
+func (p *Plan) Addrs(configPath string) ([]host.Addr, error) {
+	out := []host.Addr{{
+		Addr:   p.Listen,
+		What:   "HAProxy of the demo, the bind line of target " + p.Target + "'s haproxy_config template",
+		Change: "that bind line in " + configPath + " (--config or WEFT_CONFIG)",
+	}}
+	for _, dir := range p.Manifests {
+		eps, err := Endpoints([]string{dir})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range eps {
+			out = append(out, host.Addr{
+				Addr:   e.Addr,
+				What:   "the demo's echo backend " + e.Name,
+				Change: "the port of its EndpointSlice under " + dir,
+			})
+		}
+	}
+	return out, nil
 }

@@ -20,8 +20,9 @@
 //   - calls weft with the runtime configuration's path and a fresh data
 //     folder, until ctx is done or weft returns.
 //
-// When Run returns, HAProxy (master and workers) has exited and every
-// backend is closed. If HAProxy exits on its own first, Run stops weft and
+// When Run returns, HAProxy (master and workers) has exited, every
+// backend is closed and the temporary folder is removed; the folder of a
+// weft that was killed is removed by the next Run (RemoveStale). If HAProxy exits on its own first, Run stops weft and
 // returns an error wrapping ErrHAProxyExited.
 package demo
 
@@ -32,6 +33,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -51,13 +54,24 @@ type Options struct {
 // dataDir until ctx is done.
 type Weft func(ctx context.Context, config, dataDir string) error
 
+// tempPrefix names the demo's temporary folders; ownerFile, in each, holds
+// the process id of the weft that made it.
+const (
+	tempPrefix = "weft-demo-"
+	ownerFile  = "weft.pid"
+)
+
 // Run runs the demo (see the package documentation).
 func Run(ctx context.Context, o Options, weft Weft) (err error) {
-	dir, err := os.MkdirTemp("", "weft-demo-")
+	RemoveStale(o.Log, os.TempDir())
+	dir, err := os.MkdirTemp("", tempPrefix)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	cfgPath := filepath.Join(dir, "weft.yaml")
 	if err := o.Plan.WriteConfig(cfgPath, filepath.Join(dir, "master.sock"), filepath.Join(dir, "admin.sock")); err != nil {
 		return err
@@ -65,6 +79,28 @@ func Run(ctx context.Context, o Options, weft Weft) (err error) {
 	return run(ctx, o, dir, func(ctx context.Context) error {
 		return weft(ctx, cfgPath, filepath.Join(dir, "data"))
 	})
+}
+
+// RemoveStale removes the demo folders under tmp whose weft is gone
+// (killed, so it could not remove its own). A folder without an owner
+// file, or whose owner runs, is left alone.
+func RemoveStale(log *slog.Logger, tmp string) {
+	dirs, _ := filepath.Glob(filepath.Join(tmp, tempPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || pid == os.Getpid() || running(pid) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("the folder of a weft that was killed could not be removed", "dir", dir, "pid", pid, "err", err)
+			continue
+		}
+		log.Info("removed the folder of a weft that was killed", "dir", dir, "pid", pid)
+	}
 }
 
 // run starts the backends and HAProxy, then weft, and stops all three

@@ -24,7 +24,10 @@ import (
 
 const quickstart = "../../../../examples/quickstart/weft.yaml"
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
+// The starter goroutine lives as long as the process, by design (start).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, append(testkit.LeakOptions(), goleak.IgnoreAnyFunction("github.com/weftio/weft/cmd/weft/internal/demo.starter"))...)
+}
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 

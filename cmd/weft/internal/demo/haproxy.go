@@ -66,12 +66,12 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, o.Bin, "-W", "-db", "-f", cfg, "-S", o.MasterSocket)
-	h := &HAProxy{MasterSocket: o.MasterSocket, AdminSocket: o.AdminSocket, ctx: ctx, out: newLineLog(o.Log.With("process", "haproxy")), done: make(chan struct{})}
+	h := &HAProxy{MasterSocket: o.MasterSocket, AdminSocket: o.AdminSocket, ctx: ctx, out: newLineLog(o.Log.With("process", "haproxy"), ctx), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = h.out, h.out
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.Cancel = func() error { return stopGroup(cmd.Process) }
 	cmd.WaitDelay = stopTimeout
-	if err := cmd.Start(); err != nil {
+	if err := start(cmd); err != nil {
 		return nil, fmt.Errorf("demo: start haproxy: %w", err)
 	}
 	h.Pid = cmd.Process.Pid
@@ -104,6 +104,9 @@ func (h *HAProxy) waitReady() error {
 	for {
 		select {
 		case <-h.done:
+			if err := h.ctx.Err(); err != nil { // stopped as asked, while starting
+				return fmt.Errorf("demo: haproxy stopped before serving: %w", err)
+			}
 			return fmt.Errorf("%w before serving: %v; last output: %s", ErrHAProxyExited, h.err, h.out.last())
 		default:
 		}

@@ -13,15 +13,20 @@ const keptLines = 8
 
 // lineLog is an io.Writer that logs each complete line written to it, at
 // the level HAProxy's prefix gives ([ALERT], [WARNING]), and keeps the last
-// few lines.
+// few lines. Once stopping is done, HAProxy was asked to stop: what it
+// says then (a worker "exited with code 143 (Terminated)" is an [ALERT])
+// is the stop going as asked, and is logged at info level at most.
 type lineLog struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	buf  []byte
-	tail []string
+	log      *slog.Logger
+	stopping context.Context
+	mu       sync.Mutex
+	buf      []byte
+	tail     []string
 }
 
-func newLineLog(log *slog.Logger) *lineLog { return &lineLog{log: log} }
+func newLineLog(log *slog.Logger, stopping context.Context) *lineLog {
+	return &lineLog{log: log, stopping: stopping}
+}
 
 func (l *lineLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
@@ -41,7 +46,11 @@ func (l *lineLog) Write(p []byte) (int, error) {
 }
 
 func (l *lineLog) emit(line string) {
-	l.log.Log(context.Background(), levelOf(line), line)
+	level := levelOf(line)
+	if l.stopping.Err() != nil {
+		level = min(level, slog.LevelInfo)
+	}
+	l.log.Log(context.Background(), level, line)
 	l.tail = append(l.tail, line)
 	if len(l.tail) > keptLines {
 		l.tail = l.tail[1:]
