@@ -87,7 +87,9 @@ func Consume(ctx context.Context, cons MessageSource, h Handler, o Options) erro
 		if o.Renew == nil {
 			return fmt.Errorf("%s %s: %w", o.Service, o.Stage, err)
 		}
-		o.Log.ErrorContext(ctx, "consumer lost; renewing it", "stage", o.Stage, "err", err, "after_sequence", last)
+		// A warning: renewing is the repair; a renewal that keeps failing
+		// is logged on every try, and /readyz says not ready meanwhile.
+		o.Log.WarnContext(ctx, "consumer lost; renewing it", "stage", o.Stage, "err", err, "after_sequence", last)
 		if cons, err = renew(ctx, o, last); err != nil {
 			return nil // ctx done
 		}

@@ -38,7 +38,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	if err != nil {
 		return err
 	}
-	return w.Run(ctx, func(ctx context.Context, snap Snapshot) { s.report(ctx, snap, sink) })
+	return w.Run(ctx, func(ctx context.Context, snap Snapshot) error { return s.report(ctx, snap, sink) })
 }
 
 // Resync re-reads the whole folder now.
@@ -47,11 +47,12 @@ func (s *Source) Resync(ctx context.Context, sink source.Sink) error {
 	if err != nil {
 		return err
 	}
-	s.report(ctx, snap, sink)
-	return nil
+	return s.report(ctx, snap, sink)
 }
 
-func (s *Source) report(ctx context.Context, snap Snapshot, sink source.Sink) {
+// report stores a snapshot through sink. It fails when a write failed, so
+// that the watcher scans and reports again soon.
+func (s *Source) report(ctx context.Context, snap Snapshot, sink source.Sink) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	broken := map[string]bool{}
@@ -89,14 +90,17 @@ func (s *Source) report(ctx context.Context, snap Snapshot, sink source.Sink) {
 	for _, typ := range s.types {
 		if err := sink.Replace(ctx, typ, dedupe(byType[typ])); err != nil {
 			sink.Problem(ctx, err)
-			return // the next scan tries again; no sync marker from a failed write
+			return err // scanned and tried again soon; no sync marker from a failed write
 		}
 	}
+	var failed error
 	for _, typ := range s.types {
 		if err := sink.Synced(ctx, typ, problems); err != nil {
 			sink.Problem(ctx, err)
+			failed = err
 		}
 	}
+	return failed
 }
 
 // dedupe keeps one object per identity, the first by origin (a broken

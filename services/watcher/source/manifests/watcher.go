@@ -107,14 +107,18 @@ func (w *Watcher) Dir() string { return w.dir }
 // Run scans the directory and calls fn with the snapshot, then again after
 // every debounced burst of changes and on every re-scan, until ctx is
 // cancelled. fn is called from the calling goroutine, one call at a time,
-// and receives ctx; Run waits for it to return. Run returns nil when ctx is
+// and receives ctx; Run waits for it to return. When fn fails (it could not
+// store the snapshot: a NATS node restarting), the directory is scanned
+// and handed to fn again after a delay that doubles from a second up to
+// the re-scan interval, until fn succeeds; a change is never left waiting
+// for the periodic re-scan. Run returns nil when ctx is
 // cancelled, and an error if file notifications cannot be started or the
 // directory itself can no longer be read (for example because it was
 // removed). A subdirectory that cannot be watched is reported in the
 // snapshot's Errors and is still read by every scan. All resources are
 // released when Run returns; a Watcher can run again after that, but not
 // twice at once.
-func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot)) error {
+func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) error) error {
 	if fn == nil {
 		return errors.New("manifests: Run needs a callback")
 	}
@@ -132,7 +136,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot)) e
 	}
 	defer fsw.Close()
 
-	r := &run{dir: w.dir, debounce: w.set.debounce, fsw: fsw, timer: time.NewTimer(time.Hour)}
+	r := &run{dir: w.dir, debounce: w.set.debounce, retryMax: max(w.set.rescan, time.Second), fsw: fsw, timer: time.NewTimer(time.Hour)}
 	r.timer.Stop()
 	defer r.timer.Stop()
 
@@ -185,10 +189,12 @@ type run struct {
 	timer      *time.Timer
 	pending    bool
 	burstStart time.Time
+	failures   int           // fn's failures in a row
+	retryMax   time.Duration // the longest delay before fn is tried again
 }
 
 // emit scans and hands the snapshot to fn unless ctx was cancelled.
-func (r *run) emit(ctx context.Context, fn func(context.Context, Snapshot)) error {
+func (r *run) emit(ctx context.Context, fn func(context.Context, Snapshot) error) error {
 	snap, again, err := r.scan()
 	if err != nil {
 		return fmt.Errorf("manifests: watch: %w", err)
@@ -196,11 +202,25 @@ func (r *run) emit(ctx context.Context, fn func(context.Context, Snapshot)) erro
 	if ctx.Err() != nil {
 		return nil
 	}
-	fn(ctx, snap)
+	if err := fn(ctx, snap); err != nil && ctx.Err() == nil {
+		r.failures++
+		r.retry()
+		return nil
+	}
+	r.failures = 0
 	if again {
 		r.schedule()
 	}
 	return nil
+}
+
+// retry arranges the next scan after fn failed: a second after the first
+// failure, doubling up to retryMax.
+func (r *run) retry() {
+	delay := min(time.Second<<min(r.failures-1, 16), r.retryMax)
+	r.pending = true
+	r.burstStart = time.Now()
+	r.timer.Reset(delay)
 }
 
 // scan scans the directory and brings the watches in line with the

@@ -46,7 +46,7 @@ func startWatcher(t *testing.T, dir string, opts ...Option) *harness {
 	h := &harness{t: t, snaps: make(chan Snapshot, 16), done: make(chan error, 1), cancel: cancel}
 	var inFlight atomic.Int32
 	go func() {
-		h.done <- w.Run(ctx, func(ctx context.Context, s Snapshot) {
+		h.done <- w.Run(ctx, func(ctx context.Context, s Snapshot) error {
 			if inFlight.Add(1) != 1 {
 				h.overlap.Store(true)
 			}
@@ -56,6 +56,7 @@ func startWatcher(t *testing.T, dir string, opts ...Option) *harness {
 			case h.snaps <- s:
 			case <-ctx.Done():
 			}
+			return nil
 		})
 	}()
 	t.Cleanup(func() {
@@ -367,11 +368,12 @@ func TestWatcherStopsOnCancel(t *testing.T) {
 		got := make(chan Snapshot, 1)
 		done := make(chan error, 1)
 		go func() {
-			done <- w.Run(ctx, func(ctx context.Context, s Snapshot) {
+			done <- w.Run(ctx, func(ctx context.Context, s Snapshot) error {
 				select {
 				case got <- s:
 				default:
 				}
+				return nil
 			})
 		}()
 		select {
@@ -382,7 +384,7 @@ func TestWatcherStopsOnCancel(t *testing.T) {
 		case <-time.After(waitTimeout):
 			t.Fatalf("round %d: no initial snapshot", round)
 		}
-		if err := w.Run(ctx, func(context.Context, Snapshot) {}); !errors.Is(err, ErrRunning) {
+		if err := w.Run(ctx, func(context.Context, Snapshot) error { return nil }); !errors.Is(err, ErrRunning) {
 			t.Errorf("round %d: second Run = %v, want ErrRunning", round, err)
 		}
 		cancel()
@@ -406,7 +408,7 @@ func TestWatcherCancelledBeforeRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false
-	if err := w.Run(ctx, func(context.Context, Snapshot) { called = true }); err != nil || called {
+	if err := w.Run(ctx, func(context.Context, Snapshot) error { called = true; return nil }); err != nil || called {
 		t.Errorf("Run on a cancelled context = %v, called = %v; want nil, false", err, called)
 	}
 	if err := w.Run(context.Background(), nil); err == nil {
@@ -468,5 +470,43 @@ func TestNewWatcher(t *testing.T) {
 				t.Errorf("NewWatcher = %+v, want rescan %s, debounce %s", w.set, tt.wantRescan, tt.wantDebounce)
 			}
 		})
+	}
+}
+
+// TestFailedReportIsTriedAgain: a snapshot the callback could not store (a
+// write to NATS failed) is scanned and handed over again within seconds,
+// with no file change and no periodic re-scan to wait for.
+func TestFailedReportIsTriedAgain(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: default}\n")
+	w, err := NewWatcher(dir, WithRescan(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int32
+	stored := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(ctx, func(context.Context, Snapshot) error {
+			if calls.Add(1) <= 2 {
+				return errors.New("nats: no response from stream")
+			}
+			close(stored)
+			return nil
+		})
+	}()
+	select {
+	case <-stored:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the snapshot was not handed over again after %d failed calls", calls.Load())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("%d calls, want 3 (two failures, then stored; nothing after)", n)
 	}
 }
