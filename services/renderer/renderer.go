@@ -359,6 +359,11 @@ func (r *renderer) run(ctx context.Context) error {
 	// the last change handled if it is lost all the same; removed by the
 	// server a minute after its replica is gone.
 	feed := ChangesConsumer(r.env.Replica)
+	// A feed of this process's previous configuration starts elsewhere in
+	// the stream; its start cannot be updated, so it goes.
+	if err := r.env.JS.DeleteConsumer(ctx, msg.StreamChanges, feed); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("renderer: %w", err)
+	}
 	cons, renew, err := bus.Durable(ctx, r.env.JS, msg.StreamChanges, jetstream.ConsumerConfig{
 		Durable:        feed,
 		Description:    "renderer replica " + r.env.Replica,
@@ -657,13 +662,13 @@ func (r *renderer) render(ctx context.Context, req request) {
 		}
 		return
 	}
-	last, err2 := r.lastRender(ctx, req.target)
+	lastSeq, err2 := r.lastRender(ctx, req.target)
 	if err2 != nil {
 		log.ErrorContext(ctx, "reading the last render failed; will retry", "err", err2)
 		r.retryLater(req)
 		return
 	}
-	st.Version = max(st.Version, last.version) + 1
+	st.Version++
 	out := msg.Render{Target: req.target, Version: st.Version, Provenance: prov, RenderTime: res.Took, At: time.Now().UTC()}
 	if err != nil {
 		r.m.renders.WithLabelValues(req.target, "failed").Inc()
@@ -688,12 +693,7 @@ func (r *renderer) render(ctx context.Context, req request) {
 			"outputs_rendered", res.OutputsRendered, "outputs_reused", res.OutputsReused)
 	}
 	st.At = out.At
-	// Only on the render this version was counted from: a replica that
-	// published meanwhile makes this a conflict, and the render is tried
-	// again on fresh state; a version handed out before is a duplicate,
-	// never silently dropped.
-	if _, perr := bus.PublishNew(ctx, r.env.JS, msg.RenderSubject(req.target), msg.RenderID(req.target, st.Version), out,
-		jetstream.WithExpectLastSequencePerSubject(last.seq)); perr != nil {
+	if perr := r.publish(ctx, &st, &out, lastSeq); perr != nil {
 		log.ErrorContext(ctx, "publishing render failed; will retry", "err", perr)
 		r.retryLater(req)
 		return
@@ -784,27 +784,37 @@ func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
 	return err
 }
 
-// lastRendered is the last render message of a target: its stream
-// sequence (0: none) and version.
-type lastRendered struct{ seq, version uint64 }
-
-// lastRender reads a target's last render message from the stream's leader.
-// Versions grow from the larger of it and the status: the status may be
-// behind when its write failed after a publish.
-func (r *renderer) lastRender(ctx context.Context, name string) (lastRendered, error) {
+// lastRender reads the stream sequence of a target's last render message
+// (0: none) from the stream's leader. Only the sequence is used, never the
+// version in it: anyone able to publish could have written that message.
+func (r *renderer) lastRender(ctx context.Context, name string) (uint64, error) {
 	m, err := r.renders.GetLastMsgForSubject(ctx, msg.RenderSubject(name))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return lastRendered{}, nil
+		return 0, nil
 	}
 	if err != nil {
-		return lastRendered{}, err
+		return 0, err
 	}
-	last := lastRendered{seq: m.Sequence}
-	var prev msg.Render
-	if err := msg.Decode(m.Data, &prev); err == nil {
-		last.version = prev.Version
+	return m.Sequence, nil
+}
+
+// publish publishes out at st.Version, only on the render message read
+// before it (lastSeq): a replica that published meanwhile makes this a
+// conflict, and the render is tried again on fresh state. A version the
+// stream already holds (published by a render whose status write failed)
+// is not dropped as a duplicate: out goes out at the next free version.
+func (r *renderer) publish(ctx context.Context, st *msg.RenderStatus, out *msg.Render, lastSeq uint64) error {
+	for range 10 {
+		_, err := bus.PublishNew(ctx, r.env.JS, msg.RenderSubject(out.Target), msg.RenderID(out.Target, st.Version), *out,
+			jetstream.WithExpectLastSequencePerSubject(lastSeq))
+		if !errors.Is(err, bus.ErrDuplicate) {
+			return err
+		}
+		r.env.Log.WarnContext(ctx, "render version published before without a status; taking the next", "target", out.Target, "version", st.Version)
+		st.Version++
+		out.Version = st.Version
 	}
-	return last, nil
+	return fmt.Errorf("render versions up to %d of %s were all published before", st.Version, out.Target)
 }
 
 func (r *renderer) readStatus(ctx context.Context, name string) (msg.RenderStatus, uint64, error) {

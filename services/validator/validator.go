@@ -372,10 +372,17 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		outcome = "cached-" + outcome
 	}
 	v.m.verdicts.WithLabelValues(r.Target, outcome).Inc()
+	// The status first: the deployer acts on a verdict only once the status
+	// confirms it, so this order lets it act at once. A publish that fails
+	// after the status is written is retried with the render (the verdict
+	// is cached by then, and the status written again is the same).
+	if err := v.writeStatus(ctx, verdict, rendered); err != nil {
+		return err
+	}
 	if _, err := bus.Publish(ctx, v.env.JS, msg.ValidatedSubject(r.Target), msg.RenderID(r.Target, r.Version), verdict); err != nil {
 		return err
 	}
-	return v.writeStatus(ctx, verdict, rendered)
+	return nil
 }
 
 // undecided answers a gather without a verdict (kinds that did not answer,

@@ -108,7 +108,14 @@ func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {
 	case msg.Ack:
 		settleErr = m.Ack()
 	case msg.Nak:
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, msg.ErrUnconfirmed):
+			// The recorded state is written just after the message: no
+			// failure while it is on its way (it is dead-lettered if it
+			// never comes).
+			o.Log.DebugContext(ctx, "waiting for the recorded state to confirm the message", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)
+		default:
 			o.Log.WarnContext(ctx, "handling failed; will retry", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)
 		}
 		settleErr = m.NakWithDelay(d.Delay)
