@@ -68,7 +68,8 @@ bench: deps
 ## passes when the deployed files equal `weft render` of the final manifests.
 ## CHAOS_FLAGS: -mode faults|no-faults|lose-node, -seed, -edits, -duration,
 ## -sites, -service-kill-every, -node-kill-every, -replace-after, -settle,
-## -results FILE (append a row to a results table), -keep. (BENCHMARKS.md)
+## -results FILE (append a row to a results table), -keep, -failover N (kill
+## the render lease holder N times and time the next deploy). (BENCHMARKS.md)
 CHAOS_FLAGS ?=
 chaos: build
 	cd hack/chaos && $(GO) test -count=1 -timeout 30m -run '^TestChaos$$' -v . -args -chaos -bin $(CURDIR)/bin $(CHAOS_FLAGS)

@@ -73,6 +73,10 @@ type Options struct {
 	// deleted after a converged run unless Keep.
 	Dir  string
 	Keep bool
+	// FailoverRounds > 0: after the edits, measure that many times how
+	// long a target goes without a deploy when its render lease holder is
+	// killed (see failover).
+	FailoverRounds int
 }
 
 // check refuses options a run cannot honour.
@@ -139,6 +143,9 @@ func Run(t testing.TB, o Options) *Result {
 	r.res.Converged, r.res.ConvergeTime, r.res.Mismatch = r.converge("final", lastEdit)
 	r.logf("after %d edits: converged=%v after %v", r.res.EditsDone, r.res.Converged, r.res.ConvergeTime.Round(time.Millisecond))
 
+	if r.o.FailoverRounds > 0 && r.res.Converged {
+		r.failover()
+	}
 	if !r.res.Converged || !r.res.InitialConverged {
 		r.dumpResources()
 	}

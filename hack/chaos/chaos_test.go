@@ -26,6 +26,7 @@ var (
 	dir         = flag.String("dir", "", "run folder (default: a new temporary one)")
 	keep        = flag.Bool("keep", false, "keep the run folder of a converged run")
 	results     = flag.String("results", "", "append the run as a row to this markdown table")
+	failover    = flag.Int("failover", 0, "after the edits, kill the render lease holder this many times and time the next deploy")
 )
 
 func root(t *testing.T) string {
@@ -78,7 +79,7 @@ func TestChaos(t *testing.T) {
 	res := chaos.Run(t, chaos.Options{
 		Mode: chaos.Mode(*mode), Seed: s, Sites: *sites, Edits: *edits, Duration: *duration,
 		ServiceKillEvery: *serviceKill, NodeKillEvery: *nodeKill, ReplaceAfter: *replace,
-		Settle: *settle, Replicas: *replicas, Bin: b, Root: root(t), Dir: *dir, Keep: *keep,
+		Settle: *settle, Replicas: *replicas, Bin: b, Root: root(t), Dir: *dir, Keep: *keep, FailoverRounds: *failover,
 	})
 	report(t, res, *results)
 }

@@ -43,6 +43,12 @@ type Result struct {
 
 	Errors map[string]*logGroup // "<process kind>: <msg>" -> lines
 	Dir    string               // the run folder, when kept
+
+	// Failover: from the kill of the render lease holder to the edit made
+	// at that moment deployed, per round; rounds that did not deploy
+	// within Settle (or found no holder) are FailoverMissed.
+	Failover       []time.Duration
+	FailoverMissed int
 }
 
 type logGroup struct {
@@ -240,6 +246,9 @@ func (res *Result) Summary() string {
 	if !res.Converged {
 		fmt.Fprintf(&b, "  difference: %s\n", res.Mismatch)
 	}
+	if len(res.Failover)+res.FailoverMissed > 0 {
+		fmt.Fprintf(&b, "render lease holder killed -> edit deployed: %v (missed %d)\n", roundAll(res.Failover), res.FailoverMissed)
+	}
 	fmt.Fprintf(&b, "dead letters: %d\n", res.DLQTotal)
 	for _, k := range sortedByCount(res.DLQ) {
 		fmt.Fprintf(&b, "  %4d  %s\n", res.DLQ[k], k)
@@ -349,4 +358,12 @@ func sortedByCount(m map[string]int) []string {
 		return keys[i] < keys[j]
 	})
 	return keys
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(10 * time.Millisecond)
+	}
+	return out
 }

@@ -104,6 +104,16 @@ func (p *proc) start() error {
 	return nil
 }
 
+// pid is the process id of the replica's current process (0: none).
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // kill sends SIGKILL to the replica's process group; the supervisor starts
 // it again after pause. It reports false when the replica was not running.
 func (p *proc) kill(pause time.Duration) bool {
