@@ -185,9 +185,19 @@ func TestProvisionedStoresReadFromTheLeader(t *testing.T) {
 	js := jetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// A bucket as nats.go makes it: direct gets allowed.
-	if _, err := js.CreateKeyValue(ctx, msg.KeyValues(1)[0]); err != nil {
-		t.Fatal(err)
+	// Buckets and the store as an earlier weft made them, with nats.go's
+	// defaults: direct gets allowed, no per-key TTLs. Provision updates
+	// them in place.
+	for _, c := range msg.KeyValues(1) {
+		c.LimitMarkerTTL = 0
+		if _, err := js.CreateKeyValue(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range msg.ObjectStores(1) {
+		if _, err := js.CreateObjectStore(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := msg.Provision(ctx, js, 1); err != nil {
 		t.Fatal(err)
@@ -199,6 +209,9 @@ func TestProvisionedStoresReadFromTheLeader(t *testing.T) {
 		}
 		if s.CachedInfo().Config.AllowDirect {
 			t.Errorf("bucket %s allows direct gets", c.Bucket)
+		}
+		if got := s.CachedInfo().Config; c.LimitMarkerTTL > 0 && (!got.AllowMsgTTL || got.SubjectDeleteMarkerTTL != c.LimitMarkerTTL) {
+			t.Errorf("bucket %s: per-key TTLs %v, delete markers kept %v; want allowed, %v", c.Bucket, got.AllowMsgTTL, got.SubjectDeleteMarkerTTL, c.LimitMarkerTTL)
 		}
 		kv, err := js.KeyValue(ctx, c.Bucket)
 		if err != nil {
