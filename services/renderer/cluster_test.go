@@ -3,11 +3,8 @@ package renderer_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
@@ -53,13 +50,7 @@ func TestDeafReplicaGivesUpItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, bus: testkit.NATS(t)}
-	ctx := context.Background()
-	if err := f.bus.JS.DeleteKeyValue(ctx, msg.BucketLeases); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.bus.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: msg.BucketLeases, TTL: 1500 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	f.shortLeases()
 	f.put("web", 80)
 	f.synced()
 	envs := []*testkit.Env{testkit.NewEnv(t, f.bus, "r1"), testkit.NewEnv(t, f.bus, "r2")}
@@ -67,18 +58,7 @@ func TestDeafReplicaGivesUpItsLease(t *testing.T) {
 		testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, env.Env, cfg) })
 	}
 	f.render(1)
-	holder := func() (int, error) {
-		h, n := -1, 0
-		for i, env := range envs {
-			if testkit.CounterValue(t, env.Registry, "weft_renderer_lease_held") == 1 {
-				h, n = i, n+1
-			}
-		}
-		if n != 1 {
-			return -1, fmt.Errorf("%d replicas hold the lease", n)
-		}
-		return h, nil
-	}
+	holder := func() (int, error) { return leaseHolder(t, envs) }
 	var deaf int
 	testkit.Eventually(t, 10*time.Second, func() (err error) { deaf, err = holder(); return err })
 	envs[deaf].Health.Set(bus.ConsumerCheck(renderer.Service, renderer.ChangesConsumer(envs[deaf].Replica)), errors.New("no heartbeat"))
