@@ -50,7 +50,7 @@ import (
 	"github.com/weftio/weft/services/renderer/debounce"
 	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/lease"
+	"github.com/weftio/weft/pkg/svc/lease"
 	"github.com/weftio/weft/services/renderer/target"
 )
 

@@ -1,9 +1,10 @@
-// Package lease decides which renderer replica renders a target: the one
-// holding the target's key in the leases bucket. Holding is a
-// compare-and-set: a replica creates the key when it is absent and renews it
-// (an update on the revision it wrote) every third of the bucket's TTL; the
-// bucket expires a key its holder stopped renewing, so a dead replica's
-// lease passes to another within one TTL.
+// Package lease lets one replica at a time hold a key of the leases bucket:
+// the renderer replica that renders a target, the deployer replica that
+// applies to an instance. Holding is a compare-and-set: a replica creates
+// the key when it is absent and renews it (an update on the revision it
+// wrote) every third of the TTL; the bucket expires a key its holder
+// stopped renewing, so a dead replica's lease passes to another within one
+// TTL.
 //
 // A renewal that fails without a verdict (a timeout, a NATS node gone, no
 // responders) does not drop the lease: the bucket keeps the key for a TTL
@@ -15,10 +16,11 @@
 // one failed request.
 //
 // Two replicas can, for at most the time a renewal takes to fail, both
-// believe they hold a lease; rendering is idempotent (same state, same
-// bundle hash; versions are compare-and-set), so that costs nothing but a
-// render. A holder may also give the lease up (Run's yield) while it cannot
-// do the work, so that a deaf replica does not block a target.
+// believe they hold a lease, so work under a lease must stay safe when
+// done twice (rendering is: same state, same bundle hash, versions are
+// compare-and-set). Run keeps a lease for as long as a replica runs, and
+// may give it up (yield) while the replica cannot do the work; Try, Keep
+// and Release hold one for a single piece of work.
 package lease
 
 import (
@@ -230,6 +232,38 @@ func (l *Lease) keep() bool {
 	}
 	return l.held
 }
+
+// Keep renews a lease taken with Try every third of its TTL until ctx is
+// done, and calls lost (once) and returns if the lease is lost: taken by
+// another owner, or its TTL over without a renewal landing.
+func (l *Lease) Keep(ctx context.Context, lost func()) {
+	t := time.NewTimer(l.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		held, settled := l.Try(ctx)
+		if !held {
+			if ctx.Err() == nil {
+				lost()
+			}
+			return
+		}
+		next := l.every
+		if !settled {
+			next = min(l.every/4, time.Second)
+		}
+		t.Reset(next)
+	}
+}
+
+// Release gives a held lease up at once (deleting the key at the revision
+// this lease wrote), so that another replica can take it without waiting
+// for the TTL.
+func (l *Lease) Release() { l.release() }
 
 func (l *Lease) release() {
 	l.mu.Lock()

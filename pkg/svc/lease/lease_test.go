@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/testkit"
-	"github.com/weftio/weft/services/renderer/lease"
+	"github.com/weftio/weft/pkg/svc/lease"
 )
 
 // faultyKV is a real bucket whose next calls can fail: "lost" performs the
@@ -265,5 +265,65 @@ func TestKeyTTLOptions(t *testing.T) {
 	}
 	if _, err := lease.New(kv, "k", "o", time.Second, lease.WithClock(nil)); err == nil {
 		t.Fatal("a nil clock was accepted")
+	}
+}
+
+// TestKeepAndRelease: a lease taken for one piece of work is kept by Keep
+// while the work runs, is reported lost when another owner takes the key,
+// and once released is taken by another replica at once.
+func TestKeepAndRelease(t *testing.T) {
+	kv := bucket(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const short = 600 * time.Millisecond
+	a, err := lease.New(kv, "deploy.web.a", "replica-a", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lease.New(kv, "deploy.web.a", "replica-b", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := a.Try(ctx); !held {
+		t.Fatal("a did not take the free lease")
+	}
+	lost := make(chan struct{})
+	keepCtx, stop := context.WithCancel(ctx)
+	go func() {
+		a.Keep(keepCtx, func() { close(lost) })
+	}()
+	// Kept over several renewals: b cannot take it.
+	for range 5 {
+		time.Sleep(short / 2)
+		if held, _ := b.Try(ctx); held {
+			t.Fatal("b took a kept lease")
+		}
+	}
+	stop()
+	a.Release()
+	if held, _ := b.Try(ctx); !held {
+		t.Fatal("b cannot take a released lease")
+	}
+	select {
+	case <-lost:
+		t.Fatal("a stopped Keep reported a loss")
+	default:
+	}
+
+	// b's key is overwritten by another owner: Keep reports the loss.
+	go b.Keep(ctx, func() { close(lost) })
+	if err := kv.Delete(ctx, "deploy.web.a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "deploy.web.a", []byte("replica-c")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Keep did not report the lease taken by another owner")
+	}
+	if b.Held() {
+		t.Fatal("b still believes it holds the lease")
 	}
 }
