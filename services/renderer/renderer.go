@@ -47,10 +47,10 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/pkg/svc/lease"
 	"github.com/weftio/weft/services/renderer/debounce"
 	"github.com/weftio/weft/services/renderer/engine"
 	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/pkg/svc/lease"
 	"github.com/weftio/weft/services/renderer/target"
 )
 

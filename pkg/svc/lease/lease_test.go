@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/pkg/svc/lease"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // faultyKV is a real bucket whose next calls can fail: "lost" performs the
