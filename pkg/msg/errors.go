@@ -112,6 +112,11 @@ func Classify(err error) Decision {
 	return Decision{Action: Nak, Delay: DefaultRetryDelay, Reason: err.Error()}
 }
 
+// ErrBusy is a message whose work another replica is doing right now (it
+// holds the lease on it): the message is delivered again shortly, and is a
+// no-op or done by then.
+var ErrBusy = errors.New("held by another replica")
+
 // ErrUnconfirmed is a message whose version, revision or hash the state it
 // refers to does not hold (the status a service writes, the bucket, the
 // object store): a forged or corrupted message, or a write still on its

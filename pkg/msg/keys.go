@@ -46,6 +46,10 @@ func DeployStatusKey(target, instance string) string { return "deploy." + target
 func DeployStatusPrefix(target string) string        { return "deploy." + target + "." }
 func RenderLeaseKey(target string) string            { return "render." + target }
 
+// DeployLeaseKey is the leases-bucket key held by the deployer replica
+// carrying out an order for one instance.
+func DeployLeaseKey(target, instance string) string { return "deploy." + target + "." + instance }
+
 // LeaseSubject is the subject a leases-bucket key is stored under in the
 // bucket's stream: a lease renewed with a TTL of its own is published there.
 func LeaseSubject(key string) string { return "$KV." + BucketLeases + "." + key }

@@ -96,6 +96,11 @@ const LeaseTTL = 15 * time.Second
 // most that long before another replica renders it.
 const RenderLeaseTTL = 2 * time.Second
 
+// DeployLeaseTTL is how long a deploy lease outlives its last renewal: an
+// order held by a deployer replica that died is carried out by another
+// once the lease is over and the order is delivered again.
+const DeployLeaseTTL = 1500 * time.Millisecond
+
 // Provisioner is the part of jetstream.JetStream that Provision needs.
 type Provisioner interface {
 	CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error)

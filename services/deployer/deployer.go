@@ -25,8 +25,13 @@
 // per failure streak and every reminder interval; the instance's status and
 // the failed-deploys metric on every attempt) and the order is tried again,
 // after a delay that doubles up to a maximum, until it is carried out or a
-// newer order for the instance supersedes it: no order is dropped. An order
-// whose deployer died is redelivered after 10 s.
+// newer order for the instance supersedes it: no order is dropped. One
+// replica at a time applies to an instance: it holds the instance's deploy
+// lease (leases bucket, deploy.<target>.<instance>) while it carries out
+// an order, so an order delivered again while its first handler still runs
+// waits for it. An order whose deployer died is delivered again after 2 s
+// and carried out by another replica once the dead one's lease is over
+// (msg.DeployLeaseTTL).
 //
 // With deploy.pods, a target's instances are the ready Pods its label
 // selector picks among those the watcher stores, each reached at
@@ -102,6 +107,7 @@ type deployer struct {
 	cfg       *config.Config
 	m         *metrics
 	status    jetstream.KeyValue
+	leases    jetstream.KeyValue // deploy leases: one replica applies to an instance at a time
 	bundles   jetstream.ObjectStore
 	instances instanceSet
 }
@@ -121,6 +127,9 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return fmt.Errorf("deployer: %w", err)
 	}
 	if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	if d.leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
 		return fmt.Errorf("deployer: %w", err)
 	}
 	consumers := map[string]string{}
@@ -325,6 +334,12 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 	if meta, err := m.Metadata(); err == nil {
 		seq = meta.Sequence.Stream
 	}
+	return d.fenced(ctx, in, func(ctx context.Context) error { return d.attempt(ctx, log, in, o, seq) })
+}
+
+// attempt carries out an order, trying again in place until it is carried
+// out, superseded, or found permanent.
+func (d *deployer) attempt(ctx context.Context, log *slog.Logger, in *instance, o msg.DeployOrder, seq uint64) error {
 	for attempt := uint64(1); ; attempt++ {
 		err := d.carryOut(ctx, log, in, o, seq)
 		if err == nil {
@@ -332,7 +347,7 @@ func (d *deployer) onOrder(ctx context.Context, m jetstream.Msg) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return err // stopping: the order is delivered again
+			return err // stopping, or the lease lost: the order is delivered again
 		}
 		if msg.IsPermanent(err) {
 			return err // no attempt can carry it out (an unconfirmed order): dead-lettered

@@ -110,7 +110,7 @@ func InstanceConsumer(target, instance string) string { return "deployer-" + tar
 // deployAckWait bounds how long an order handled by a deployer that died
 // waits before another replica (or the restarted one) gets it; a live
 // handler keeps its order with InProgress.
-const deployAckWait = 10 * time.Second
+const deployAckWait = 2 * time.Second
 
 // consume carries out one instance's orders, one at a time across every
 // deployer replica (MaxAckPending 1), until ctx is done. Instances consume

@@ -22,10 +22,10 @@ import (
 // address is removed (its consumer and status with it). Once the bucket's
 // current Pods are read, the consumers and statuses of the target's other
 // instances are removed too: Pods that went away or stopped being ready
-// while no deployer followed them. (A deployer starting while another
-// replica adds a Pod it has not read yet may remove that Pod's consumer and
-// status; it adds the Pod again as soon as it reads it, with a catch-up
-// order.)
+// while no deployer followed them. An instance is only removed this way once
+// the bucket, read again, holds no ready, selected Pod for it: a Pod
+// another replica added after this one's first read is left to it, so one
+// replica never removes a consumer another is using.
 type podFollower struct {
 	d      *deployer
 	target string
@@ -154,6 +154,16 @@ func podInstanceName(ns, pod string) string {
 	return "pod-" + ns + "_" + strings.ReplaceAll(pod, ".", "_")
 }
 
+// podOfInstance reads podInstanceName back: the Pod's namespace and name.
+func podOfInstance(name string) (ns, pod string, ok bool) {
+	rest, ok := strings.CutPrefix(name, "pod-")
+	if !ok {
+		return "", "", false
+	}
+	ns, pod, ok = strings.Cut(rest, "_")
+	return ns, strings.ReplaceAll(pod, "_", "."), ok && ns != "" && pod != ""
+}
+
 func (p *podFollower) add(ctx context.Context, name, url string) {
 	dep := p.deploy
 	dep.Instance, dep.Dataplane.URL, dep.Pods = name, url, nil
@@ -240,9 +250,54 @@ func (p *podFollower) sweep(ctx context.Context) {
 		p.d.env.Log.Warn("consumers of gone pod instances not listed", "target", p.target, "err", err)
 	}
 	for name := range known {
-		if _, ok := p.running[name]; !ok {
-			p.drop(ctx, name)
-			p.d.env.Log.Info("gone pod instance removed", "target", p.target, "instance", name)
+		if _, ok := p.running[name]; ok {
+			continue
+		}
+		if present, err := p.present(ctx, name); present || err != nil {
+			if err != nil {
+				p.d.env.Log.Warn("pod instance left in place: its Pod could not be read", "target", p.target, "instance", name, "err", err)
+			}
+			continue // added after the first read: another replica's, and this one's soon
+		}
+		p.drop(ctx, name)
+		p.d.env.Log.Info("gone pod instance removed", "target", p.target, "instance", name)
+	}
+}
+
+// present reads the resources bucket again (from its stream's leader) for
+// a ready, selected Pod named by instance name.
+func (p *podFollower) present(ctx context.Context, name string) (bool, error) {
+	ns, pod, ok := podOfInstance(name)
+	if !ok {
+		return false, nil
+	}
+	kv, err := p.d.env.JS.KeyValue(ctx, msg.BucketResources)
+	if err != nil {
+		return false, err
+	}
+	keys, err := kv.ListKeysFiltered(ctx, msg.ResourceKey("*", p.deploy.Pods.Type, ns, pod))
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var found []string
+	for k := range keys.Keys() {
+		found = append(found, k)
+	}
+	for _, k := range found {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		var r msg.Resource
+		if msg.Decode(e.Value(), &r) == nil && p.endpoint(r.Object) != "" {
+			return true, nil
 		}
 	}
+	return false, nil
 }
