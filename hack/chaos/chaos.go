@@ -77,6 +77,11 @@ type Options struct {
 	// long a target goes without a deploy when its render lease holder is
 	// killed (see failover).
 	FailoverRounds int
+	// FailoverOf names the service whose replica is killed in a failover
+	// round: "renderer" (the render lease holder; the default) or
+	// "deployer" (the replica carrying out a deploy order: its check_cmd
+	// is made to take a second, and it is killed during it).
+	FailoverOf string
 }
 
 // check refuses options a run cannot honour.
@@ -92,6 +97,8 @@ func (o Options) check() error {
 		return fmt.Errorf("chaos: service-kill-every must be positive in mode %s", o.Mode)
 	case o.Mode == Faults && o.NodeKillEvery <= 0:
 		return fmt.Errorf("chaos: node-kill-every must be positive in mode %s", o.Mode)
+	case o.FailoverOf != "" && o.FailoverOf != "renderer" && o.FailoverOf != "deployer":
+		return fmt.Errorf("chaos: failover-of %q: want renderer or deployer", o.FailoverOf)
 	case o.Root == "":
 		return errors.New("chaos: the repository root is needed")
 	}
@@ -241,7 +248,7 @@ func (r *run) writeConfig() {
 	y := string(data)
 	for _, rep := range [][2]string{
 		{"    rescan: 30s\n", "    rescan: 5s\n"},
-		{"      reload_cmd: echo \"$(date -u +%FT%TZ) reload\" >> reloads.log\n", ""},
+		{"      reload_cmd: echo \"$(date -u +%FT%TZ) reload\" >> reloads.log\n", r.checkCmd()},
 	} {
 		if !strings.Contains(y, rep[0]) {
 			r.t.Fatalf("%s has no %q: update the chaos harness", src, rep[0])
@@ -251,6 +258,16 @@ func (r *run) writeConfig() {
 	if err := os.WriteFile(filepath.Join(r.dir, "weft.yaml"), []byte(y), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// checkCmd is the deploy's check_cmd line: a second-long check when
+// deployers are killed during their orders, so that the kill lands before
+// the files are written; none otherwise.
+func (r *run) checkCmd() string {
+	if r.o.FailoverRounds > 0 && r.o.FailoverOf == "deployer" {
+		return "      check_cmd: sleep 1\n"
+	}
+	return ""
 }
 
 func (r *run) startServices(ctx context.Context, wg *sync.WaitGroup) {

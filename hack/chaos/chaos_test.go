@@ -26,7 +26,8 @@ var (
 	dir         = flag.String("dir", "", "run folder (default: a new temporary one)")
 	keep        = flag.Bool("keep", false, "keep the run folder of a converged run")
 	results     = flag.String("results", "", "append the run as a row to this markdown table")
-	failover    = flag.Int("failover", 0, "after the edits, kill the render lease holder this many times and time the next deploy")
+	failover    = flag.Int("failover", 0, "after the edits, kill the render lease holder (or, with -failover-of deployer, the deployer carrying out an order) this many times and time the next deploy")
+	failoverOf  = flag.String("failover-of", "renderer", "renderer or deployer: whose replica -failover kills")
 )
 
 func root(t *testing.T) string {
@@ -79,7 +80,7 @@ func TestChaos(t *testing.T) {
 	res := chaos.Run(t, chaos.Options{
 		Mode: chaos.Mode(*mode), Seed: s, Sites: *sites, Edits: *edits, Duration: *duration,
 		ServiceKillEvery: *serviceKill, NodeKillEvery: *nodeKill, ReplaceAfter: *replace,
-		Settle: *settle, Replicas: *replicas, Bin: b, Root: root(t), Dir: *dir, Keep: *keep, FailoverRounds: *failover,
+		Settle: *settle, Replicas: *replicas, Bin: b, Root: root(t), Dir: *dir, Keep: *keep, FailoverRounds: *failover, FailoverOf: *failoverOf,
 	})
 	report(t, res, *results)
 }

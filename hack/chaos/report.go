@@ -44,10 +44,13 @@ type Result struct {
 	Errors map[string]*logGroup // "<process kind>: <msg>" -> lines
 	Dir    string               // the run folder, when kept
 
-	// Failover: from the kill of the render lease holder to the edit made
-	// at that moment deployed, per round; rounds that did not deploy
-	// within Settle (or found no holder) are FailoverMissed.
+	// Failover: from the kill of the render lease holder (or of the
+	// deployer carrying out an order) to the edit deployed, per round;
+	// rounds that did not deploy within Settle (or found no holder) are
+	// FailoverMissed. Takeover, for deployers: from the kill to another
+	// replica holding the instance's deploy lease.
 	Failover       []time.Duration
+	Takeover       []time.Duration
 	FailoverMissed int
 }
 
@@ -247,7 +250,11 @@ func (res *Result) Summary() string {
 		fmt.Fprintf(&b, "  difference: %s\n", res.Mismatch)
 	}
 	if len(res.Failover)+res.FailoverMissed > 0 {
-		fmt.Fprintf(&b, "render lease holder killed -> edit deployed: %v (missed %d)\n", roundAll(res.Failover), res.FailoverMissed)
+		if o.FailoverOf == "deployer" {
+			fmt.Fprintf(&b, "deployer killed during an order -> another replica carries it out: %v; -> edit deployed (its 1s check included): %v (missed %d)\n", roundAll(res.Takeover), roundAll(res.Failover), res.FailoverMissed)
+		} else {
+			fmt.Fprintf(&b, "render lease holder killed -> edit deployed: %v (missed %d)\n", roundAll(res.Failover), res.FailoverMissed)
+		}
 	}
 	fmt.Fprintf(&b, "dead letters: %d\n", res.DLQTotal)
 	for _, k := range sortedByCount(res.DLQ) {

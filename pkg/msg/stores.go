@@ -227,6 +227,10 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 // provisionOne runs create until it succeeds, fails for good, or ctx is
 // done; then the last error is returned, naming what and how many tries.
 func provisionOne(ctx context.Context, callTimeout time.Duration, what string, create func(context.Context) error) error {
+	return retryUnanswered(ctx, callTimeout, what, create, provisionFinal)
+}
+
+func retryUnanswered(ctx context.Context, callTimeout time.Duration, what string, create func(context.Context) error, final func(error) bool) error {
 	delay := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -235,7 +239,7 @@ func provisionOne(ctx context.Context, callTimeout time.Duration, what string, c
 		if err == nil {
 			return nil
 		}
-		if provisionFinal(err) {
+		if final(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		t := time.NewTimer(delay)
@@ -247,6 +251,19 @@ func provisionOne(ctx context.Context, callTimeout time.Duration, what string, c
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// Open runs open (a service looking up the buckets and stores it uses,
+// creating its consumers) until it succeeds, fails for good, or ctx is
+// done, each try bounded by ProvisionCallTimeout: a service starting while
+// a NATS node is down, or while streams elect their leaders, waits for
+// JetStream to answer instead of exiting. A bucket, store or stream that
+// does not exist is final (Provision makes them), as are the errors
+// Provision takes as final.
+func Open(ctx context.Context, what string, open func(context.Context) error) error {
+	return retryUnanswered(ctx, ProvisionCallTimeout, what, open, func(err error) bool {
+		return provisionFinal(err) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+	})
 }
 
 // provisionFinal reports an error that asking again cannot change.

@@ -123,14 +123,17 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if d.m, err = newMetrics(env.Registry); err != nil {
 		return err
 	}
-	if d.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
-		return fmt.Errorf("deployer: %w", err)
-	}
-	if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
-		return fmt.Errorf("deployer: %w", err)
-	}
-	if d.leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
-		return fmt.Errorf("deployer: %w", err)
+	if err := msg.Open(ctx, "deployer: buckets and store", func(ctx context.Context) (err error) {
+		if d.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
+			return err
+		}
+		if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+			return err
+		}
+		d.leases, err = env.JS.KeyValue(ctx, msg.BucketLeases)
+		return err
+	}); err != nil {
+		return err
 	}
 	consumers := map[string]string{}
 	for _, name := range cfg.TargetNames() {

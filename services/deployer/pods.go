@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/labels"
@@ -50,36 +51,81 @@ func newPodFollower(d *deployer, target string, t config.Target, orders bus.Opti
 	return &podFollower{d: d, target: target, deploy: t.Deploy, sel: sel, orders: orders, running: map[string]podInstance{}}, nil
 }
 
-// follow watches the Pods until ctx is done.
+// follow watches the Pods until ctx is done. A watch that ends (the NATS
+// node serving it went away) is started again; its first read of the
+// current Pods removes the instances of Pods that went away meanwhile.
 func (p *podFollower) follow(ctx context.Context) error {
-	kv, err := p.d.env.JS.KeyValue(ctx, msg.BucketResources)
-	if err != nil {
-		return fmt.Errorf("deployer: %w", err)
-	}
-	w, err := kv.Watch(ctx, "*."+p.deploy.Pods.Type+".>")
-	if err != nil {
-		return fmt.Errorf("deployer: watch pods of %s: %w", p.target, err)
-	}
 	defer func() {
-		_ = w.Stop()
 		for _, r := range p.running {
 			r.stop()
 		}
 		p.wg.Wait()
 	}()
+	delay := 100 * time.Millisecond
+	for {
+		err := p.watch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.d.env.Log.Warn("pod watch ended; watching again", "target", p.target, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// watch follows the Pods through one watch of the bucket, until it ends.
+func (p *podFollower) watch(ctx context.Context) error {
+	var w jetstream.KeyWatcher
+	err := msg.Open(ctx, "watch pods of "+p.target, func(ctx context.Context) error {
+		kv, err := p.d.env.JS.KeyValue(ctx, msg.BucketResources)
+		if err != nil {
+			return err
+		}
+		w, err = kv.Watch(ctx, "*."+p.deploy.Pods.Type+".>")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	seen := map[string]bool{} // instances named by the first read
+	initial := true
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("deployer: pod watch closed")
+				return errors.New("the watch closed")
 			}
 			if e == nil { // the current Pods are read
-				p.sweep(ctx)
+				if initial {
+					p.forgetUnseen(ctx, seen)
+					p.sweep(ctx)
+					initial = false
+				}
 				continue
 			}
+			if initial {
+				if _, _, ns, pod, err := msg.ParseResourceKey(e.Key()); err == nil {
+					seen[podInstanceName(ns, pod)] = true
+				}
+			}
 			p.update(ctx, e)
+		}
+	}
+}
+
+// forgetUnseen removes the running instances whose Pods a new watch's
+// first read did not name: they went away while no watch ran.
+func (p *podFollower) forgetUnseen(ctx context.Context, seen map[string]bool) {
+	for name := range p.running {
+		if !seen[name] {
+			p.remove(ctx, name)
 		}
 	}
 }

@@ -256,25 +256,28 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	}
 	r := &renderer{env: env, cfg: cfg, m: m, tracer: env.Tracer.Tracer(Service), targets: map[string]*targetState{},
 		reqs: make(chan request, 64), synced: make(chan struct{}), expected: map[string]bool{}, markers: map[string]uint64{}}
-	if r.kv, err = env.JS.KeyValue(ctx, msg.BucketResources); err != nil {
-		return nil, fmt.Errorf("renderer: %w", err)
-	}
-	if r.renders, err = env.JS.Stream(ctx, msg.StreamRenders); err != nil {
-		return nil, fmt.Errorf("renderer: %w", err)
-	}
-	if r.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
-		return nil, fmt.Errorf("renderer: %w", err)
-	}
-	if r.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
-		return nil, fmt.Errorf("renderer: %w", err)
-	}
-	leases, err := env.JS.KeyValue(ctx, msg.BucketLeases)
-	if err != nil {
-		return nil, fmt.Errorf("renderer: %w", err)
-	}
-	leaseTTL, err := renderLeaseTTL(ctx, leases)
-	if err != nil {
-		return nil, fmt.Errorf("renderer: %w", err)
+	var leases jetstream.KeyValue
+	var leaseTTL leaseTTLs
+	if err := msg.Open(ctx, "renderer: buckets, stream and store", func(ctx context.Context) (err error) {
+		if r.kv, err = env.JS.KeyValue(ctx, msg.BucketResources); err != nil {
+			return err
+		}
+		if r.renders, err = env.JS.Stream(ctx, msg.StreamRenders); err != nil {
+			return err
+		}
+		if r.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
+			return err
+		}
+		if r.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+			return err
+		}
+		if leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
+			return err
+		}
+		leaseTTL, err = renderLeaseTTL(ctx, leases)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	specs := []index.Spec{{Type: config.ValuesType}}
 	for _, name := range cfg.ResourceTypes() {
@@ -343,16 +346,32 @@ func (r *renderer) invalidate(c index.Change) {
 func (r *renderer) run(ctx context.Context) error {
 	r.env.Health.Pending("renderer")
 	defer r.env.Health.Remove("renderer")
-	stream, err := r.env.JS.Stream(ctx, msg.StreamChanges)
-	if err != nil {
-		return fmt.Errorf("renderer: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("renderer: %w", err)
-	}
-	if err := r.load(ctx); err != nil {
+	var info *jetstream.StreamInfo
+	if err := msg.Open(ctx, "renderer: the changes stream", func(ctx context.Context) error {
+		stream, err := r.env.JS.Stream(ctx, msg.StreamChanges)
+		if err != nil {
+			return err
+		}
+		info, err = stream.Info(ctx)
 		return err
+	}); err != nil {
+		return err
+	}
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		err := r.load(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		// A NATS node went away during the read: read it all again.
+		r.env.Log.WarnContext(ctx, "reading the resources bucket failed; reading it again", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
 	}
 	// The replica's own change feed: durable, so it has as many replicas
 	// as the stream and outlives the NATS node leading it; renewed after
@@ -451,7 +470,11 @@ func (r *renderer) load(ctx context.Context) error {
 		return fmt.Errorf("renderer: load: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	for e := range w.Updates() {
+	for {
+		e, ok := <-w.Updates()
+		if !ok {
+			return errors.New("renderer: load: the watch of the resources bucket ended before its current values were read")
+		}
 		if e == nil {
 			break
 		}

@@ -63,7 +63,26 @@ func newRegistry(ttl time.Duration) *registry {
 }
 
 // follow watches the heartbeat keys until ctx is done.
-func (r *registry) follow(ctx context.Context, kv jetstream.KeyValue) error {
+// A watch that ends (the NATS node serving it went away) is started again;
+// heartbeats expire by their own TTL meanwhile, so none is missed for long.
+func (r *registry) follow(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) error {
+	delay := 100 * time.Millisecond
+	for {
+		err := r.watch(ctx, kv)
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.WarnContext(ctx, "heartbeat watch ended; watching again", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
 	w, err := kv.Watch(ctx, msg.KindHeartbeatPrefix+">")
 	if err != nil {
 		return fmt.Errorf("validator: watch heartbeats: %w", err)

@@ -191,21 +191,24 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 		served[i] = c.Name()
 	}
 	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL)}
-	leases, err := env.JS.KeyValue(ctx, msg.BucketLeases)
-	if err != nil {
-		return fmt.Errorf("validator: %w", err)
-	}
 	if v.m, err = newMetrics(env.Registry); err != nil {
 		return err
 	}
-	if v.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
-		return fmt.Errorf("validator: %w", err)
-	}
-	if v.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
-		return fmt.Errorf("validator: %w", err)
-	}
-	if v.verdicts, err = env.JS.KeyValue(ctx, msg.BucketVerdicts); err != nil {
-		return fmt.Errorf("validator: %w", err)
+	var leases jetstream.KeyValue
+	if err := msg.Open(ctx, "validator: buckets and store", func(ctx context.Context) (err error) {
+		if leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
+			return err
+		}
+		if v.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+			return err
+		}
+		if v.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
+			return err
+		}
+		v.verdicts, err = env.JS.KeyValue(ctx, msg.BucketVerdicts)
+		return err
+	}); err != nil {
+		return err
 	}
 	cons, renew, err := bus.Durable(ctx, env.JS, msg.StreamRenders, jetstream.ConsumerConfig{
 		Durable: ConsumerName, Description: "gathers a verdict for every render",
@@ -229,7 +232,7 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 		})
 	}
 	g.Go(func() error { return beat(ctx, leases, env.Replica, served, own.HeartbeatTTL, env.Log) })
-	g.Go(func() error { return v.reg.follow(ctx, leases) })
+	g.Go(func() error { return v.reg.follow(ctx, leases, env.Log) })
 	renders := opts
 	renders.Stage, renders.AckWait, renders.Renew, renders.Health = "renders", rendersAckWait, renew, env.Health
 	g.Go(func() error { return bus.Consume(ctx, cons, v.onRender, renders) })

@@ -84,17 +84,19 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	kv, err := env.JS.KeyValue(ctx, msg.BucketResources)
-	if err != nil {
-		return fmt.Errorf("watcher: %w", err)
-	}
-	status, err := env.JS.KeyValue(ctx, msg.BucketStatus)
-	if err != nil {
-		return fmt.Errorf("watcher: %w", err)
-	}
-	stream, err := env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
-	if err != nil {
-		return fmt.Errorf("watcher: %w", err)
+	var kv, status jetstream.KeyValue
+	var stream jetstream.Stream
+	if err := msg.Open(ctx, "watcher: buckets", func(ctx context.Context) (err error) {
+		if kv, err = env.JS.KeyValue(ctx, msg.BucketResources); err != nil {
+			return err
+		}
+		if status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
+			return err
+		}
+		stream, err = env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+		return err
+	}); err != nil {
+		return err
 	}
 	cons, renew, err := relay.Consumer(ctx, env.JS)
 	if err != nil {

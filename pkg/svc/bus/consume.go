@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
 )
 
 // MessageSource is the part of jetstream.Consumer that Consume needs.
@@ -188,15 +190,20 @@ func renew(ctx context.Context, o Options, after uint64) (MessageSource, error) 
 // Durable creates (or updates) the named consumer cfg on stream and returns
 // it with the Renewal that gets it back when it is lost. A durable consumer
 // has as many replicas as its stream (unless cfg says otherwise), so it
-// outlives the NATS node that leads it.
+// outlives the NATS node that leads it. A request nobody answers (a NATS
+// node down, leaders being elected) is asked again until ctx is done.
 func Durable(ctx context.Context, js ConsumerMaker, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, Renewal, error) {
 	renew, err := Renew(js, stream, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	var c jetstream.Consumer
+	err = msg.Open(ctx, "consumer "+cfg.Durable+cfg.Name+" on "+stream, func(ctx context.Context) (err error) {
+		c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		return err
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("consumer %s on %s: %w", cfg.Durable+cfg.Name, stream, err)
+		return nil, nil, err
 	}
 	return c, renew, nil
 }

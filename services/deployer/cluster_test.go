@@ -1,0 +1,172 @@
+package deployer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer"
+	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
+)
+
+// clusterBus connects to one node of c first (reconnecting to the others).
+func clusterBus(t *testing.T, c *testkit.Cluster, node int) *testkit.Bus {
+	t.Helper()
+	urls := c.URLs()
+	order := append([]string{urls[node]}, append(urls[:node:node], urls[node+1:]...)...)
+	nc, err := nats.Connect(strings.Join(order, ","), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testkit.Bus{NC: nc, JS: js, URL: c.URL()}
+}
+
+// TestTwoReplicasWithPodsOnACluster runs two deployer replicas, on
+// different nodes of a real 3-node cluster (R3 streams, buckets and
+// consumers), delivering to Pods: while Pods come and go, one replica is
+// restarted again and again (each start sweeps the instances of Pods gone
+// while it did not run) and a NATS node is killed and restarted. No
+// consumer of a Pod that is ready is ever deleted, and every ready Pod
+// gets the next accepted bundle.
+func TestTwoReplicasWithPodsOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := testkit.NATSCluster(t)
+	a, b := clusterBus(t, c, 0), clusterBus(t, c, 1)
+	ctx := context.Background()
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := msg.Provision(pctx, a.JS, 3); err != nil {
+		t.Fatal(err)
+	}
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	cfg, err := config.Parse([]byte(podsYAML(api)), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every consumer deletion, with whether its Pod was ready then.
+	var mu sync.Mutex
+	live := map[string]bool{} // instance -> its Pod is ready and selected
+	var wrong []string
+	sub, err := a.NC.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.DELETED."+msg.StreamDeploys+".>", func(m *nats.Msg) {
+		var adv struct {
+			Consumer string `json:"consumer"`
+		}
+		if json.Unmarshal(m.Data, &adv) != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for in, ready := range live {
+			if ready && adv.Consumer == deployer.InstanceConsumer("edge", in) {
+				wrong = append(wrong, adv.Consumer)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	pod := func(name string, ready bool) {
+		mu.Lock()
+		live["pod-lb_"+name] = ready
+		mu.Unlock()
+		testkit.Eventually(t, time.Minute, func() error { return tryPutPod(ctx, a, name, ready) })
+	}
+
+	f := &fixture{t: t, bus: a, dest: api.Dir()}
+	b1 := f.store("global\n  maxconn 100\n")
+	recordVerdict(t, a, msg.Validated{Target: "edge", Version: 3, BundleHash: b1.Hash, OK: true})
+	for i := range 3 {
+		pod(fmt.Sprintf("haproxy-%d", i), true)
+	}
+	envA := testkit.NewEnv(t, a, "deployer-a")
+	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, envA.Env, cfg) })
+	for i := range 3 {
+		status(t, a, fmt.Sprintf("pod-lb_haproxy-%d", i), 3)
+	}
+
+	// Replica b starts again and again while Pods are added, go away and
+	// stop being ready; a NATS node goes down and comes back meanwhile.
+	for round := range 6 {
+		envB := testkit.NewEnv(t, b, "deployer-b")
+		stop := testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, envB.Env, cfg) })
+		pod(fmt.Sprintf("churn-%d", round), true)
+		if round > 0 {
+			pod(fmt.Sprintf("churn-%d", round-1), round%2 == 0)
+		}
+		if round == 2 {
+			if err := c.Kill(2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 4 {
+			if err := c.Restart(2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second)
+		stop()
+	}
+	envB := testkit.NewEnv(t, b, "deployer-b")
+	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, envB.Env, cfg) })
+
+	// The next bundle reaches every ready Pod.
+	b2 := f.store("global\n  maxconn 200\n")
+	f.verdict(msg.Validated{Target: "edge", Version: 4, BundleHash: b2.Hash, OK: true})
+	mu.Lock()
+	var ready []string
+	for in, ok := range live {
+		if ok {
+			ready = append(ready, in)
+		}
+	}
+	mu.Unlock()
+	for _, in := range ready {
+		status(t, a, in, 4)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(wrong) > 0 {
+		t.Fatalf("consumers of ready Pods deleted: %v", wrong)
+	}
+}
+
+// tryPutPod stores a Pod as the watcher would, once.
+func tryPutPod(ctx context.Context, bus *testkit.Bus, name string, ready bool) error {
+	status := "False"
+	if ready {
+		status = "True"
+	}
+	obj := map[string]any{
+		"metadata": map[string]any{"name": name, "namespace": "lb", "labels": map[string]any{"app": "haproxy"}},
+		"status":   map[string]any{"podIP": "127.0.0.1", "conditions": []any{map[string]any{"type": "Ready", "status": status}}},
+	}
+	data, err := msg.Encode(msg.Resource{Source: "k8s", Type: "pods", Namespace: "lb", Name: name, Hash: status, Object: obj})
+	if err != nil {
+		return err
+	}
+	kv, err := bus.JS.KeyValue(ctx, msg.BucketResources)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, msg.ResourceKey("k8s", "pods", "lb", name), data)
+	return err
+}
