@@ -2,7 +2,7 @@
 # the tests need (see deps) when it is missing.
 SHELL := /bin/bash
 GO ?= go
-MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft hack/chaos
+MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft hack/chaos
 CONFIG ?= examples/quickstart/weft.yaml
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 BENCH ?= .
@@ -50,10 +50,12 @@ deps:
 	@# built from their Go modules once per machine (cached by version).
 	@hack/envtest/build.sh >/dev/null
 
-## lint: formatting and vet over every module
+## lint: formatting and vet over every module, and the module boundaries
+## (no service requires or imports another service; pkg/ imports none)
 lint:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@cd pkg/testkit && $(GO) test -count=1 -run '^TestModuleBoundaries$$' .
 
 ## test: lint, then every test of every module
 test: deps lint

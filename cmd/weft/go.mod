@@ -18,6 +18,14 @@ require github.com/weftio/weft/services/watcher v0.0.0
 
 replace github.com/weftio/weft/services/watcher => ../../services/watcher
 
+require github.com/weftio/weft/pkg/kubeclient v0.0.0 // indirect
+
+replace github.com/weftio/weft/pkg/kubeclient => ../../pkg/kubeclient
+
+require github.com/weftio/weft/pkg/render v0.0.0
+
+replace github.com/weftio/weft/pkg/render => ../../pkg/render
+
 require github.com/weftio/weft/services/renderer v0.0.0
 
 replace github.com/weftio/weft/services/renderer => ../../services/renderer

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // lastWriter is the part of the resources bucket's stream the renderer

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/render/index"
 	"github.com/weftio/weft/pkg/testkit"
-	"github.com/weftio/weft/services/renderer/index"
 )
 
 // followRig is a follower over a real resources bucket, with the changes

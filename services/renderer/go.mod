@@ -3,9 +3,9 @@ module github.com/weftio/weft/services/renderer
 go 1.26.0
 
 require (
-	github.com/nikolalohinski/gonja/v2 v2.9.1
+	github.com/nikolalohinski/gonja/v2 v2.9.1 // indirect
 	github.com/weftio/weft/pkg/config v0.0.0
-	sigs.k8s.io/yaml v1.6.0
+	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace github.com/weftio/weft/pkg/config => ../../pkg/config
@@ -13,6 +13,10 @@ replace github.com/weftio/weft/pkg/config => ../../pkg/config
 require github.com/weftio/weft/pkg/msg v0.0.0
 
 replace github.com/weftio/weft/pkg/msg => ../../pkg/msg
+
+require github.com/weftio/weft/pkg/render v0.0.0
+
+replace github.com/weftio/weft/pkg/render => ../../pkg/render
 
 require (
 	github.com/nats-io/nats.go v1.55.0

@@ -45,13 +45,13 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/svc/lease"
 	"github.com/weftio/weft/services/renderer/debounce"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/target"
 )
 
 // Service is the name in metrics, logs and the DLQ subject.

@@ -124,9 +124,9 @@ require github.com/weftio/weft/pkg/testkit v0.0.0
 
 replace github.com/weftio/weft/pkg/testkit => ../../pkg/testkit
 
-require github.com/weftio/weft/services/renderer v0.0.0
+require github.com/weftio/weft/pkg/render v0.0.0
 
-replace github.com/weftio/weft/services/renderer => ../../services/renderer
+replace github.com/weftio/weft/pkg/render => ../../pkg/render
 
 require github.com/haproxytech/client-native/v6 v6.4.1
 

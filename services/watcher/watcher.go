@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/kubeclient"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
@@ -147,13 +148,13 @@ func newSource(env svc.Env, cfg *config.Config, src config.Source) (source.Sourc
 	case config.SourceManifests:
 		return manifests.NewSource(src.Path, src.Rescan.D(), cfg.ResourceTypes(), cfg.TypeFor), nil
 	case config.SourceKubernetes:
-		rc, err := kube.RESTConfig(src.Kubeconfig, src.Context)
+		rc, err := kubeclient.RESTConfig(src.Kubeconfig, src.Context)
 		if err != nil {
 			return nil, err
 		}
 		return kube.New(kube.Options{Config: rc, Types: cfg.WatchedResources, Strip: cfg.IgnorePaths(), Resync: src.Resync.D()})
 	case config.SourceExports:
-		rc, err := kube.RESTConfig(src.Kubeconfig, src.Context)
+		rc, err := kubeclient.RESTConfig(src.Kubeconfig, src.Context)
 		if err != nil {
 			return nil, err
 		}

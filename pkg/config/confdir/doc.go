@@ -1,7 +1,7 @@
 // Package confdir reads the template resources of a confd confdir: the
 // TOML side of confd, without the templates' functions, so that weft's
 // configuration can turn each resource into a target at load time and the
-// renderer (services/renderer/confd) can build on the same parse.
+// renderer (pkg/render/confd) can build on the same parse.
 //
 // # Contract
 //

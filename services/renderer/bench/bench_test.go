@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/testkit"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/target"
 )
 
 // The benchmarks, each at 100, 1,000 and 10,000 Ingresses:

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // python is Debian's interpreter, which sees the python3-jinja2 package.

@@ -7,9 +7,9 @@ import (
 	"slices"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/library"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/library"
 )
 
 // The second workload is the ingress library itself (library: ingress)

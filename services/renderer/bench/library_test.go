@@ -12,10 +12,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/testkit"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/target"
 )
 
 // The ingress library's benchmarks, each at 100, 1,000 and 10,000

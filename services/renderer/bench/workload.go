@@ -14,8 +14,8 @@ package bench
 import (
 	"fmt"
 
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // Types are the watched types of the workload and their index_by paths.

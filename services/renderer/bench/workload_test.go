@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
 	"github.com/weftio/weft/pkg/testkit"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
 )
 
 func renderAll(t *testing.T, set *engine.Set, ix *index.Index) *engine.Output {

@@ -16,8 +16,8 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/config/confdir"
 	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/target"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/services/validator/haproxycheck"
 )
 

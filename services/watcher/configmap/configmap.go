@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/weftio/weft/pkg/kubeclient"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/host"
 	"github.com/weftio/weft/pkg/svc/liveconfig"
-	"github.com/weftio/weft/services/watcher/source/kube"
 )
 
 // ValidateTimeout bounds the validation of one candidate.
@@ -36,7 +36,7 @@ func Watch(ctx context.Context, env svc.Env, s host.Settings) error {
 	if !ok || ns == "" || name == "" {
 		return fmt.Errorf("config map %q: want <namespace>/<name>", s.ConfigMap)
 	}
-	rc, err := kube.RESTConfig(s.Kubeconfig, "")
+	rc, err := kubeclient.RESTConfig(s.Kubeconfig, "")
 	if err != nil {
 		return fmt.Errorf("config map: %w", err)
 	}

@@ -53,6 +53,7 @@ import (
 	"k8s.io/client-go/util/connrotation"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/kubeclient"
 	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/source/kube"
 	"github.com/weftio/weft/services/watcher/store"
@@ -175,7 +176,7 @@ func New(o Options) (*Source, error) {
 		return nil, errors.New("exports: a REST config is required")
 	}
 	// Connections of its own, so that Run can close them all when it ends.
-	cfg, httpClient, dialer, err := kube.OwnConnections(o.Config)
+	cfg, httpClient, dialer, err := kubeclient.OwnConnections(o.Config, kube.UserAgent)
 	if err != nil {
 		return nil, fmt.Errorf("exports: %w", err)
 	}

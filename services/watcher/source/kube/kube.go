@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -24,14 +21,18 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/connrotation"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/config/fieldpath"
+	"github.com/weftio/weft/pkg/kubeclient"
 	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/store"
 )
+
+// UserAgent is the user agent of the watcher's clients when their REST
+// config names none.
+const UserAgent = "weft-watcher"
 
 // Defaults of Options.
 const (
@@ -51,7 +52,7 @@ var (
 
 // Options configures a Source.
 type Options struct {
-	// Config reaches the API server (see RESTConfig). Required.
+	// Config reaches the API server (see kubeclient.RESTConfig). Required.
 	Config *rest.Config
 	// Types are the watched types by name.
 	Types map[string]config.Resource
@@ -116,62 +117,13 @@ type fetchedObject struct {
 	expires time.Time
 }
 
-// RESTConfig finds the API server: the kubeconfig file when one is named,
-// else the in-cluster service account when running in a pod (and no context
-// is asked for), else $KUBECONFIG or ~/.kube/config. context picks a
-// kubeconfig context (empty: the current one).
-func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
-	if kubeconfig == "" && context == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("kube: in-cluster config: %w", err)
-		}
-		return cfg, nil
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		where := kubeconfig
-		if where == "" {
-			where = "$KUBECONFIG or ~/.kube/config"
-		}
-		return nil, fmt.Errorf("kube: kubeconfig %s: %w", where, err)
-	}
-	return cfg, nil
-}
-
-// OwnConnections copies c with a dialer of its own, so that a source can
-// close every connection it opened (dialer.CloseAll) when its Run ends, and
-// returns the HTTP client for it.
-func OwnConnections(c *rest.Config) (*rest.Config, *http.Client, *connrotation.Dialer, error) {
-	cfg := rest.CopyConfig(c)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "weft-watcher"
-	}
-	dial := cfg.Dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	dialer := connrotation.NewDialer(dial)
-	cfg.Dial = dialer.DialContext
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return cfg, httpClient, dialer, nil
-}
-
 // New checks the options and builds the clients; it does not contact the
 // API server.
 func New(o Options) (*Source, error) {
 	if o.Config == nil {
 		return nil, errors.New("kube: a REST config is required")
 	}
-	cfg, httpClient, dialer, err := OwnConnections(o.Config)
+	cfg, httpClient, dialer, err := kubeclient.OwnConnections(o.Config, UserAgent)
 	if err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}

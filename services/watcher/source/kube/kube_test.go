@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
 	"github.com/weftio/weft/pkg/config"
@@ -309,46 +308,6 @@ func TestSource(t *testing.T) {
 	t.Run("on demand", func(t *testing.T) { testOnDemand(t, k) })
 	t.Run("kind installed later", func(t *testing.T) { testLaterKind(t, k) })
 	t.Run("resync", func(t *testing.T) { testResync(t, k) })
-	t.Run("rest config", func(t *testing.T) { testRESTConfig(t, k) })
-}
-
-func testRESTConfig(t *testing.T, k *testkit.KubeEnv) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	cases := []struct {
-		name, kubeconfig, context, env string
-		ok                             bool
-	}{
-		{"explicit file", k.Kubeconfig, "", "", true},
-		{"explicit file and its context", k.Kubeconfig, "envtest", "", true},
-		{"context the file lacks", k.Kubeconfig, "elsewhere", "", false},
-		{"$KUBECONFIG", "", "", k.Kubeconfig, true},
-		{"missing file", k.Kubeconfig + ".absent", "", "", false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("KUBECONFIG", c.env)
-			cfg, err := kube.RESTConfig(c.kubeconfig, c.context)
-			if !c.ok {
-				if err == nil {
-					t.Fatalf("RESTConfig succeeded with host %s", cfg.Host)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if strings.TrimSuffix(cfg.Host, "/") != strings.TrimSuffix(k.Config.Host, "/") {
-				t.Errorf("host %s, want %s", cfg.Host, k.Config.Host)
-			}
-			dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := dc.ServerVersion(); err != nil {
-				t.Errorf("the config does not reach the server: %v", err)
-			}
-		})
-	}
 }
 
 func testFollows(t *testing.T, k *testkit.KubeEnv) {

@@ -14,7 +14,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/nodes"
 	"github.com/nikolalohinski/gonja/v2/tokens"
 
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // Fragment is a template rendered once for every object of one resource

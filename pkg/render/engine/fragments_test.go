@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // fragSpecs are the types of the fragment tests.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // resourcesMap is what templates see as `resources`: a dict of type name to

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/testkit"
-	"github.com/weftio/weft/services/renderer/target"
 )
 
 // TestRouting runs each fixture that has requests.yaml through a real

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/library"
-	"github.com/weftio/weft/services/renderer/target"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/library"
+	"github.com/weftio/weft/pkg/render/target"
 )
 
 func TestNames(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // Outputs are cached like fragment entries: each output keeps its text,

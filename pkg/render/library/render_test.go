@@ -17,9 +17,9 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/testkit"
-	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/target"
 )
 
 // watched is the watched_resources block of ingress/README.md: the tests

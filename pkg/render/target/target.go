@@ -24,9 +24,9 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/services/renderer/confd"
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/library"
+	"github.com/weftio/weft/pkg/render/confd"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/library"
 )
 
 // MainFile is the path of the main configuration in a bundle.

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/services/renderer/confd"
-	"github.com/weftio/weft/services/renderer/target"
+	"github.com/weftio/weft/pkg/render/confd"
+	"github.com/weftio/weft/pkg/render/target"
 )
 
 // confdTarget loads a weft.yaml with one confd target over a confdir of

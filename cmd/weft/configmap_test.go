@@ -1,4 +1,4 @@
-package configmap_test
+package main
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -21,9 +20,8 @@ import (
 	"github.com/weftio/weft/services/watcher/configmap"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
-
-// TestConfigurationFromConfigMap keeps weft.yaml in a ConfigMap: the first
+// TestConfigurationFromConfigMap keeps weft.yaml in a ConfigMap, followed by
+// the watcher's configmap package and judged by the validator: the first
 // content goes live, a broken edit is refused with the template and line and
 // the good configuration stays, a missing key is reported with the keys that
 // exist, and a fixed edit goes live.
@@ -31,7 +29,7 @@ func TestConfigurationFromConfigMap(t *testing.T) {
 	k := testkit.Kube(t)
 	b := testkit.NATS(t)
 	env := testkit.NewEnv(t, b, "w")
-	good, err := os.ReadFile("../../../examples/quickstart/weft.yaml")
+	good, err := os.ReadFile("../../examples/quickstart/weft.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

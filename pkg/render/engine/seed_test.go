@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/weftio/weft/pkg/config/fieldpath"
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")

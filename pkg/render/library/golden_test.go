@@ -11,7 +11,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/weftio/weft/services/renderer/target"
+	"github.com/weftio/weft/pkg/render/target"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under ingress/testdata/<case>/golden")

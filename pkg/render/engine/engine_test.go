@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/weftio/weft/services/renderer/index"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 // testIndex holds two ingresses and three endpoint slices.

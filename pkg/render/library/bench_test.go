@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/weftio/weft/services/renderer/engine"
-	"github.com/weftio/weft/services/renderer/index"
-	"github.com/weftio/weft/services/renderer/target"
+	"github.com/weftio/weft/pkg/render/engine"
+	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/target"
 )
 
 // benchObjects is n Ingresses of one host and three paths each, each with
