@@ -153,6 +153,7 @@ func Run(t testing.TB, o Options) *Result {
 	if r.o.FailoverRounds > 0 && r.res.Converged {
 		r.failover()
 	}
+	r.checkHeartbeats()
 	if !r.res.Converged || !r.res.InitialConverged {
 		r.dumpResources()
 	}
@@ -296,13 +297,7 @@ func (r *run) startServices(ctx context.Context, wg *sync.WaitGroup) {
 // waits until out/ holds exactly that, for Settle at most. It returns the
 // time from since to the first exact match, or the last difference.
 func (r *run) converge(label string, since time.Time) (bool, time.Duration, string) {
-	ref := filepath.Join(r.dir, "ref")
-	_ = os.RemoveAll(ref)
-	cmd := exec.Command(filepath.Join(r.bin, "weft"), "render", "--config", filepath.Join(r.dir, "weft.yaml"),
-		"--target", "quickstart", "--resources", r.mf.dir, "--out", ref)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		r.t.Fatalf("weft render: %v\n%s", err, out)
-	}
+	ref := r.renderRef()
 	deadline := since.Add(r.o.Settle)
 	var diff error
 	for {
@@ -322,6 +317,37 @@ func (r *run) converge(label string, since time.Time) (bool, time.Duration, stri
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// renderRef renders the manifests as they are into ref/ with `weft
+// render`, and returns the folder.
+func (r *run) renderRef() string {
+	ref := filepath.Join(r.dir, "ref")
+	_ = os.RemoveAll(ref)
+	cmd := exec.Command(filepath.Join(r.bin, "weft"), "render", "--config", filepath.Join(r.dir, "weft.yaml"),
+		"--target", "quickstart", "--resources", r.mf.dir, "--out", ref)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		r.t.Fatalf("weft render: %v\n%s", err, out)
+	}
+	return ref
+}
+
+// editDeployed edits the manifests until an edit changes what is
+// deployed (an edit of a site whose Ingress is of another class changes
+// nothing), and returns the edits made.
+func (r *run) editDeployed() string {
+	var done []string
+	for range 20 {
+		what, err := r.mf.edit()
+		if err != nil {
+			r.t.Fatalf("edit: %v", err)
+		}
+		done = append(done, what)
+		if sameTree(r.renderRef(), filepath.Join(r.dir, "out")) != nil {
+			break
+		}
+	}
+	return strings.Join(done, "; ")
 }
 
 // snapshot copies out/ and ref/ to <label>-out/ and <label>-ref/ in the run

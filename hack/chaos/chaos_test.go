@@ -54,6 +54,9 @@ func report(t *testing.T, res *chaos.Result, table string) {
 	if !res.Converged {
 		t.Errorf("not converged %v after the last edit: %s", res.Options.Settle, res.Mismatch)
 	}
+	if res.Heartbeats != "" {
+		t.Errorf("validator heartbeats: %s", res.Heartbeats)
+	}
 }
 
 // TestChaos is `make chaos`: every service with Replicas processes on a

@@ -118,13 +118,11 @@ func (r *run) deployFailover(js jetstream.JetStream) {
 	defer func() { _ = w.Stop() }()
 	for i := range r.o.FailoverRounds {
 		drain(w)
-		what, err := r.mf.edit()
-		if err != nil {
-			r.t.Fatalf("edit: %v", err)
-		}
+		what := r.editDeployed()
 		p, holder, err := r.nextHolder(w, "", 30*time.Second)
 		if err != nil {
-			r.logf("deploy failover %d: edited %s: %v", i+1, what, err)
+			ok, took, diff := r.converge(fmt.Sprintf("deploy-failover-%d", i+1), time.Now())
+			r.logf("deploy failover %d: edited %s: %v; deployed=%v %v %s", i+1, what, err, ok, took.Round(time.Millisecond), diff)
 			r.res.FailoverMissed++
 			continue
 		}

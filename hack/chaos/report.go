@@ -49,6 +49,10 @@ type Result struct {
 	// rounds that did not deploy within Settle (or found no holder) are
 	// FailoverMissed. Takeover, for deployers: from the kill to another
 	// replica holding the instance's deploy lease.
+	// Heartbeats: what the leases bucket lacked (or held beyond the
+	// running validators) at the end; empty when they matched.
+	Heartbeats string
+
 	Failover       []time.Duration
 	Takeover       []time.Duration
 	FailoverMissed int
@@ -255,6 +259,11 @@ func (res *Result) Summary() string {
 		} else {
 			fmt.Fprintf(&b, "render lease holder killed -> edit deployed: %v (missed %d)\n", roundAll(res.Failover), res.FailoverMissed)
 		}
+	}
+	if res.Heartbeats != "" {
+		fmt.Fprintf(&b, "validator heartbeats: %s\n", res.Heartbeats)
+	} else {
+		b.WriteString("validator heartbeats: one per kind for every running validator\n")
 	}
 	fmt.Fprintf(&b, "dead letters: %d\n", res.DLQTotal)
 	for _, k := range sortedByCount(res.DLQ) {

@@ -310,3 +310,14 @@ func IsWrongLastSequence(err error) bool {
 	return errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
+
+// IsDuplicateInProcess reports a publish whose message id another publish
+// is storing at this very moment (err_code 10158, seen on replicated
+// streams when replicas publish the same fact together): neither stored
+// nor refused yet, so it is asked again until the stream says which.
+func IsDuplicateInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errDuplicateInProcess
+}
+
+const errDuplicateInProcess jetstream.ErrorCode = 10158

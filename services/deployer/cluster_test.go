@@ -170,3 +170,101 @@ func tryPutPod(ctx context.Context, bus *testkit.Bus, name string, ready bool) e
 	_, err = kv.Put(ctx, msg.ResourceKey("k8s", "pods", "lb", name), data)
 	return err
 }
+
+// TestCatchUpOrdersOnACluster starts three deployer replicas together on a
+// real 3-node cluster, with five instances behind the last accepted bundle
+// (their status names an older version) and five up to date: each instance
+// behind gets exactly one order (every replica gives the order id an
+// accepted verdict gives, and the stream drops the duplicates), and every
+// instance ends at the accepted bundle.
+func TestCatchUpOrdersOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := testkit.NATSCluster(t)
+	buses := []*testkit.Bus{clusterBus(t, c, 0), clusterBus(t, c, 1), clusterBus(t, c, 2)}
+	ctx := context.Background()
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := msg.Provision(pctx, buses[0].JS, 3); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var names, specs []string
+	for i := range 10 {
+		n := fmt.Sprintf("i%d", i)
+		names = append(names, n)
+		specs = append(specs, fmt.Sprintf("{name: %s, dest: %s}", n, n))
+	}
+	cfg, err := config.Parse([]byte(`
+targets:
+  edge:
+    base: /etc/haproxy
+    deploy:
+      driver: files
+      dest: out
+      instances: [`+strings.Join(specs, ", ")+`]
+    haproxy_config: {template: unused}
+`), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: buses[0], dest: "/etc/haproxy"}
+	b := f.store("global\n  maxconn 100\n")
+	recordVerdict(t, buses[0], msg.Validated{Target: "edge", Version: 7, BundleHash: b.Hash, OK: true})
+	status, _ := buses[0].JS.KeyValue(ctx, msg.BucketStatus)
+	behind := map[string]bool{}
+	for i, n := range names {
+		st := msg.DeployStatus{Target: "edge", Instance: n, Driver: "files", Version: 7, BundleHash: b.Hash}
+		if i%2 == 0 {
+			behind[n] = true
+			st.Version, st.BundleHash = 6, "older"
+		}
+		if _, err := msg.StoreStatus(ctx, status, msg.DeployStatusKey("edge", n), st, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := make(chan struct{})
+	for i, bus := range buses {
+		env := testkit.NewEnv(t, bus, fmt.Sprintf("deployer-%d", i))
+		testkit.Run(t, func(ctx context.Context) error { <-start; return deployer.Run(ctx, env.Env, cfg) })
+	}
+	close(start)
+	for _, n := range names {
+		waitStatus(t, buses[0], n, 7, 1)
+	}
+	stream, err := buses[0].JS.Stream(ctx, msg.StreamDeploys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(msg.DeploySubject("edge", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := info.State.Subjects[msg.DeploySubject("edge", n)]
+		switch {
+		case behind[n] && got != 1:
+			t.Errorf("%s (behind): %d orders, want 1", n, got)
+		case !behind[n] && (got < 1 || got > uint64(len(buses))):
+			t.Errorf("%s (up to date): %d orders, want 1 to %d (one per carried-out order the replicas read)", n, got, len(buses))
+		}
+	}
+}
+
+// waitStatus waits until instance of edge is at version with at least
+// deploys carried out since its status was written.
+func waitStatus(t *testing.T, bus *testkit.Bus, instance string, version, deploys uint64) {
+	t.Helper()
+	kv, _ := bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	testkit.Eventually(t, time.Minute, func() error {
+		var st msg.DeployStatus
+		if _, err := msg.LoadStatus(context.Background(), kv, msg.DeployStatusKey("edge", instance), &st); err != nil {
+			return err
+		}
+		if st.Version != version || st.Deploys < deploys {
+			return fmt.Errorf("%s at version %d after %d deploys, want %d after %d", instance, st.Version, st.Deploys, version, deploys)
+		}
+		return nil
+	})
+}

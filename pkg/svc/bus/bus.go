@@ -28,18 +28,32 @@ type Publisher interface {
 // with opts (expectations the stream checks). A message the stream already
 // had (its id within the duplicate window) is acknowledged as a duplicate:
 // Publish returns that ack without error, since a fact published twice is
-// one fact; PublishNew does not.
+// one fact; PublishNew does not. A message whose id another publish is
+// storing at that moment (replicas publishing the same fact together) is
+// published again shortly, until the stream stores it or calls it a
+// duplicate.
 func Publish[T msg.Message](ctx context.Context, p Publisher, subject, id string, m T, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	out, err := msg.NewMsg(subject, id, m)
 	if err != nil {
 		return nil, err
 	}
 	telemetry.Inject(ctx, out.Header)
-	ack, err := p.PublishMsg(ctx, out, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		ack, err := p.PublishMsg(ctx, out, opts...)
+		if err == nil {
+			return ack, nil
+		}
+		if !msg.IsDuplicateInProcess(err) || id == "" {
+			return nil, fmt.Errorf("publish %s: %w", subject, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("publish %s: %w", subject, err)
+		case <-t.C:
+		}
 	}
-	return ack, nil
 }
 
 // ErrDuplicate: the stream already held a message with this id, so the

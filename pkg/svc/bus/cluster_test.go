@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,4 +84,65 @@ func TestConsumerOutlivesItsNode(t *testing.T) {
 	publish(3)
 	testkit.Eventually(t, time.Minute, func() error { return s.has(2, 3) })
 	testkit.Eventually(t, 30*time.Second, checks.Ready)
+}
+
+// TestSameFactPublishedTogether: replicas publishing the same message id
+// at the same moment to a replicated stream (the server answers all but
+// one "duplicate message id is in process") all succeed, and the stream
+// holds each fact once.
+func TestSameFactPublishedTogether(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := testkit.NATSCluster(t)
+	var jss []jetstream.JetStream
+	for i := range c.Size() {
+		nc, err := nats.Connect(c.URLs()[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jss = append(jss, js)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := msg.Provision(ctx, jss[0], 3); err != nil {
+		t.Fatal(err)
+	}
+	const facts, publishers = 40, 6
+	var wg sync.WaitGroup
+	errs := make(chan error, facts*publishers)
+	for f := range facts {
+		start := make(chan struct{})
+		for p := range publishers {
+			wg.Go(func() {
+				<-start
+				o := msg.DeployOrder{Target: "edge", Instance: fmt.Sprint("i", f), Version: 7, BundleHash: "h", Reason: msg.OrderCatchUp}
+				if _, err := bus.Publish(ctx, jss[p%len(jss)], msg.DeploySubject("edge", o.Instance), "edge."+o.Instance+"@7", o); err != nil {
+					errs <- err
+				}
+			})
+		}
+		close(start)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st, err := jss[0].Stream(ctx, msg.StreamDeploys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(msg.DeployAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != facts {
+		t.Fatalf("stream holds %d orders, want %d (one per fact)", info.State.Msgs, facts)
+	}
 }
