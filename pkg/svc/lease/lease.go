@@ -15,10 +15,11 @@
 // a lease is lost only to another owner's write or to the TTL, never to
 // one failed request.
 //
-// Two replicas can, for at most the time a renewal takes to fail, both
-// believe they hold a lease, so work under a lease must stay safe when
-// done twice (rendering is: same state, same bundle hash, versions are
-// compare-and-set). Run keeps a lease for as long as a replica runs, and
+// Under Run, two replicas can, for at most the time a renewal takes to
+// fail, both believe they hold a lease, so work under a lease must stay
+// safe when done twice (rendering is: same state, same bundle hash,
+// versions are compare-and-set). Keep closes that window: it bounds each
+// renewal by what is left of the TTL and reports the loss by its end. Run keeps a lease for as long as a replica runs, and
 // may give it up (yield) while the replica cannot do the work; Try, Keep
 // and Release hold one for a single piece of work.
 package lease
@@ -235,9 +236,14 @@ func (l *Lease) keep() bool {
 
 // Keep renews a lease taken with Try every third of its TTL until ctx is
 // done, and calls lost (once) and returns if the lease is lost: taken by
-// another owner, or its TTL over without a renewal landing.
+// another owner, or its TTL over without a renewal landing. Each attempt
+// is bounded by what is left of the TTL (counted from the start of the
+// last write that landed, which is before the bucket counts it from), and
+// attempts without a verdict are retried within it: so lost is called no
+// later than the TTL's end, before the bucket lets another owner take the
+// key, even while a renewal hangs unanswered.
 func (l *Lease) Keep(ctx context.Context, lost func()) {
-	t := time.NewTimer(l.every)
+	t := time.NewTimer(l.next(true))
 	defer t.Stop()
 	for {
 		select {
@@ -245,19 +251,47 @@ func (l *Lease) Keep(ctx context.Context, lost func()) {
 			return
 		case <-t.C:
 		}
-		held, settled := l.Try(ctx)
+		held, settled := l.tryWithin(ctx)
 		if !held {
 			if ctx.Err() == nil {
 				lost()
 			}
 			return
 		}
-		next := l.every
-		if !settled {
-			next = min(l.every/4, time.Second)
-		}
-		t.Reset(next)
+		t.Reset(l.next(settled))
 	}
+}
+
+// tryWithin is Try on a held lease bounded by what is left of its TTL; a
+// lease whose TTL is over by now is lost without asking.
+func (l *Lease) tryWithin(ctx context.Context) (held, settled bool) {
+	l.mu.Lock()
+	left := l.until.Sub(l.now())
+	if l.held && left <= 0 {
+		l.held = false
+	}
+	held = l.held
+	l.mu.Unlock()
+	if !held {
+		return false, true
+	}
+	ctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	return l.Try(ctx)
+}
+
+// next is how long Keep waits before the next attempt: a third of the TTL
+// after a verdict, sooner after none; never past half of what is left of
+// the TTL after a verdict (an adopted key may have little left), never
+// past its end after none.
+func (l *Lease) next(settled bool) time.Duration {
+	l.mu.Lock()
+	left := l.until.Sub(l.now())
+	l.mu.Unlock()
+	if settled {
+		return max(min(l.every, left/2), 0)
+	}
+	return max(min(l.every/4, time.Second, left), 0)
 }
 
 // Release gives a held lease up at once (deleting the key at the revision

@@ -16,7 +16,8 @@ import (
 // faultyKV is a real bucket whose next calls can fail: "lost" performs the
 // call and then reports a timeout (its reply was lost), "down" fails
 // without performing it (the bucket did not answer), "read-down" fails
-// reads only.
+// reads only, "hang" blocks a write until its context ends (a request
+// nobody answers).
 type faultyKV struct {
 	jetstream.KeyValue
 	mu    sync.Mutex
@@ -47,11 +48,11 @@ func (f *faultyKV) take(faults ...string) string {
 }
 
 func (f *faultyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	return f.write(func() (uint64, error) { return f.KeyValue.Create(ctx, key, value, opts...) })
+	return f.write(ctx, func() (uint64, error) { return f.KeyValue.Create(ctx, key, value, opts...) })
 }
 
 func (f *faultyKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	return f.write(func() (uint64, error) { return f.KeyValue.Update(ctx, key, value, rev) })
+	return f.write(ctx, func() (uint64, error) { return f.KeyValue.Update(ctx, key, value, rev) })
 }
 
 func (f *faultyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
@@ -61,8 +62,11 @@ func (f *faultyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry
 	return f.KeyValue.Get(ctx, key)
 }
 
-func (f *faultyKV) write(do func() (uint64, error)) (uint64, error) {
-	switch f.take("down", "lost") {
+func (f *faultyKV) write(ctx context.Context, do func() (uint64, error)) (uint64, error) {
+	switch f.take("down", "lost", "hang") {
+	case "hang":
+		<-ctx.Done()
+		return 0, ctx.Err()
 	case "down":
 		return 0, context.DeadlineExceeded
 	case "lost":
@@ -326,4 +330,47 @@ func TestKeepAndRelease(t *testing.T) {
 	if b.Held() {
 		t.Fatal("b still believes it holds the lease")
 	}
+}
+
+// TestKeepReportsTheLossWhileARenewalHangs: a renewal nobody answers does
+// not keep a lease past its TTL: Keep bounds each attempt by what is left
+// of the TTL, and reports the loss by then, while the request still hangs.
+func TestKeepReportsTheLossWhileARenewalHangs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const short = time.Second
+	kv, err := testkit.NATS(t).JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases-hang", TTL: short})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &faultyKV{KeyValue: kv}
+	a, err := lease.New(f, "deploy.web.a", "replica-a", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := a.Try(ctx); !held {
+		t.Fatal("a did not take the free lease")
+	}
+	f.inject("hang", 1<<30)
+	lost := make(chan struct{})
+	go a.Keep(ctx, func() { close(lost) })
+	select {
+	case <-lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Keep did not report the loss of a lease whose renewals hang")
+	}
+	if a.Held() {
+		t.Fatal("a still believes it holds the lease it lost")
+	}
+	// The key expired: another replica takes it.
+	b, err := lease.New(kv, "deploy.web.a", "replica-b", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if held, _ := b.Try(ctx); !held {
+			return errors.New("b cannot take the expired lease")
+		}
+		return nil
+	})
 }
