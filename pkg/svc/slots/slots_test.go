@@ -252,21 +252,26 @@ func TestDeadHolderFreesAfterTTL(t *testing.T) {
 		}
 	}
 	h.Abandon()
-	died := time.Now()
 	if g.get(l.Scope) != 0 {
 		t.Fatalf("gauge %d after Abandon, want 0", g.get(l.Scope))
 	}
+	// The slot expires TTL after the last renewal the bucket stored.
+	e, err := kv.Get(ctx, msg.SlotKey(l.Scope, 0))
+	if err != nil || string(e.Value()) != "dead" {
+		t.Fatalf("the dead holder's key: %v, %v", e, err)
+	}
+	expires := e.Created().Add(ttl)
 	_, err = s.Acquire(ctx, "other", l)
-	if time.Since(died) < ttl && !errors.Is(err, slots.ErrFull) {
-		t.Fatalf("Acquire right after the holder died = %v, want ErrFull", err)
+	if time.Now().Before(expires) && !errors.Is(err, slots.ErrFull) {
+		t.Fatalf("Acquire before the dead holder's slot expired = %v, want ErrFull", err)
 	}
 	var other *slots.Held
 	testkit.Eventually(t, 20*time.Second, func() error {
 		other, err = s.Acquire(ctx, "other", l)
 		return err
 	})
-	if time.Since(died) < ttl {
-		t.Fatalf("the dead holder's slot was free %v after its death, before its TTL of %v", time.Since(died), ttl)
+	if now := time.Now(); now.Before(expires) {
+		t.Fatalf("the dead holder's slot was free %v before its TTL ended", expires.Sub(now))
 	}
 	other.Release()
 }
