@@ -44,6 +44,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/lease"
 )
@@ -196,14 +198,30 @@ func (s *Slots) Acquire(ctx context.Context, owner string, limits ...Limit) (*He
 const retries = 3
 
 // take tries the slots of l from hash(owner) mod n until one is held.
+// Once a slot was found held by another owner, the scope is busy: the next
+// slots are read before a create is tried (one request for a held slot,
+// against three for a create that conflicts).
 func (s *Slots) take(ctx context.Context, owner string, l Limit) (*slot, error) {
 	f := fnv.New32a()
 	_, _ = f.Write([]byte(owner))
 	start := int(f.Sum32() % uint32(l.N))
-	unanswered := 0
+	unanswered, busy := 0, false
 	for k := range l.N {
 		i := (start + k) % l.N
 		key := msg.SlotKey(l.Scope, i)
+		if busy {
+			other, err := s.heldByOther(ctx, key, owner)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("slots: acquire %s: %w", l.Scope, ctx.Err())
+				}
+				unanswered++
+				continue
+			}
+			if other {
+				continue
+			}
+		}
 		ls, err := lease.New(s.kv, key, owner, s.ttl, lease.WithKeyTTL(s.pub, msg.LeaseSubject(key)))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -221,7 +239,9 @@ func (s *Slots) take(ctx context.Context, owner string, l Limit) (*slot, error) 
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("slots: acquire %s: %w", l.Scope, err)
 		}
-		if !settled {
+		if settled {
+			busy = true
+		} else {
 			unanswered++
 		}
 	}
@@ -229,6 +249,19 @@ func (s *Slots) take(ctx context.Context, owner string, l Limit) (*slot, error) 
 		return nil, fmt.Errorf("%w: %d of the %d slots of %s, and the others are held", ErrUnavailable, unanswered, l.N, l.Scope)
 	}
 	return nil, &FullError{Scope: l.Scope, N: l.N}
+}
+
+// heldByOther reads key: true when another owner holds it; false when it
+// is free or names owner (a create then takes or adopts it).
+func (s *Slots) heldByOther(ctx context.Context, key, owner string) (bool, error) {
+	e, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return string(e.Value()) != owner, nil
 }
 
 // Slot is one slot held.

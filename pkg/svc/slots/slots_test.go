@@ -425,3 +425,35 @@ func TestBadArguments(t *testing.T) {
 	}
 	h.Release()
 }
+
+// TestAdoptionBehindAnotherHolder: the owner's earlier slot may lie after
+// one held by another owner in its order; Acquire still finds and adopts
+// it rather than failing on the full limit. Several owners, so that both
+// orders occur.
+func TestAdoptionBehindAnotherHolder(t *testing.T) {
+	kv, js := leases(t)
+	ctx := context.Background()
+	s := newSlots(t, kv, js, slots.WithTTL(time.Second))
+	for i := range 6 {
+		l := slots.Limit{Scope: msg.NodeSlotScope(fmt.Sprintf("n%d", i)), N: 2}
+		other, err := s.Acquire(ctx, "other", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner := fmt.Sprintf("pull-%d", i)
+		h1, err := s.Acquire(ctx, owner, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h1.Abandon()
+		h2, err := s.Acquire(ctx, owner, l)
+		if err != nil {
+			t.Fatalf("%s: Acquire of the owner's own slot = %v, want it adopted", owner, err)
+		}
+		if fmt.Sprint(h2.Slots()) != fmt.Sprint(h1.Slots()) {
+			t.Fatalf("%s: adopted %v, want %v", owner, h2.Slots(), h1.Slots())
+		}
+		h2.Release()
+		other.Release()
+	}
+}
