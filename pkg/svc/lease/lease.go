@@ -210,9 +210,10 @@ func (l *Lease) adopt(ctx context.Context) (held, settled bool) {
 	case err == nil && string(e.Value()) == l.owner:
 		l.held, l.rev, l.until = true, e.Revision(), e.Created().Add(l.ttl)
 		if !l.now().Before(l.until) {
-			// Our write, but its TTL is over by our clock: the next
-			// renewal on it says whether the bucket still has it.
-			l.until = l.now().Add(l.every)
+			// Our write, but its TTL is over by our clock: the bucket
+			// may drop it any moment and another owner take it. Held
+			// only if a renewal on it lands now.
+			return l.renewStale(ctx)
 		}
 		return true, true
 	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
@@ -223,6 +224,26 @@ func (l *Lease) adopt(ctx context.Context) (held, settled bool) {
 	default:
 		return l.keep(), false
 	}
+}
+
+// renewStale renews an adopted key whose TTL is over by this lease's
+// clock. A conflict means someone wrote it since: the next attempt reads
+// it again.
+func (l *Lease) renewStale(ctx context.Context) (held, settled bool) {
+	start := l.now()
+	var rev uint64
+	var err error
+	if l.pub != nil {
+		rev, err = l.renew(ctx)
+	} else {
+		rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
+	}
+	if err != nil {
+		l.held = false
+		return false, false
+	}
+	l.rev, l.until = rev, start.Add(l.ttl)
+	return true, true
 }
 
 // keep decides a held lease after an attempt without a verdict: it stays

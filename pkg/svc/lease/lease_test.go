@@ -23,6 +23,8 @@ type faultyKV struct {
 	mu    sync.Mutex
 	fault string
 	n     int // how many calls the fault applies to
+	// afterGet, if set, runs once after the next read succeeds.
+	afterGet func()
 }
 
 func (f *faultyKV) inject(fault string, n int) {
@@ -59,7 +61,15 @@ func (f *faultyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry
 	if f.take("down", "read-down") != "" {
 		return nil, context.DeadlineExceeded
 	}
-	return f.KeyValue.Get(ctx, key)
+	e, err := f.KeyValue.Get(ctx, key)
+	f.mu.Lock()
+	after := f.afterGet
+	f.afterGet = nil
+	f.mu.Unlock()
+	if err == nil && after != nil {
+		after()
+	}
+	return e, err
 }
 
 func (f *faultyKV) write(ctx context.Context, do func() (uint64, error)) (uint64, error) {
@@ -373,4 +383,60 @@ func TestKeepReportsTheLossWhileARenewalHangs(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestStaleOwnKeyIsRenewedBeforeItIsHeld: a key naming this owner whose
+// TTL is over by the lease's clock may be dropped by the bucket at any
+// moment, and then taken by another owner: it is held only once a renewal
+// on it lands, never on the strength of the read alone.
+func TestStaleOwnKeyIsRenewedBeforeItIsHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rival bool // another owner writes the key between the read and the renewal
+		held  bool
+	}{
+		{"renewed", false, true},
+		{"taken meanwhile", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			kv := &faultyKV{KeyValue: bucket(t)}
+			c := &clock{t: time.Now()}
+			a, err := lease.New(kv, "deploy.web.a", "replica-a", ttl, lease.WithClock(c.now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// An earlier create of a's landed, its reply lost; by a's
+			// clock its TTL is over when a next tries.
+			kv.inject("lost", 1)
+			a.Try(ctx)
+			kv.inject("", 0)
+			c.add(ttl + time.Second)
+			before, err := kv.KeyValue.Get(ctx, "deploy.web.a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rival {
+				kv.afterGet = func() {
+					if _, err := kv.KeyValue.Update(ctx, "deploy.web.a", []byte("replica-b"), before.Revision()); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			held, _ := a.Try(ctx)
+			if held != tc.held {
+				t.Fatalf("held = %v, want %v", held, tc.held)
+			}
+			after, err := kv.KeyValue.Get(ctx, "deploy.web.a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.held && (after.Revision() <= before.Revision() || string(after.Value()) != "replica-a") {
+				t.Fatalf("the stale key was held without a renewal: revision %d, then %d (%s)", before.Revision(), after.Revision(), after.Value())
+			}
+			if !tc.held && string(after.Value()) != "replica-b" {
+				t.Fatalf("the key is %q, want the rival's", after.Value())
+			}
+		})
+	}
 }
