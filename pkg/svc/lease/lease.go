@@ -11,17 +11,19 @@
 // after the last write that landed, so the holder keeps it until then and
 // retries quickly. A write whose reply was lost may still have landed: a
 // conflict on renewal, or "exists" on create, is answered by reading the
-// key, and a key that names this owner is adopted at the revision read. So
-// a lease is lost only to another owner's write or to the TTL, never to
-// one failed request.
+// key, and a key that names this owner is adopted at the revision read
+// (renewed at once if its TTL is over by this replica's clock). So a lease
+// is lost only to another owner's write or to the TTL, never to one failed
+// request.
 //
 // Under Run, two replicas can, for at most the time a renewal takes to
 // fail, both believe they hold a lease, so work under a lease must stay
 // safe when done twice (rendering is: same state, same bundle hash,
 // versions are compare-and-set). Keep closes that window: it bounds each
-// renewal by what is left of the TTL and reports the loss by its end. Run keeps a lease for as long as a replica runs, and
-// may give it up (yield) while the replica cannot do the work; Try, Keep
-// and Release hold one for a single piece of work.
+// renewal by what is left of the TTL and reports the loss by its end.
+// Run keeps a lease for as long as a replica runs, and may give it up
+// (yield) while the replica cannot do the work; Try, Keep and Release hold
+// one for a single piece of work.
 package lease
 
 import (
