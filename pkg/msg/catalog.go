@@ -37,7 +37,7 @@ func Catalog() []Entry {
 		{StreamDLQ, "stream", "", strings.Join(streamSubjects(StreamDLQ), ", ")},
 		{BucketResources, "kv bucket", SchemaResource, "watched objects: `<source>.<type>.<namespace>.<name>`"},
 		{BucketStatus, "kv bucket", SchemaSyncStatus + ", " + SchemaRenderStatus + ", " + SchemaValidStatus + ", " + SchemaDeployStatus + ", " + SchemaConfigStatus, "`sync.<source>.<type>`, `render.<target>`, `validate.<target>`, `deploy.<target>.<instance>`, `config`"},
-		{BucketLeases, "kv bucket", "replica id, " + SchemaHeartbeat, "`render.<target>`: which renderer replica renders a target; `deploy.<target>.<instance>`: which deployer replica is carrying out an order for an instance; `kind.<kind>.<replica>`: live validator kinds (heartbeats), expected with `validate.expect: registered`"},
+		{BucketLeases, "kv bucket", "replica id, work id, " + SchemaHeartbeat, "`render.<target>`: which renderer replica renders a target; `deploy.<target>.<instance>`: which deployer replica is carrying out an order for an instance; `kind.<kind>.<replica>`: live validator kinds (heartbeats), expected with `validate.expect: registered`; `slot.<scope>.<i>`: slot i of a concurrency limit, held by the work it names (scopes `cluster`, `node.<node>`, `registry.<host>`)"},
 		{BucketVerdicts, "kv bucket", SchemaValidated, "`<bundle hash>.<kinds>`: cached verdicts"},
 		{BucketConfig, "kv bucket", SchemaConfig, "`current`: the active configuration when it comes from a ConfigMap (`weft up --config-map`)"},
 		{ObjectBundles, "object store", SchemaBundle + ", " + SchemaConfig, "rendered bundles by content hash; candidate configurations as `config-<hash>`"},

@@ -71,9 +71,10 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketResources, Description: "watched objects by <source>.<type>.<namespace>.<name>", History: 1, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketStatus, Description: "sync, render, validation and deploy status per source, target and instance", History: 5, Replicas: replicas, Storage: jetstream.FileStorage},
-		// Keys may carry a TTL of their own (render leases: RenderLeaseTTL);
-		// a key that expires leaves a delete marker, so watchers see it go.
-		{Bucket: BucketLeases, Description: "leases: which replica renders a target; heartbeats of validator kinds", History: 1, TTL: LeaseTTL, LimitMarkerTTL: LeaseTTL, Replicas: replicas, Storage: jetstream.FileStorage},
+		// Keys may carry a TTL of their own (render leases: RenderLeaseTTL;
+		// slots of concurrency limits), never longer than LeaseTTL; a key
+		// that expires leaves a delete marker, so watchers see it go.
+		{Bucket: BucketLeases, Description: "leases: which replica renders a target; heartbeats of validator kinds; slots of concurrency limits", History: 1, TTL: LeaseTTL, LimitMarkerTTL: LeaseTTL, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketConfig, Description: "the active configuration, when it comes from a ConfigMap", History: 5, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketVerdicts, Description: "validation verdicts cached by bundle hash", History: 1, TTL: 7 * 24 * time.Hour, Replicas: replicas, Storage: jetstream.FileStorage},
 	}

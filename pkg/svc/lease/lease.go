@@ -11,16 +11,19 @@
 // after the last write that landed, so the holder keeps it until then and
 // retries quickly. A write whose reply was lost may still have landed: a
 // conflict on renewal, or "exists" on create, is answered by reading the
-// key, and a key that names this owner is adopted at the revision read. So
-// a lease is lost only to another owner's write or to the TTL, never to
-// one failed request.
+// key, and a key that names this owner is adopted at the revision read
+// (renewed at once if its TTL is over by this replica's clock). So a lease
+// is lost only to another owner's write or to the TTL, never to one failed
+// request.
 //
-// Two replicas can, for at most the time a renewal takes to fail, both
-// believe they hold a lease, so work under a lease must stay safe when
-// done twice (rendering is: same state, same bundle hash, versions are
-// compare-and-set). Run keeps a lease for as long as a replica runs, and
-// may give it up (yield) while the replica cannot do the work; Try, Keep
-// and Release hold one for a single piece of work.
+// Under Run, two replicas can, for at most the time a renewal takes to
+// fail, both believe they hold a lease, so work under a lease must stay
+// safe when done twice (rendering is: same state, same bundle hash,
+// versions are compare-and-set). Keep closes that window: it bounds each
+// renewal by what is left of the TTL and reports the loss by its end.
+// Run keeps a lease for as long as a replica runs, and may give it up
+// (yield) while the replica cannot do the work; Try, Keep and Release hold
+// one for a single piece of work.
 package lease
 
 import (
@@ -209,9 +212,10 @@ func (l *Lease) adopt(ctx context.Context) (held, settled bool) {
 	case err == nil && string(e.Value()) == l.owner:
 		l.held, l.rev, l.until = true, e.Revision(), e.Created().Add(l.ttl)
 		if !l.now().Before(l.until) {
-			// Our write, but its TTL is over by our clock: the next
-			// renewal on it says whether the bucket still has it.
-			l.until = l.now().Add(l.every)
+			// Our write, but its TTL is over by our clock: the bucket
+			// may drop it any moment and another owner take it. Held
+			// only if a renewal on it lands now.
+			return l.renewStale(ctx)
 		}
 		return true, true
 	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
@@ -222,6 +226,26 @@ func (l *Lease) adopt(ctx context.Context) (held, settled bool) {
 	default:
 		return l.keep(), false
 	}
+}
+
+// renewStale renews an adopted key whose TTL is over by this lease's
+// clock. A conflict means someone wrote it since: the next attempt reads
+// it again.
+func (l *Lease) renewStale(ctx context.Context) (held, settled bool) {
+	start := l.now()
+	var rev uint64
+	var err error
+	if l.pub != nil {
+		rev, err = l.renew(ctx)
+	} else {
+		rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
+	}
+	if err != nil {
+		l.held = false
+		return false, false
+	}
+	l.rev, l.until = rev, start.Add(l.ttl)
+	return true, true
 }
 
 // keep decides a held lease after an attempt without a verdict: it stays
@@ -235,9 +259,14 @@ func (l *Lease) keep() bool {
 
 // Keep renews a lease taken with Try every third of its TTL until ctx is
 // done, and calls lost (once) and returns if the lease is lost: taken by
-// another owner, or its TTL over without a renewal landing.
+// another owner, or its TTL over without a renewal landing. Each attempt
+// is bounded by what is left of the TTL (counted from the start of the
+// last write that landed, which is before the bucket counts it from), and
+// attempts without a verdict are retried within it: so lost is called no
+// later than the TTL's end, before the bucket lets another owner take the
+// key, even while a renewal hangs unanswered.
 func (l *Lease) Keep(ctx context.Context, lost func()) {
-	t := time.NewTimer(l.every)
+	t := time.NewTimer(l.next(true))
 	defer t.Stop()
 	for {
 		select {
@@ -245,19 +274,47 @@ func (l *Lease) Keep(ctx context.Context, lost func()) {
 			return
 		case <-t.C:
 		}
-		held, settled := l.Try(ctx)
+		held, settled := l.tryWithin(ctx)
 		if !held {
 			if ctx.Err() == nil {
 				lost()
 			}
 			return
 		}
-		next := l.every
-		if !settled {
-			next = min(l.every/4, time.Second)
-		}
-		t.Reset(next)
+		t.Reset(l.next(settled))
 	}
+}
+
+// tryWithin is Try on a held lease bounded by what is left of its TTL; a
+// lease whose TTL is over by now is lost without asking.
+func (l *Lease) tryWithin(ctx context.Context) (held, settled bool) {
+	l.mu.Lock()
+	left := l.until.Sub(l.now())
+	if l.held && left <= 0 {
+		l.held = false
+	}
+	held = l.held
+	l.mu.Unlock()
+	if !held {
+		return false, true
+	}
+	ctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	return l.Try(ctx)
+}
+
+// next is how long Keep waits before the next attempt: a third of the TTL
+// after a verdict, sooner after none; never past half of what is left of
+// the TTL after a verdict (an adopted key may have little left), never
+// past its end after none.
+func (l *Lease) next(settled bool) time.Duration {
+	l.mu.Lock()
+	left := l.until.Sub(l.now())
+	l.mu.Unlock()
+	if settled {
+		return max(min(l.every, left/2), 0)
+	}
+	return max(min(l.every/4, time.Second, left), 0)
 }
 
 // Release gives a held lease up at once (deleting the key at the revision

@@ -16,12 +16,15 @@ import (
 // faultyKV is a real bucket whose next calls can fail: "lost" performs the
 // call and then reports a timeout (its reply was lost), "down" fails
 // without performing it (the bucket did not answer), "read-down" fails
-// reads only.
+// reads only, "hang" blocks a write until its context ends (a request
+// nobody answers).
 type faultyKV struct {
 	jetstream.KeyValue
 	mu    sync.Mutex
 	fault string
 	n     int // how many calls the fault applies to
+	// afterGet, if set, runs once after the next read succeeds.
+	afterGet func()
 }
 
 func (f *faultyKV) inject(fault string, n int) {
@@ -47,22 +50,33 @@ func (f *faultyKV) take(faults ...string) string {
 }
 
 func (f *faultyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	return f.write(func() (uint64, error) { return f.KeyValue.Create(ctx, key, value, opts...) })
+	return f.write(ctx, func() (uint64, error) { return f.KeyValue.Create(ctx, key, value, opts...) })
 }
 
 func (f *faultyKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	return f.write(func() (uint64, error) { return f.KeyValue.Update(ctx, key, value, rev) })
+	return f.write(ctx, func() (uint64, error) { return f.KeyValue.Update(ctx, key, value, rev) })
 }
 
 func (f *faultyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	if f.take("down", "read-down") != "" {
 		return nil, context.DeadlineExceeded
 	}
-	return f.KeyValue.Get(ctx, key)
+	e, err := f.KeyValue.Get(ctx, key)
+	f.mu.Lock()
+	after := f.afterGet
+	f.afterGet = nil
+	f.mu.Unlock()
+	if err == nil && after != nil {
+		after()
+	}
+	return e, err
 }
 
-func (f *faultyKV) write(do func() (uint64, error)) (uint64, error) {
-	switch f.take("down", "lost") {
+func (f *faultyKV) write(ctx context.Context, do func() (uint64, error)) (uint64, error) {
+	switch f.take("down", "lost", "hang") {
+	case "hang":
+		<-ctx.Done()
+		return 0, ctx.Err()
 	case "down":
 		return 0, context.DeadlineExceeded
 	case "lost":
@@ -325,5 +339,104 @@ func TestKeepAndRelease(t *testing.T) {
 	}
 	if b.Held() {
 		t.Fatal("b still believes it holds the lease")
+	}
+}
+
+// TestKeepReportsTheLossWhileARenewalHangs: a renewal nobody answers does
+// not keep a lease past its TTL: Keep bounds each attempt by what is left
+// of the TTL, and reports the loss by then, while the request still hangs.
+func TestKeepReportsTheLossWhileARenewalHangs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const short = time.Second
+	kv, err := testkit.NATS(t).JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases-hang", TTL: short})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &faultyKV{KeyValue: kv}
+	a, err := lease.New(f, "deploy.web.a", "replica-a", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := a.Try(ctx); !held {
+		t.Fatal("a did not take the free lease")
+	}
+	f.inject("hang", 1<<30)
+	lost := make(chan struct{})
+	go a.Keep(ctx, func() { close(lost) })
+	select {
+	case <-lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Keep did not report the loss of a lease whose renewals hang")
+	}
+	if a.Held() {
+		t.Fatal("a still believes it holds the lease it lost")
+	}
+	// The key expired: another replica takes it.
+	b, err := lease.New(kv, "deploy.web.a", "replica-b", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if held, _ := b.Try(ctx); !held {
+			return errors.New("b cannot take the expired lease")
+		}
+		return nil
+	})
+}
+
+// TestStaleOwnKeyIsRenewedBeforeItIsHeld: a key naming this owner whose
+// TTL is over by the lease's clock may be dropped by the bucket at any
+// moment, and then taken by another owner: it is held only once a renewal
+// on it lands, never on the strength of the read alone.
+func TestStaleOwnKeyIsRenewedBeforeItIsHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rival bool // another owner writes the key between the read and the renewal
+		held  bool
+	}{
+		{"renewed", false, true},
+		{"taken meanwhile", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			kv := &faultyKV{KeyValue: bucket(t)}
+			c := &clock{t: time.Now()}
+			a, err := lease.New(kv, "deploy.web.a", "replica-a", ttl, lease.WithClock(c.now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// An earlier create of a's landed, its reply lost; by a's
+			// clock its TTL is over when a next tries.
+			kv.inject("lost", 1)
+			a.Try(ctx)
+			kv.inject("", 0)
+			c.add(ttl + time.Second)
+			before, err := kv.KeyValue.Get(ctx, "deploy.web.a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rival {
+				kv.afterGet = func() {
+					if _, err := kv.KeyValue.Update(ctx, "deploy.web.a", []byte("replica-b"), before.Revision()); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			held, _ := a.Try(ctx)
+			if held != tc.held {
+				t.Fatalf("held = %v, want %v", held, tc.held)
+			}
+			after, err := kv.KeyValue.Get(ctx, "deploy.web.a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.held && (after.Revision() <= before.Revision() || string(after.Value()) != "replica-a") {
+				t.Fatalf("the stale key was held without a renewal: revision %d, then %d (%s)", before.Revision(), after.Revision(), after.Value())
+			}
+			if !tc.held && string(after.Value()) != "replica-b" {
+				t.Fatalf("the key is %q, want the rival's", after.Value())
+			}
+		})
 	}
 }
