@@ -37,7 +37,9 @@ func TestValidatePolicy(t *testing.T) {
 		}, []string{`spec.workloads.namespaces[1]: Invalid value: "Shop_2"`}},
 		{"mode", func(s *v1alpha1.PrePullPolicySpec) { s.Mode = "docker" }, []string{`spec.mode: Unsupported value: "docker"`}},
 		{"kind", func(s *v1alpha1.PrePullPolicySpec) { s.Workloads.Kinds = []v1alpha1.WorkloadKind{"CronJob"} }, []string{`spec.workloads.kinds[0]: Unsupported value: "CronJob"`}},
-		{"limits", func(s *v1alpha1.PrePullPolicySpec) { s.Limits = v1alpha1.Limits{Cluster: 3, PerNode: 4, PerRegistry: -1} }, []string{
+		{"limits", func(s *v1alpha1.PrePullPolicySpec) {
+			s.Limits = v1alpha1.Limits{Cluster: 3, PerNode: 4, PerRegistry: -1}
+		}, []string{
 			"spec.limits.perNode: Invalid value: 4: must not exceed cluster (3)",
 			"spec.limits.perRegistry: Invalid value: -1: must be at least 1",
 		}},
