@@ -5,13 +5,14 @@ go 1.26.0
 require (
 	k8s.io/api v0.37.0
 	k8s.io/apimachinery v0.37.0
-	k8s.io/klog/v2 v2.140.0 // indirect
+	k8s.io/klog/v2 v2.140.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
 	github.com/weftio/weft/pkg/testkit v0.0.0
 	k8s.io/client-go v0.37.0
+	k8s.io/component-helpers v0.37.0
 )
 
 require (
