@@ -139,6 +139,8 @@ gateTimeout: 15m
 			[]string{"spec.mode", `Unsupported value: "docker"`, `"cri"`, `"job"`}},
 		{"unknown workload kind", "workloads:\n  kinds: [CronJob]\n  selector: {}\n",
 			[]string{"spec.workloads.kinds[0]", `Unsupported value: "CronJob"`}},
+		{"namespace name", "workloads:\n  namespaces: [Shop_2]\n  selector: {}\n",
+			[]string{"spec.workloads.namespaces[0]", "should match"}},
 		{"no workload selector", "workloads:\n  namespaces: [shop]\n",
 			[]string{"spec.workloads.selector", "Required value"}},
 		{"zero attempts", "workloads:\n  selector: {}\nretry: {maxAttempts: 0}\n",
