@@ -4,6 +4,9 @@
 // the node, every NoSchedule and NoExecute taint of the node is tolerated,
 // the node is Ready and, unless the pods tolerate it, not cordoned. Matching
 // and toleration are the scheduler's own code (k8s.io/component-helpers).
+// A template that names its node (spec.nodeName) bypasses the scheduler, as
+// the kubelet admits it: that node only, where NoSchedule taints and
+// cordoning do not keep it away but NoExecute taints do.
 //
 // A policy's node selector can narrow the result, never widen it; nothing
 // here tolerates a taint the workload does not. Every node gets a Verdict
@@ -97,8 +100,12 @@ func Filter(spec *corev1.PodSpec, nodes []corev1.Node, opts ...Option) ([]Verdic
 		if r := notReady(n); r != "" {
 			reasons = append(reasons, r)
 		}
-		if n.Spec.Unschedulable && !tolerates(tolerations, &unschedulableTaint) {
+		scheduled := spec.NodeName == ""
+		if scheduled && n.Spec.Unschedulable && !tolerates(tolerations, &unschedulableTaint) {
 			reasons = append(reasons, "cordoned (spec.unschedulable)")
+		}
+		if spec.NodeName != "" && spec.NodeName != n.Name {
+			reasons = append(reasons, "the pod template's nodeName is "+spec.NodeName)
 		}
 		if o.selector != nil && !o.selector.Matches(labels.Set(n.Labels)) {
 			reasons = append(reasons, "the policy's node selector does not match")
@@ -110,7 +117,7 @@ func Filter(spec *corev1.PodSpec, nodes []corev1.Node, opts ...Option) ([]Verdic
 			reasons = append(reasons, "required node affinity does not match")
 		}
 		for _, taint := range n.Spec.Taints {
-			if taint.Effect != corev1.TaintEffectNoSchedule && taint.Effect != corev1.TaintEffectNoExecute {
+			if taint.Effect != corev1.TaintEffectNoExecute && (taint.Effect != corev1.TaintEffectNoSchedule || !scheduled) {
 				continue
 			}
 			if !tolerates(tolerations, &taint) {
