@@ -44,6 +44,12 @@ func indent(s, by string) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
+// kubectl is the kubectl program, for the printer columns.
+func kubectl(t *testing.T) string {
+	t.Helper()
+	return testkit.Program(t, "kubectl (apt-get install kubectl, or its release binary)", "kubectl")
+}
+
 // kube starts an API server with the puller's CRDs installed.
 func kube(t *testing.T) *testkit.KubeEnv {
 	t.Helper()
@@ -229,7 +235,7 @@ func TestPolicyStatus(t *testing.T) {
 		}
 	}
 
-	out, err := exec.Command("kubectl", "--kubeconfig", k.Kubeconfig, "get", "prepullpolicies").CombinedOutput()
+	out, err := exec.Command(kubectl(t), "--kubeconfig", k.Kubeconfig, "get", "prepullpolicies").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl: %v\n%s", err, out)
 	}
@@ -307,6 +313,16 @@ func TestImageAdmission(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(back.Status, ppi.Status) {
 		t.Errorf("status read back differs:\n got %+v\nwant %+v", back.Status, ppi.Status)
+	}
+	out, err := exec.Command(kubectl(t), "--kubeconfig", k.Kubeconfig, "get", "ppi", "-n", "default").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i, want := range []string{"NAME KIND WORKLOAD PHASE NODES PULLED FAILED AGE", "web Deployment web InProgress 2 1 "} {
+		if i >= len(lines) || !strings.HasPrefix(strings.Join(strings.Fields(lines[i]), " ")+" ", want) {
+			t.Errorf("kubectl get ppi:\n%s\nwant line %d to start with %q", out, i, want)
+		}
 	}
 
 	for _, tc := range []struct {
