@@ -2,7 +2,10 @@ package v1alpha1_test
 
 import (
 	"context"
-	"os/exec"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/weftio/weft/pkg/testkit"
@@ -44,10 +48,49 @@ func indent(s, by string) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// kubectl is the kubectl program, for the printer columns.
-func kubectl(t *testing.T) string {
+// table gets the API server's table of the resources at path (what
+// kubectl get prints: the printer columns), one line per row with the
+// cells joined by spaces, headers first.
+func table(t *testing.T, k *testkit.KubeEnv, path string) []string {
 	t.Helper()
-	return testkit.Program(t, "kubectl (apt-get install kubectl, or its release binary)", "kubectl")
+	client, err := rest.HTTPClientFor(k.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(k.Config.Host, "/")+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v\n%s", path, resp.Status, err, body)
+	}
+	var tab metav1.Table
+	if err := json.Unmarshal(body, &tab); err != nil {
+		t.Fatal(err)
+	}
+	var header []string
+	for _, c := range tab.ColumnDefinitions {
+		header = append(header, c.Name)
+	}
+	lines := []string{strings.Join(header, " ")}
+	for _, r := range tab.Rows {
+		cells := make([]string, len(r.Cells))
+		for i, c := range r.Cells {
+			if c == nil {
+				c = "<none>"
+			}
+			cells[i] = fmt.Sprint(c)
+		}
+		lines = append(lines, strings.Join(cells, " "))
+	}
+	return lines
 }
 
 // kube starts an API server with the puller's CRDs installed.
@@ -184,7 +227,7 @@ gateTimeout: 15m
 
 // TestPolicyStatus records ValidatePolicy's verdict on a policy the schema
 // accepts but the puller refuses (a label key that is no label key) in the
-// status subresource, and kubectl shows it in the printer columns.
+// status subresource, and the printer columns show it.
 func TestPolicyStatus(t *testing.T) {
 	k := kube(t)
 	ctx := context.Background()
@@ -235,22 +278,17 @@ func TestPolicyStatus(t *testing.T) {
 		}
 	}
 
-	out, err := exec.Command(kubectl(t), "--kubeconfig", k.Kubeconfig, "get", "prepullpolicies").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl: %v\n%s", err, out)
-	}
-	fields := func(line string) string { return strings.Join(strings.Fields(line), " ") }
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	lines := table(t, k, "/apis/weft.io/v1alpha1/prepullpolicies")
 	if len(lines) != 3 {
-		t.Fatalf("kubectl get prepullpolicies:\n%s", out)
+		t.Fatalf("table of prepullpolicies:\n%s", strings.Join(lines, "\n"))
 	}
 	for i, want := range []string{
-		"NAME MODE CLUSTER PER-NODE GATE WORKLOADS VALID AGE",
-		"bad-key cri 10 2 false False",
-		"good job 8 2 false True",
+		"Name Mode Cluster Per-Node Gate Workloads Valid Age",
+		"bad-key cri 10 2 false <none> False",
+		"good job 8 2 false <none> True",
 	} {
-		if !strings.HasPrefix(fields(lines[i]), want) {
-			t.Errorf("kubectl line %d: %q, want it to start with %q", i, fields(lines[i]), want)
+		if !strings.HasPrefix(lines[i], want) {
+			t.Errorf("table line %d: %q, want it to start with %q", i, lines[i], want)
 		}
 	}
 }
@@ -314,14 +352,10 @@ func TestImageAdmission(t *testing.T) {
 	if !equality.Semantic.DeepEqual(back.Status, ppi.Status) {
 		t.Errorf("status read back differs:\n got %+v\nwant %+v", back.Status, ppi.Status)
 	}
-	out, err := exec.Command(kubectl(t), "--kubeconfig", k.Kubeconfig, "get", "ppi", "-n", "default").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	for i, want := range []string{"NAME KIND WORKLOAD PHASE NODES PULLED FAILED AGE", "web Deployment web InProgress 2 1 "} {
-		if i >= len(lines) || !strings.HasPrefix(strings.Join(strings.Fields(lines[i]), " ")+" ", want) {
-			t.Errorf("kubectl get ppi:\n%s\nwant line %d to start with %q", out, i, want)
+	lines := table(t, k, "/apis/weft.io/v1alpha1/namespaces/default/prepullimages")
+	for i, want := range []string{"Name Kind Workload Phase Nodes Pulled Failed Age", "web Deployment web InProgress 2 1 <none> "} {
+		if i >= len(lines) || !strings.HasPrefix(lines[i], want) {
+			t.Errorf("table of prepullimages:\n%s\nwant line %d to start with %q", strings.Join(lines, "\n"), i, want)
 		}
 	}
 
