@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,8 +77,8 @@ func TestNoopIsStatic(t *testing.T) {
 // pod runs them, each in a root filesystem of its own through chroot, as
 // the Job's user (65532): the init container's in an image holding nothing
 // but weft-noop at its path, installing it into the shared emptyDir; then
-// the target container's in an image holding nothing at all (scratch), with
-// only the emptyDir mounted. It exits 0. The same target container with a
+// the target container's in an image holding nothing at all (scratch) but
+// the file the init container wrote to the emptyDir. It exits 0. The same target container with a
 // dynamically linked program in the emptyDir fails: a scratch image has no
 // dynamic loader.
 func TestDistrolessJob(t *testing.T) {
@@ -108,44 +107,43 @@ func TestDistrolessJob(t *testing.T) {
 	if pod.Containers[0].VolumeMounts[0].MountPath != mountPath {
 		t.Fatalf("init container mounts the emptyDir at %s, the target container at %s", mountPath, pod.Containers[0].VolumeMounts[0].MountPath)
 	}
-	// emptyDir is where the init container installs weft-noop; like a
-	// kubelet emptyDir it is world-writable.
-	emptyDir := t.TempDir()
+	// weft's image: nothing but weft-noop at its path, and the emptyDir
+	// (world-writable, as the kubelet makes it) at the mount path.
+	helperRoot := t.TempDir()
+	helperCmd := pod.InitContainers[0].Command
+	place(t, buildNoop(t), filepath.Join(helperRoot, helperCmd[0]))
+	emptyDir := filepath.Join(helperRoot, mountPath)
+	mkdir(t, emptyDir)
 	if err := os.Chmod(emptyDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-
-	// weft's image: nothing but weft-noop at its path, and the mount point.
-	helperRoot := t.TempDir()
-	noop := buildNoop(t)
-	helperCmd := pod.InitContainers[0].Command
-	place(t, noop, filepath.Join(helperRoot, helperCmd[0]))
-	mkdir(t, filepath.Join(helperRoot, mountPath))
-	bind(t, emptyDir, filepath.Join(helperRoot, mountPath))
 	if out, err := run(helperRoot, helperCmd); err != nil {
 		t.Fatalf("init container %v: %v\n%s", helperCmd, err, out)
 	}
+	// Both containers mount the emptyDir at the same path, so the target's
+	// command is where the init container installed it.
+	installed := filepath.Join(helperRoot, pod.Containers[0].Command[0])
 
-	// A scratch image: an empty root with the emptyDir mounted.
-	target := func(t *testing.T, emptyDir string) ([]byte, error) {
+	// A scratch image: an empty root but for the emptyDir's file, the same
+	// file (a hard link) as the init container wrote.
+	target := func(t *testing.T, program string) ([]byte, error) {
 		root := t.TempDir()
-		mkdir(t, filepath.Join(root, mountPath))
-		bind(t, emptyDir, filepath.Join(root, mountPath))
+		dst := filepath.Join(root, pod.Containers[0].Command[0])
+		mkdir(t, filepath.Dir(dst))
+		if err := os.Link(program, dst); err != nil {
+			t.Fatal(err)
+		}
 		return run(root, pod.Containers[0].Command)
 	}
 	t.Run("static", func(t *testing.T) {
-		if out, err := target(t, emptyDir); err != nil {
+		if out, err := target(t, installed); err != nil {
 			t.Fatalf("target container %v: %v\n%s", pod.Containers[0].Command, err, out)
 		}
 	})
 	t.Run("dynamic fails", func(t *testing.T) {
-		dir := t.TempDir()
-		if err := os.Chmod(dir, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		dynamic := testkit.Program(t, "a dynamically linked program (coreutils' true)", "/bin/true", "/usr/bin/true")
-		place(t, dynamic, filepath.Join(dir, filepath.Base(job.NoopPath)))
-		out, err := target(t, dir)
+		dynamic := filepath.Join(t.TempDir(), "true")
+		place(t, testkit.Program(t, "a dynamically linked program (coreutils' true)", "/bin/true", "/usr/bin/true"), dynamic)
+		out, err := target(t, dynamic)
 		if err == nil {
 			t.Fatalf("a dynamically linked program ran in an empty root:\n%s", out)
 		}
@@ -171,18 +169,4 @@ func mkdir(t *testing.T, dir string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// bind mounts the folder src at dst, as the kubelet mounts a volume into a
-// container, until the test ends.
-func bind(t *testing.T, src, dst string) {
-	t.Helper()
-	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
-		testkit.Need(t, "bind mounts (root with CAP_SYS_ADMIN)", fmt.Errorf("bind %s at %s: %w", src, dst, err))
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dst, 0); err != nil {
-			t.Errorf("unmount %s: %v", dst, err)
-		}
-	})
 }
