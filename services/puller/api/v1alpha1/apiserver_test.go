@@ -164,6 +164,10 @@ gateTimeout: 15m
 		})
 	}
 
+	// Each is refused by ValidatePolicy too (a policy from a folder of
+	// manifests meets no schema), or by decoding, except those of
+	// goDefaults: an explicit 0 is unset to Go, and Default fills it.
+	goDefaults := map[string]bool{"zero per-node limit": true, "zero attempts": true}
 	invalid := []struct {
 		name, spec string
 		want       []string
@@ -209,7 +213,15 @@ gateTimeout: 15m
 	}
 	for _, tc := range invalid {
 		t.Run("invalid/"+tc.name, func(t *testing.T) {
-			_, err := policies.Create(ctx, policy(t, "p", tc.spec), metav1.CreateOptions{})
+			in := policy(t, "p", tc.spec)
+			var p v1alpha1.PrePullPolicy
+			if err := v1alpha1.FromUnstructured(in.Object, &p); err == nil {
+				p.Spec.Default()
+				if errs := v1alpha1.ValidatePolicy(&p.Spec); (len(errs) == 0) != goDefaults[tc.name] {
+					t.Errorf("ValidatePolicy: %v", errs)
+				}
+			}
+			_, err := policies.Create(ctx, in, metav1.CreateOptions{})
 			if err == nil {
 				t.Fatal("accepted")
 			}

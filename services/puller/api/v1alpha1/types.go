@@ -110,8 +110,9 @@ type WorkloadSelector struct {
 	Namespaces []string `json:"namespaces,omitempty"`
 	// NamespaceSelector selects namespaces by label; absent means any.
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
-	// Selector selects workloads by their labels; {} selects all.
-	Selector metav1.LabelSelector `json:"selector"`
+	// Selector selects workloads by their labels; {} selects all. It is
+	// required: a policy without one selects nothing.
+	Selector *metav1.LabelSelector `json:"selector"`
 }
 
 // Limits are the most pulls running at once: in the whole cluster, on one

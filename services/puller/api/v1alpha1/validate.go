@@ -55,7 +55,10 @@ func setDuration(v **metav1.Duration, d time.Duration) {
 func ValidatePolicy(s *PrePullPolicySpec) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
-	errs = append(errs, validateSelector(&s.Workloads.Selector, spec.Child("workloads", "selector"))...)
+	if s.Workloads.Selector == nil {
+		errs = append(errs, field.Required(spec.Child("workloads", "selector"), "{} selects every workload"))
+	}
+	errs = append(errs, validateSelector(s.Workloads.Selector, spec.Child("workloads", "selector"))...)
 	errs = append(errs, validateSelector(s.Workloads.NamespaceSelector, spec.Child("workloads", "namespaceSelector"))...)
 	errs = append(errs, validateSelector(s.NodeSelector, spec.Child("nodeSelector"))...)
 	for i, ns := range s.Workloads.Namespaces {

@@ -23,8 +23,9 @@ func TestValidatePolicy(t *testing.T) {
 		want   []string // one substring per expected error, in order
 	}{
 		{"defaults", func(*v1alpha1.PrePullPolicySpec) {}, nil},
+		{"no selector", func(s *v1alpha1.PrePullPolicySpec) { s.Workloads.Selector = nil }, []string{"spec.workloads.selector: Required value"}},
 		{"label key", func(s *v1alpha1.PrePullPolicySpec) {
-			s.Workloads.Selector.MatchLabels = map[string]string{"app key!": "web"}
+			s.Workloads.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app key!": "web"}}
 		}, []string{`spec.workloads.selector.matchLabels: Invalid value: "app key!"`}},
 		{"label value", func(s *v1alpha1.PrePullPolicySpec) {
 			s.NodeSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pool", Operator: metav1.LabelSelectorOpIn, Values: []string{"a b"}}}}
@@ -68,7 +69,7 @@ func TestValidatePolicy(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := v1alpha1.PrePullPolicySpec{}
+			s := v1alpha1.PrePullPolicySpec{Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{}}}
 			s.Default()
 			tc.change(&s)
 			errs := v1alpha1.ValidatePolicy(&s)
