@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -59,4 +60,18 @@ func ToUnstructured(in any) (map[string]any, error) {
 		return nil, fmt.Errorf("encode %T: %w", in, err)
 	}
 	return u, nil
+}
+
+// ContainerImages lists the image of every init container and container
+// of a pod template spec, init containers first, as PrePullImageSpec.Images
+// holds them.
+func ContainerImages(spec *corev1.PodSpec) []ContainerImage {
+	out := make([]ContainerImage, 0, len(spec.InitContainers)+len(spec.Containers))
+	for _, c := range spec.InitContainers {
+		out = append(out, ContainerImage{Container: c.Name, Image: c.Image, Init: true})
+	}
+	for _, c := range spec.Containers {
+		out = append(out, ContainerImage{Container: c.Name, Image: c.Image})
+	}
+	return out
 }

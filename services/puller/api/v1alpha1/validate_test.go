@@ -1,6 +1,7 @@
 package v1alpha1_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,21 @@ func TestUnstructuredRoundTrip(t *testing.T) {
 	var p v1alpha1.PrePullPolicy
 	if err := v1alpha1.FromUnstructured(u, &p); err == nil || !strings.Contains(err.Error(), "kind PrePullImage") {
 		t.Errorf("a PrePullImage decoded as a policy: %v", err)
+	}
+}
+
+// TestContainerImages: init containers (marked) then containers.
+func TestContainerImages(t *testing.T) {
+	got := v1alpha1.ContainerImages(&corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "migrate", Image: "web/migrate:1"}},
+		Containers:     []corev1.Container{{Name: "web", Image: "web:1"}, {Name: "proxy", Image: "envoy:1"}},
+	})
+	want := []v1alpha1.ContainerImage{
+		{Container: "migrate", Image: "web/migrate:1", Init: true},
+		{Container: "web", Image: "web:1"},
+		{Container: "proxy", Image: "envoy:1"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
