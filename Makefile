@@ -29,6 +29,8 @@ build:
 	$(GO) build -o bin/weft-renderer ./services/renderer/cmd/weft-renderer
 	$(GO) build -o bin/weft-validator ./services/validator/cmd/weft-validator
 	$(GO) build -o bin/weft-deployer ./services/deployer/cmd/weft-deployer
+	@# static (no libc, no loader): pull Jobs run it inside distroless and scratch images
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/weft-noop ./services/puller/cmd/weft-noop
 
 ## deps: what the tests need from the system: the Debian packages of the
 ## real programs they run (haproxy; redis-server for the redis source;

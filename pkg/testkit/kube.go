@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -167,6 +168,22 @@ func (k *KubeEnv) User(t testing.TB, name string, groups ...string) *rest.Config
 		t.Fatalf("add user %s: %v", name, err)
 	}
 	return u.Config()
+}
+
+// InstallCRDs creates the CustomResourceDefinitions of the YAML files at
+// paths (files, or folders of them) and waits until the API server serves
+// their resources. A path that does not exist or a definition the API
+// server refuses ends the test.
+func (k *KubeEnv) InstallCRDs(t testing.TB, paths ...string) []*apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	crds, err := envtest.InstallCRDs(k.Config, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true})
+	if err != nil {
+		t.Fatalf("install the CustomResourceDefinitions of %v: %v", paths, err)
+	}
+	if len(crds) == 0 {
+		t.Fatalf("no CustomResourceDefinition in %v", paths)
+	}
+	return crds
 }
 
 // startControllerManager runs kube-controller-manager against kubeconfig
