@@ -26,7 +26,6 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/health"
-	"github.com/weftio/weft/pkg/svc/host"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/services/puller/agent"
 	"github.com/weftio/weft/services/puller/cri"
@@ -103,10 +102,12 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
 	log := telemetry.NewLogger(stderr, level)
-	listen := host.Addr{Addr: c.Listen, What: "/healthz, /readyz and /metrics", Change: "--listen or WEFT_LISTEN"}
-	if err := host.CheckAddrs(listen); err != nil {
-		return err
+	// Taken before anything starts, so a busy address is the one error.
+	l, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("%s (/healthz, /readyz and /metrics) cannot be listened on; change it with --listen or WEFT_LISTEN: %w", c.Listen, err)
 	}
+	_ = l.Close()
 	kube, err := kubeClient(c.Kubeconfig)
 	if err != nil {
 		return err
@@ -149,7 +150,7 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
 		})
 		if err != nil {
-			return listen.IfTaken(err)
+			return fmt.Errorf("serve %s (--listen or WEFT_LISTEN): %w", c.Listen, err)
 		}
 		return nil
 	})
