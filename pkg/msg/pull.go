@@ -127,7 +127,9 @@ type PullOrder struct {
 	PullTarget
 	Mode string `json:"mode"` // PullModeCRI or PullModeJob
 	// PullSecrets are the workload's imagePullSecrets and its
-	// ServiceAccount's, tried in order as the kubelet tries them.
+	// ServiceAccount's, tried in order as the kubelet tries them. They are
+	// in the PrePullImage's namespace, as a Pod's are in its own: an
+	// order naming a Secret of another namespace is invalid.
 	PullSecrets []SecretRef `json:"pullSecrets,omitempty"`
 	// Deadline ends the pull: an order not carried out by then is failed.
 	Deadline time.Time `json:"deadline"`
@@ -147,6 +149,9 @@ func (o PullOrder) Validate() error {
 	for i, s := range o.PullSecrets {
 		if s.Namespace == "" || s.Name == "" {
 			return fmt.Errorf("%w: pullSecrets[%d] needs a namespace and a name", ErrInvalid, i)
+		}
+		if s.Namespace != o.Namespace {
+			return fmt.Errorf("%w: pullSecrets[%d] %s is not in the PrePullImage's namespace %s", ErrInvalid, i, s, o.Namespace)
 		}
 	}
 	return nil

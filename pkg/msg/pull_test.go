@@ -80,6 +80,7 @@ func TestPullMessagesInvalid(t *testing.T) {
 		{"order unknown mode", order(func(o *msg.PullOrder) { o.Mode = "docker" }), `mode "docker"`},
 		{"order without deadline", order(func(o *msg.PullOrder) { o.Deadline = time.Time{} }), "deadline is missing"},
 		{"order secret without namespace", order(func(o *msg.PullOrder) { o.PullSecrets = []msg.SecretRef{{Name: "x"}} }), "pullSecrets[0]"},
+		{"order secret of another namespace", order(func(o *msg.PullOrder) { o.PullSecrets = []msg.SecretRef{{Namespace: "kube-system", Name: "x"}} }), "kube-system/x is not in the PrePullImage's namespace shop"},
 		{"pulled unknown outcome", pulled(func(p *msg.Pulled) { p.Outcome = "maybe" }), `outcome "maybe"`},
 		{"failed without error", pulled(func(p *msg.Pulled) { p.Outcome = msg.PullOutcomeFailed }), "needs an error"},
 		{"status unknown phase", msg.PullStatus{Namespace: "a", Name: "b", UID: "c", Node: "d", Phase: "Done"}, `phase "Done"`},

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -385,20 +386,30 @@ func TestAgentPulls(t *testing.T) {
 }
 
 // TestAgentRefusesOrdersItCannotCarryOut: a malformed order, an order of
-// another mode and an order for another node put on this node's subject
-// are dead-lettered, and pull nothing.
+// another mode, an order for another node put on this node's subject and
+// one naming a pull secret of another namespace are dead-lettered, and
+// pull nothing.
 func TestAgentRefusesOrdersItCannotCarryOut(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	good := msg.PullOrder{PullTarget: msg.PullTarget{Namespace: "shop", Name: "web", UID: "u", Image: r.open.Host + "/a:1", Node: node, Attempt: 1}, Mode: msg.PullModeCRI, Deadline: time.Now().Add(time.Minute)}
-	job, other := good, good
+	job, other, foreign := good, good, good
 	job.Mode = msg.PullModeJob
 	other.Node = "node-b"
+	foreign.PullSecrets = []msg.SecretRef{{Namespace: "kube-system", Name: "registry-admin"}}
 	if err := r.bus.NC.Publish(msg.PullSubject(node), []byte(`{"schema":"weft.pullorder.v1","image":"x"}`)); err != nil {
 		t.Fatal(err)
 	}
 	r.publish(t, job, "job")
 	r.publish(t, other, "other")
+	// Built by hand: Publish refuses the invalid order.
+	foreignMsg, _ := json.Marshal(struct {
+		Schema string `json:"schema"`
+		msg.PullOrder
+	}{msg.SchemaPullOrder, foreign})
+	if err := r.bus.NC.Publish(msg.PullSubject(node), foreignMsg); err != nil {
+		t.Fatal(err)
+	}
 	testkit.Eventually(t, time.Minute, func() error {
 		s, err := r.bus.JS.Stream(ctx, msg.StreamDLQ)
 		if err != nil {
@@ -408,8 +419,8 @@ func TestAgentRefusesOrdersItCannotCarryOut(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if info.State.Msgs != 3 {
-			return fmt.Errorf("%d dead letters, want 3", info.State.Msgs)
+		if info.State.Msgs != 4 {
+			return fmt.Errorf("%d dead letters, want 4", info.State.Msgs)
 		}
 		return nil
 	})
@@ -418,7 +429,7 @@ func TestAgentRefusesOrdersItCannotCarryOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reasons []string
-	for seq := uint64(1); seq <= 3; seq++ {
+	for seq := uint64(1); seq <= 4; seq++ {
 		raw, err := m.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatal(err)
@@ -433,7 +444,7 @@ func TestAgentRefusesOrdersItCannotCarryOut(t *testing.T) {
 		reasons = append(reasons, dl.Reason)
 	}
 	all := strings.Join(reasons, "\n")
-	for _, w := range []string{"namespace is missing", "a job-mode order is not for the node agent", `an order for node "node-b"`} {
+	for _, w := range []string{"namespace is missing", "a job-mode order is not for the node agent", `an order for node "node-b"`, "kube-system/registry-admin is not in the PrePullImage's namespace shop"} {
 		if !strings.Contains(all, w) {
 			t.Errorf("no dead letter says %q:\n%s", w, all)
 		}
