@@ -29,6 +29,7 @@ build:
 	$(GO) build -o bin/weft-renderer ./services/renderer/cmd/weft-renderer
 	$(GO) build -o bin/weft-validator ./services/validator/cmd/weft-validator
 	$(GO) build -o bin/weft-deployer ./services/deployer/cmd/weft-deployer
+	$(GO) build -o bin/weft-puller ./services/puller/cmd/weft-puller
 
 ## deps: what the tests need from the system: the Debian packages of the
 ## real programs they run (haproxy; redis-server for the redis source;
