@@ -175,8 +175,12 @@ type Pulled struct {
 	Size     uint64        `json:"size,omitempty"` // bytes, as the runtime reports the image
 	Duration time.Duration `json:"durationNs"`
 	// Error says why the pull failed: the registry's or the runtime's
-	// message, and the pull secrets that could not be read, by name.
+	// message, and the pull secrets that could not be used, by name.
 	Error string `json:"error,omitempty"`
+	// Problems name the pull secrets that could not be used (missing, not
+	// readable, not a pull secret), whatever the outcome; never their
+	// content.
+	Problems []string `json:"problems,omitempty"`
 	// Agent is the replica that carried the order out.
 	Agent string    `json:"agent,omitempty"`
 	At    time.Time `json:"at"`
@@ -218,7 +222,9 @@ type ImagePull struct {
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
 	// Message: why it failed, or what it waits for.
-	Message  string `json:"message,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Problems name the pull secrets that could not be used (Pulled.Problems).
+	Problems []string `json:"problems,omitempty"`
 	Present  bool   `json:"present,omitempty"` // the runtime had it: nothing pulled
 	ImageRef string `json:"imageRef,omitempty"`
 	Digest   string `json:"digest,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -275,8 +276,12 @@ func TestAgentPulls(t *testing.T) {
 		if p.Outcome != msg.PullOutcomePulled || p.ImageRef != privateCfg.ID {
 			t.Fatalf("outcome %+v, want pulled %s", p, privateCfg.ID)
 		}
-		if st := r.status(t, o); !strings.Contains(st.Message, "pull secret shop/gone not found") {
+		want := []string{"pull secret shop/gone not found"}
+		if st := r.status(t, o); !slices.Equal(st.Problems, want) || st.Message != "" {
 			t.Fatalf("status %+v does not name the missing secret", st)
+		}
+		if !slices.Equal(p.Problems, want) {
+			t.Fatalf("outcome %+v does not name the missing secret", p)
 		}
 	})
 
@@ -300,6 +305,9 @@ func TestAgentPulls(t *testing.T) {
 					if !strings.Contains(p.Error, w) {
 						t.Fatalf("error %q does not say %q", p.Error, w)
 					}
+				}
+				if len(p.Problems) != len(tc.secrets) {
+					t.Fatalf("problems %q, want one per secret that could not be read", p.Problems)
 				}
 				if r.onRuntime(t, privateNoSecret.Ref) {
 					t.Fatal("containerd has the image")
@@ -379,6 +387,16 @@ func TestAgentPulls(t *testing.T) {
 		}
 	})
 
+	// One span per order handled, parented on the order's trace.
+	spans := 0
+	for _, sp := range r.env.Spans.Ended() {
+		if sp.Name() == agent.Service+" pulls" {
+			spans++
+		}
+	}
+	if spans < 10 {
+		t.Fatalf("%d spans of handled orders, want one per order", spans)
+	}
 	// Credentials never reach a log line or a message.
 	if strings.Contains(r.env.Logs.String(), r.password) {
 		t.Fatal("the pull secret's password is in the log")

@@ -177,7 +177,7 @@ func (a *agent) finish(ctx context.Context, o msg.PullOrder, started time.Time, 
 	now := time.Now().UTC()
 	p := msg.ImagePull{Image: o.Image, Phase: msg.PullPulled, Attempts: o.Attempt, Started: started, Finished: now,
 		Present: res.outcome == msg.PullOutcomePresent, ImageRef: res.ref, Digest: digestOf(o.Image, res.image), Size: res.image.Size,
-		Message: strings.Join(res.problems, "; ")}
+		Problems: res.problems}
 	if res.err != nil {
 		p.Phase, p.Message, res.outcome = msg.PullFailed, res.err.Error(), msg.PullOutcomeFailed
 	}
@@ -192,7 +192,7 @@ func (a *agent) finish(ctx context.Context, o msg.PullOrder, started time.Time, 
 		log.ErrorContext(ctx, "pull failed", "err", res.err, "took", took)
 	case msg.PullOutcomePulled:
 		a.metrics.bytes.Add(float64(p.Size))
-		log.InfoContext(ctx, "image pulled", "image_ref", p.ImageRef, "size", p.Size, "took", took, "problems", p.Message)
+		log.InfoContext(ctx, "image pulled", "image_ref", p.ImageRef, "size", p.Size, "took", took, "problems", p.Problems)
 	default:
 		log.InfoContext(ctx, "image already present", "image_ref", p.ImageRef)
 	}
@@ -209,7 +209,7 @@ func (a *agent) publish(ctx context.Context, p msg.Pulled) error {
 // pulledOf is the outcome message of o as p records it.
 func pulledOf(o msg.PullOrder, p msg.ImagePull, agent string) msg.Pulled {
 	out := msg.Pulled{PullTarget: o.PullTarget, Outcome: msg.PullOutcomePulled, ImageRef: p.ImageRef, Digest: p.Digest, Size: p.Size,
-		Duration: p.Finished.Sub(p.Started), Agent: agent, At: p.Finished}
+		Duration: p.Finished.Sub(p.Started), Problems: p.Problems, Agent: agent, At: p.Finished}
 	switch {
 	case p.Phase == msg.PullFailed:
 		out.Outcome, out.Error = msg.PullOutcomeFailed, p.Message
