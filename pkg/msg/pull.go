@@ -225,10 +225,10 @@ type ImagePull struct {
 	Message string `json:"message,omitempty"`
 	// Problems name the pull secrets that could not be used (Pulled.Problems).
 	Problems []string `json:"problems,omitempty"`
-	Present  bool   `json:"present,omitempty"` // the runtime had it: nothing pulled
-	ImageRef string `json:"imageRef,omitempty"`
-	Digest   string `json:"digest,omitempty"`
-	Size     uint64 `json:"size,omitempty"`
+	Present  bool     `json:"present,omitempty"` // the runtime had it: nothing pulled
+	ImageRef string   `json:"imageRef,omitempty"`
+	Digest   string   `json:"digest,omitempty"`
+	Size     uint64   `json:"size,omitempty"`
 }
 
 // PullStatus is one node's pull state for a PrePullImage, in BucketPulls
