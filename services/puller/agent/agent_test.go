@@ -20,6 +20,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/imagetest"
 	"github.com/weftio/weft/services/puller/agent"
 	"github.com/weftio/weft/services/puller/cri"
 )
@@ -36,8 +37,8 @@ type rig struct {
 	env      *testkit.Env
 	runtime  *cri.Client
 	kube     *testkit.KubeEnv
-	open     *testkit.ImageRegistry
-	private  *testkit.ImageRegistry
+	open     *imagetest.ImageRegistry
+	private  *imagetest.ImageRegistry
 	uid      atomic.Int64
 	password string
 }
@@ -45,7 +46,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	r := &rig{password: "s3cret-Pa55"}
-	sock := testkit.Containerd(t)
+	sock := imagetest.Containerd(t)
 	r.kube = testkit.Kube(t)
 	r.bus = testkit.NATS(t)
 	r.env = testkit.NewEnv(t, r.bus, "agent-1")
@@ -54,8 +55,8 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.runtime.Close() })
-	r.open = testkit.Registry(t)
-	r.private = testkit.Registry(t, testkit.WithBasicAuth("puller", r.password))
+	r.open = imagetest.Registry(t)
+	r.private = imagetest.Registry(t, imagetest.WithBasicAuth("puller", r.password))
 	ctx := context.Background()
 	if _, err := r.kube.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -8,22 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/imagetest"
 	"github.com/weftio/weft/services/puller/cri"
 )
 
 // TestClientAgainstContainerd pulls through a real containerd from a real
 // registry: Status before and after, credentials, and each failure's class.
 func TestClientAgainstContainerd(t *testing.T) {
-	c, err := cri.Dial(testkit.Containerd(t))
+	c, err := cri.Dial(imagetest.Containerd(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	open := testkit.Registry(t)
-	private := testkit.Registry(t, testkit.WithBasicAuth("puller", "s3cret"))
+	open := imagetest.Registry(t)
+	private := imagetest.Registry(t, imagetest.WithBasicAuth("puller", "s3cret"))
 	plain := open.PushPlain(t, "shop/web", "1.0")
 	secret := private.PushPlain(t, "team/app", "2")
 

@@ -15,6 +15,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/imagetest"
 )
 
 // TestAgentCommand runs the weft-puller binary as a node agent on real
@@ -22,10 +23,10 @@ import (
 // the outcome, and serves its metrics and readiness.
 func TestAgentCommand(t *testing.T) {
 	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
-	sock := testkit.Containerd(t)
+	sock := imagetest.Containerd(t)
 	kube := testkit.Kube(t)
 	b := testkit.NATS(t)
-	reg := testkit.Registry(t)
+	reg := imagetest.Registry(t)
 	img := reg.PushPlain(t, "shop/web", "1")
 	listen := freeAddr(t)
 	p := testkit.StartProcess(t, bin, "agent", "--node", "n1", "--cri-socket", sock, "--nats-url", b.URL,

@@ -1,4 +1,4 @@
-package testkit_test
+package imagetest_test
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/imagetest"
 )
 
 // TestContainerdPullsFromRegistry: the test containerd pulls the test
 // registry's images through its CRI ImageService, by tag and by digest,
 // and a registry that demands credentials refuses a pull without them.
 func TestContainerdPullsFromRegistry(t *testing.T) {
-	sock := testkit.Containerd(t)
+	sock := imagetest.Containerd(t)
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -27,8 +27,8 @@ func TestContainerdPullsFromRegistry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	open := testkit.Registry(t)
-	private := testkit.Registry(t, testkit.WithBasicAuth("puller", "s3cret"))
+	open := imagetest.Registry(t)
+	private := imagetest.Registry(t, imagetest.WithBasicAuth("puller", "s3cret"))
 	plain := open.PushPlain(t, "shop/web", "1.0")
 	scratch := open.PushScratch(t, "tools/noop", "1", "/noop", []byte("\x7fELF not really"))
 	secret := private.PushPlain(t, "team/app", "2")

@@ -1,4 +1,9 @@
-package testkit
+// Package imagetest holds the real container-image parts of tests:
+// Containerd, Debian's containerd with its CRI plugin run for one test, and
+// Registry, a real OCI registry on loopback with test images. It is a
+// package of its own so that the modules whose tests use only testkit do
+// not depend on gRPC, the CRI API and go-containerregistry.
+package imagetest
 
 import (
 	"context"
@@ -15,6 +20,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // containerdConfig is the configuration of a test's own containerd: every
@@ -54,9 +61,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // no container can run here.
 func Containerd(t testing.TB) string {
 	t.Helper()
-	bin := Program(t, "containerd (apt-get install containerd)", "containerd", "/usr/sbin/containerd", "/usr/bin/containerd")
+	bin := testkit.Program(t, "containerd (apt-get install containerd)", "containerd", "/usr/sbin/containerd", "/usr/bin/containerd")
 	if os.Geteuid() != 0 {
-		Need(t, "root, which containerd needs", errors.New("the tests do not run as root"))
+		testkit.Need(t, "root, which containerd needs", errors.New("the tests do not run as root"))
 	}
 	dir := t.TempDir()
 	// A unix socket's path is limited to 107 bytes: the socket goes to a
@@ -72,7 +79,7 @@ func Containerd(t testing.TB) string {
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := &SyncBuffer{}
+	out := &testkit.SyncBuffer{}
 	cmd := exec.Command(bin, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -1,4 +1,4 @@
-package testkit
+package imagetest
 
 import (
 	"archive/tar"
