@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ type rig struct {
 	password string
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, opts ...func(*agent.Options)) *rig {
 	t.Helper()
 	r := &rig{password: "s3cret-Pa55"}
 	sock := imagetest.Containerd(t)
@@ -61,9 +62,11 @@ func newRig(t *testing.T) *rig {
 	if _, err := r.kube.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Run(t, func(ctx context.Context) error {
-		return agent.Run(ctx, r.env.Env, agent.Options{Node: node, Runtime: r.runtime, Secrets: agent.KubeSecrets{Client: r.kube.Clientset}, AckWait: 2 * time.Second})
-	})
+	o := agent.Options{Node: node, Runtime: r.runtime, Secrets: agent.KubeSecrets{Client: r.kube.Clientset}, AckWait: 2 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	testkit.Run(t, func(ctx context.Context) error { return agent.Run(ctx, r.env.Env, o) })
 	return r
 }
 
@@ -471,5 +474,51 @@ func TestAgentRefusesOrdersItCannotCarryOut(t *testing.T) {
 	kv, _ := r.bus.JS.KeyValue(ctx, msg.BucketPulls)
 	if _, err := kv.Get(ctx, msg.PullStatusKey("shop", "web", node)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("a refused order left a status: %v", err)
+	}
+}
+
+// gate is a Limiter that refuses its first request (no slot free) and
+// grants the others, counting what is held.
+type gate struct {
+	mu                       sync.Mutex
+	asked, released, maxHeld int
+	held                     int
+	orders                   []string
+}
+
+func (g *gate) Acquire(_ context.Context, o msg.PullOrder) (func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.asked++
+	g.orders = append(g.orders, o.ID())
+	if g.asked == 1 {
+		return nil, errors.New("no pull slot free")
+	}
+	g.held++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.held--
+		g.released++
+	}, nil
+}
+
+// TestAgentAsksTheLimiter: every pull is made with a slot of the Limiter,
+// released when it ends; a refused slot is retried, not a failure.
+func TestAgentAsksTheLimiter(t *testing.T) {
+	g := &gate{}
+	r := newRig(t, func(o *agent.Options) { o.Limiter = g })
+	img := r.open.PushPlain(t, "shop/web", "1")
+	o := r.order(t, img.Ref, time.Minute)
+	if p := r.pulled(t, o); p.Outcome != msg.PullOutcomePulled {
+		t.Fatalf("outcome %+v, want pulled after the refused slot", p)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.asked != 2 || g.released != 1 || g.held != 0 || g.orders[0] != o.ID() || g.orders[1] != o.ID() {
+		t.Fatalf("limiter asked %d times for %v, released %d, holds %d; want refused once, then held and released", g.asked, g.orders, g.released, g.held)
+	}
+	if n := testkit.CounterValue(t, r.env.Registry, "weft_puller_agent_retries_total"); n != 1 {
+		t.Fatalf("retries %v, want the refused slot's 1", n)
 	}
 }
