@@ -480,10 +480,9 @@ func TestAgentRefusesOrdersItCannotCarryOut(t *testing.T) {
 // gate is a Limiter that refuses its first request (no slot free) and
 // grants the others, counting what is held.
 type gate struct {
-	mu                       sync.Mutex
-	asked, released, maxHeld int
-	held                     int
-	orders                   []string
+	mu                    sync.Mutex
+	asked, released, held int
+	orders                []string
 }
 
 func (g *gate) Acquire(_ context.Context, o msg.PullOrder) (func(), error) {
