@@ -521,3 +521,26 @@ func TestAgentAsksTheLimiter(t *testing.T) {
 		t.Fatalf("retries %v, want the refused slot's 1", n)
 	}
 }
+
+// TestAgentGetsItsConsumerBack: a consumer deleted under a running agent
+// (or lost with the NATS node that held it) is made again, and the orders
+// published meanwhile are carried out. On a work queue a consumer must
+// deliver every message there is, so it is made as it was first.
+func TestAgentGetsItsConsumerBack(t *testing.T) {
+	// One loop: with several, the one that had handled nothing would
+	// make the consumer again for the others.
+	r := newRig(t, func(o *agent.Options) { o.Parallel = 1 })
+	first := r.open.PushPlain(t, "shop/web", "1")
+	second := r.open.PushPlain(t, "shop/web", "2")
+	if p := r.pulled(t, r.order(t, first.Ref, time.Minute)); p.Outcome != msg.PullOutcomePulled {
+		t.Fatalf("outcome %+v", p)
+	}
+	ctx := context.Background()
+	if err := r.bus.JS.DeleteConsumer(ctx, msg.StreamPulls, agent.ConsumerName(node)); err != nil {
+		t.Fatal(err)
+	}
+	o := r.order(t, second.Ref, time.Minute)
+	if p := r.pulled(t, o); p.Outcome != msg.PullOutcomePulled || p.ImageRef != second.ID {
+		t.Fatalf("outcome %+v, want pulled %s", p, second.ID)
+	}
+}
