@@ -57,6 +57,15 @@ func Dial(path string) (*Client, error) {
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
+// Ping asks the runtime's ImageService about its image file systems: an
+// error means it does not answer (a readiness check).
+func (c *Client) Ping(ctx context.Context) error {
+	if _, err := c.images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{}); err != nil {
+		return fmt.Errorf("cri: the runtime does not answer: %w", classify(err))
+	}
+	return nil
+}
+
 // Image is what the runtime reports of an image it has.
 type Image struct {
 	ID          string   // the runtime's id (sha256 of the configuration)

@@ -27,6 +27,9 @@ func TestClientAgainstContainerd(t *testing.T) {
 	plain := open.PushPlain(t, "shop/web", "1.0")
 	secret := private.PushPlain(t, "team/app", "2")
 
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
 	if _, ok, err := c.Status(ctx, plain.Ref); err != nil || ok {
 		t.Fatalf("status before the pull: present %v, %v", ok, err)
 	}
@@ -79,6 +82,7 @@ func TestClientRuntimeDown(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"status": func() error { _, _, err := c.Status(ctx, "r.example.com/a:1"); return err },
 		"pull":   func() error { _, err := c.Pull(ctx, "r.example.com/a:1", nil); return err },
+		"ping":   func() error { return c.Ping(ctx) },
 	} {
 		err := call()
 		if err == nil || cri.IsPermanent(err) || !strings.Contains(err.Error(), "Unavailable") {

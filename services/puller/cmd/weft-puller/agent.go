@@ -143,6 +143,11 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 		}
 		return nil
 	})
+	checks.Func("cri", func() error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return runtime.Ping(ctx)
+	})
 	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -138,4 +139,39 @@ func get(url string) (string, error) {
 		return string(body), fmt.Errorf("%s: %s: %s", url, resp.Status, body)
 	}
 	return string(body), nil
+}
+
+// TestAgentNotReadyWithoutRuntime: an agent whose runtime does not answer
+// on its socket says so on /readyz.
+func TestAgentNotReadyWithoutRuntime(t *testing.T) {
+	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
+	b := testkit.NATS(t)
+	dir := t.TempDir()
+	kubeconfig := dir + "/kubeconfig"
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listen := freeAddr(t)
+	p := testkit.StartProcess(t, bin, "agent", "--node", "n1", "--cri-socket", dir+"/none.sock", "--nats-url", b.URL,
+		"--kubeconfig", kubeconfig, "--listen", listen)
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if done, err := p.Exited(); done {
+			t.Fatalf("weft-puller exited: %v\n%s", err, p.Output())
+		}
+		body, err := get("http://" + listen + "/readyz")
+		if err == nil {
+			return fmt.Errorf("ready without a runtime: %s", body)
+		}
+		if !strings.Contains(body, "cri") || !strings.Contains(body, "does not answer") {
+			// Not ready for another reason (NATS, the consumer) so far.
+			return fmt.Errorf("/readyz: %v", err)
+		}
+		return nil
+	})
 }
