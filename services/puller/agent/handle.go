@@ -77,9 +77,9 @@ func (a *agent) onOrder(ctx context.Context, m jetstream.Msg) error {
 		log.InfoContext(ctx, "order already carried out; its outcome is published again", "phase", prev.Phase)
 		return a.publish(ctx, pulledOf(o, prev, a.env.Replica))
 	}
-	started, last := time.Now().UTC(), ""
+	started, kept, last := time.Now().UTC(), "", ""
 	if had {
-		last = prev.Message // why the try before failed
+		kept, last = prev.Message, strings.TrimPrefix(prev.Message, retrying) // why the try before failed
 		if !prev.Started.IsZero() {
 			started = prev.Started // the first start of this attempt
 		}
@@ -98,7 +98,7 @@ func (a *agent) onOrder(ctx context.Context, m jetstream.Msg) error {
 		return a.failedTry(ctx, o, started, fmt.Errorf("wait for a pull slot: %w", err), deliveries, log)
 	}
 	defer release()
-	if err := a.record(pctx, o.PullTarget, msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: last}); err != nil {
+	if err := a.record(pctx, o.PullTarget, msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: kept}); err != nil {
 		return a.failedTry(ctx, o, started, err, deliveries, log)
 	}
 	a.metrics.active.Inc()
@@ -151,12 +151,16 @@ func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Tim
 		return a.finish(ctx, o, started, result{err: fmt.Errorf("the deadline %s passed: %w", o.Deadline.UTC().Format(time.RFC3339), err)}, log)
 	}
 	a.metrics.retries.Inc()
-	p := msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: "retrying: " + err.Error()}
+	p := msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: retrying + err.Error()}
 	if rerr := a.record(ctx, o.PullTarget, p); rerr != nil {
 		log.WarnContext(ctx, "recording the retry failed", "err", rerr)
 	}
 	return msg.Retry(err, backoff(deliveries, o.Deadline))
 }
+
+// retrying starts the status message of an order that failed in a way
+// worth retrying and is tried again.
+const retrying = "retrying: "
 
 // backoff is the delay before the next delivery: a second, doubling with
 // every delivery up to retryMax, and never past the deadline, so that an
