@@ -35,6 +35,7 @@ type ImageRegistry struct {
 	// empty: it serves anyone.
 	Username, Password string
 
+	wrap      func(http.Handler) http.Handler
 	mu        sync.Mutex
 	manifests map[string]int // manifest requests by repository
 }
@@ -49,6 +50,12 @@ func WithBasicAuth(username, password string) RegistryOption {
 	return func(r *ImageRegistry) { r.Username, r.Password = username, password }
 }
 
+// WithMiddleware puts wrap around the registry's handler, below the
+// credential check: a test can slow, count or break requests with it.
+func WithMiddleware(wrap func(next http.Handler) http.Handler) RegistryOption {
+	return func(r *ImageRegistry) { r.wrap = wrap }
+}
+
 // Registry starts an OCI registry for the test on 127.0.0.1 and stops it
 // when the test ends.
 func Registry(t testing.TB, opts ...RegistryOption) *ImageRegistry {
@@ -58,6 +65,9 @@ func Registry(t testing.TB, opts ...RegistryOption) *ImageRegistry {
 		o(r)
 	}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	if r.wrap != nil {
+		inner = r.wrap(inner)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.Username != "" {
 			u, p, ok := req.BasicAuth()

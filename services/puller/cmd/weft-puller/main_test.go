@@ -10,8 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/bus"
@@ -174,4 +177,77 @@ current-context: c
 		}
 		return nil
 	})
+}
+
+// TestAgentKilledMidPull: an agent SIGKILLed while it pulls leaves its
+// order unacknowledged; the agent that takes its place gets it within the
+// consumer's AckWait and carries it out, in the same attempt.
+func TestAgentKilledMidPull(t *testing.T) {
+	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
+	sock := imagetest.Containerd(t)
+	kube := testkit.Kube(t)
+	b := testkit.NATS(t)
+	// Layer downloads hang while held: the first agent dies in the pull.
+	var held atomic.Bool
+	hanging := make(chan struct{}, 16)
+	reg := imagetest.Registry(t, imagetest.WithMiddleware(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if held.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+				hanging <- struct{}{}
+				for held.Load() && r.Context().Err() == nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}))
+	img := reg.PushPlain(t, "shop/web", "1")
+	held.Store(true)
+	args := []string{"agent", "--node", "n1", "--cri-socket", sock, "--nats-url", b.URL, "--kubeconfig", kube.Kubeconfig}
+	first := testkit.StartProcess(t, bin, append(args, "--listen", freeAddr(t))...)
+	o := msg.PullOrder{PullTarget: msg.PullTarget{Namespace: "shop", Name: "web", UID: "u1", Image: img.Ref, Node: "n1", Attempt: 1},
+		Mode: msg.PullModeCRI, Deadline: time.Now().Add(2 * time.Minute)}
+	if _, err := bus.Publish(context.Background(), b.JS, msg.PullSubject("n1"), o.ID(), o); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hanging:
+	case <-time.After(time.Minute):
+		t.Fatalf("the first agent never pulled:\n%s", first.Output())
+	}
+	kv, err := b.JS.KeyValue(context.Background(), msg.BucketPulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := pullState(t, kv, o)
+	if before.Phase != msg.PullPulling {
+		t.Fatalf("status while pulling: %+v", before)
+	}
+	first.Kill(t)
+	held.Store(false)
+	testkit.StartProcess(t, bin, append(args, "--listen", freeAddr(t))...)
+	testkit.Eventually(t, time.Minute, func() error {
+		st := pullState(t, kv, o)
+		if st.Phase != msg.PullPulled {
+			return fmt.Errorf("status %+v", st)
+		}
+		if st.ImageRef != img.ID || st.Attempts != 1 || !st.Started.Equal(before.Started) {
+			t.Fatalf("status %+v: want the image %s pulled in the first attempt, started %v", st, img.ID, before.Started)
+		}
+		return nil
+	})
+}
+
+func pullState(t *testing.T, kv jetstream.KeyValue, o msg.PullOrder) msg.ImagePull {
+	t.Helper()
+	e, err := kv.Get(context.Background(), msg.PullStatusKey(o.Namespace, o.Name, o.Node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st msg.PullStatus
+	if err := msg.Decode(e.Value(), &st); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := st.Image(o.Image)
+	return p
 }
