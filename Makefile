@@ -31,17 +31,20 @@ build:
 	$(GO) build -o bin/weft-deployer ./services/deployer/cmd/weft-deployer
 	@# static (no libc, no loader): pull Jobs run it inside distroless and scratch images
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/weft-noop ./services/puller/cmd/weft-noop
+	$(GO) build -o bin/weft-puller ./services/puller/cmd/weft-puller
 
 ## deps: what the tests need from the system: the Debian packages of the
 ## real programs they run (haproxy; redis-server for the redis source;
 ## python3-jinja2 for the side-by-side with Python's Jinja2, run with
-## /usr/bin/python3; socat for HAProxy's sockets by hand), each installed
+## /usr/bin/python3; socat for HAProxy's sockets by hand; containerd, whose
+## CRI ImageService the puller's node agent pulls through), each installed
 ## when its check fails
 deps:
 	@missing=; \
 	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$$missing haproxy"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
+	command -v containerd >/dev/null 2>&1 || [ -x /usr/sbin/containerd ] || missing="$$missing containerd"; \
 	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \

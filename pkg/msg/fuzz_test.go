@@ -129,3 +129,29 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 	fuzzDecoder(f, func() *msg.Heartbeat { return new(msg.Heartbeat) },
 		`{"schema":"weft.heartbeat.v1","kind":"haproxy","replica":"host.example-12","at":"2026-01-02T03:04:05Z"}`)
 }
+
+func FuzzDecodePullOrder(f *testing.F) {
+	fuzzDecoder(f, func() *msg.PullOrder { return new(msg.PullOrder) },
+		`{"schema":"weft.pullorder.v1","namespace":"a","name":"b","uid":"u","image":"r/i:1","node":"n","attempt":1,"mode":"cri","pullSecrets":[{"namespace":"a","name":"s"}],"deadline":"2026-01-02T03:04:05Z"}`)
+}
+
+func FuzzDecodePulled(f *testing.F) {
+	fuzzDecoder(f, func() *msg.Pulled { return new(msg.Pulled) },
+		`{"schema":"weft.pulled.v1","namespace":"a","name":"b","uid":"u","image":"r/i:1","node":"n","attempt":1,"outcome":"failed","error":"not found"}`)
+}
+
+func FuzzDecodePullStatus(f *testing.F) {
+	fuzzDecoder(f, func() *msg.PullStatus { return new(msg.PullStatus) },
+		`{"schema":"weft.pullstatus.v1","namespace":"a","name":"b","uid":"u","node":"n","phase":"Pulled","images":[{"image":"r/i:1","phase":"Pulled","attempts":1}]}`)
+}
+
+func FuzzPullStatusKey(f *testing.F) {
+	f.Add("default", "web.v2", "ip-10-0-0-1.ec2.internal")
+	f.Fuzz(func(t *testing.T, ns, name, node string) {
+		k := msg.PullStatusKey(ns, name, node)
+		gns, gname, gnode, err := msg.ParsePullStatusKey(k)
+		if err != nil || gns != ns || gname != name || gnode != node {
+			t.Fatalf("round trip of %q/%q/%q via %q: %q/%q/%q %v", ns, name, node, k, gns, gname, gnode, err)
+		}
+	})
+}

@@ -19,6 +19,8 @@ const (
 	StreamDLQ       = "WEFT_DLQ"
 )
 
+// StreamPulls and StreamPulled are in pull.go.
+
 // Key-value bucket and object store names.
 const (
 	BucketResources = "weft-resources"
@@ -29,6 +31,8 @@ const (
 	ObjectBundles   = "weft-bundles"
 )
 
+// BucketPulls is in pull.go.
+
 // DedupWindow is how long JetStream remembers a Nats-Msg-Id.
 const DedupWindow = 2 * time.Minute
 
@@ -37,12 +41,18 @@ var streamDefs = []struct {
 	name, desc string
 	subjects   []string
 	maxAge     time.Duration
+	// retention: LimitsPolicy unless a stream says otherwise.
+	retention jetstream.RetentionPolicy
 }{
-	{StreamChanges, "resource changes and initial-sync markers from the watcher", []string{ChangeAll, SyncAll}, 24 * time.Hour},
-	{StreamRenders, "rendered bundles (by hash) with provenance, and render failures", []string{RenderAll}, 7 * 24 * time.Hour},
-	{StreamValidated, "gathered validation verdicts per bundle", []string{ValidatedAll}, 7 * 24 * time.Hour},
-	{StreamDeploys, "deploy orders and their outcomes per instance", []string{DeployAll, DeployedAll}, 7 * 24 * time.Hour},
-	{StreamDLQ, "messages a service could not decode or handle, with the reason", []string{DLQAll}, 30 * 24 * time.Hour},
+	{StreamChanges, "resource changes and initial-sync markers from the watcher", []string{ChangeAll, SyncAll}, 24 * time.Hour, jetstream.LimitsPolicy},
+	{StreamRenders, "rendered bundles (by hash) with provenance, and render failures", []string{RenderAll}, 7 * 24 * time.Hour, jetstream.LimitsPolicy},
+	{StreamValidated, "gathered validation verdicts per bundle", []string{ValidatedAll}, 7 * 24 * time.Hour, jetstream.LimitsPolicy},
+	{StreamDeploys, "deploy orders and their outcomes per instance", []string{DeployAll, DeployedAll}, 7 * 24 * time.Hour, jetstream.LimitsPolicy},
+	{StreamDLQ, "messages a service could not decode or handle, with the reason", []string{DLQAll}, 30 * 24 * time.Hour, jetstream.LimitsPolicy},
+	// A work queue: each order is taken by its node's agent and removed
+	// once acknowledged.
+	{StreamPulls, "image pull orders, one subject per node", []string{PullAll}, 24 * time.Hour, jetstream.WorkQueuePolicy},
+	{StreamPulled, "outcomes of image pull orders per node", []string{PulledAll}, 7 * 24 * time.Hour, jetstream.LimitsPolicy},
 }
 
 // Streams returns the configuration of every weft stream at the given
@@ -54,7 +64,7 @@ func Streams(replicas int) []jetstream.StreamConfig {
 			Name:        s.name,
 			Description: s.desc,
 			Subjects:    s.subjects,
-			Retention:   jetstream.LimitsPolicy,
+			Retention:   s.retention,
 			Storage:     jetstream.FileStorage,
 			MaxAge:      s.maxAge,
 			MaxMsgSize:  MaxPayload,
@@ -77,6 +87,7 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 		{Bucket: BucketLeases, Description: "leases: which replica renders a target; heartbeats of validator kinds; slots of concurrency limits", History: 1, TTL: LeaseTTL, LimitMarkerTTL: LeaseTTL, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketConfig, Description: "the active configuration, when it comes from a ConfigMap", History: 5, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketVerdicts, Description: "validation verdicts cached by bundle hash", History: 1, TTL: 7 * 24 * time.Hour, Replicas: replicas, Storage: jetstream.FileStorage},
+		{Bucket: BucketPulls, Description: "image pull status per PrePullImage and node", History: 1, Replicas: replicas, Storage: jetstream.FileStorage},
 	}
 }
 

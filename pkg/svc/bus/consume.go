@@ -208,6 +208,15 @@ func Durable(ctx context.Context, js ConsumerMaker, stream string, cfg jetstream
 	return c, renew, nil
 }
 
+// errWorkQueueDeliverAll is JetStream's refusal of a consumer of a
+// work-queue stream that would not deliver all its messages.
+const errWorkQueueDeliverAll jetstream.ErrorCode = 10101
+
+func isWorkQueueDeliverAll(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errWorkQueueDeliverAll
+}
+
 // ConsumerMaker is the part of jetstream.JetStream that Renew needs.
 type ConsumerMaker interface {
 	Consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error)
@@ -217,7 +226,8 @@ type ConsumerMaker interface {
 // Renew is the Renewal of a named consumer (cfg.Durable or cfg.Name): one
 // that still exists (its leader moved, or heartbeats were only late) is
 // read again as it is; one that is gone is created with cfg, starting
-// after the last message handled.
+// after the last message handled (on a work-queue stream, which holds only
+// messages not acknowledged yet, with cfg as it is).
 func Renew(js ConsumerMaker, stream string, cfg jetstream.ConsumerConfig) (Renewal, error) {
 	name := cfg.Durable
 	if name == "" {
@@ -239,6 +249,12 @@ func Renew(js ConsumerMaker, stream string, cfg jetstream.ConsumerConfig) (Renew
 			again.DeliverPolicy, again.OptStartSeq, again.OptStartTime = jetstream.DeliverByStartSequencePolicy, after+1, nil
 		}
 		c, err = js.CreateOrUpdateConsumer(ctx, stream, again)
+		if after > 0 && isWorkQueueDeliverAll(err) {
+			// A work queue keeps only what no consumer acknowledged, and
+			// its consumers deliver all of it: made as configured, the
+			// consumer starts after the last message handled.
+			c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("create consumer %s: %w", name, err)
 		}

@@ -137,3 +137,66 @@ func TestConsumeWithoutRenewalReportsTheLoss(t *testing.T) {
 		t.Fatal("Consume went on reading a deleted consumer")
 	}
 }
+
+// TestConsumeRenewsAWorkQueueConsumer: a work-queue stream takes only
+// consumers that deliver all it holds (what no one acknowledged), so its
+// lost consumer is made again as configured, not from a start sequence,
+// and the messages published meanwhile are handled.
+func TestConsumeRenewsAWorkQueueConsumer(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	ctx := context.Background()
+	subject := msg.PullSubject("n1")
+	cfg := jetstream.ConsumerConfig{Durable: "wq", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, FilterSubject: subject}
+	cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamPulls, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options(t, env)
+	if o.Renew, err = bus.Renew(b.JS, msg.StreamPulls, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[int]int{}
+	testkit.Run(t, func(ctx context.Context) error {
+		return bus.Consume(ctx, cons, func(_ context.Context, m jetstream.Msg) error {
+			var p msg.PullOrder
+			if err := msg.Decode(m.Data(), &p); err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			got[p.Attempt]++
+			return nil
+		}, o)
+	})
+	publish := func(attempt int) {
+		t.Helper()
+		p := msg.PullOrder{PullTarget: msg.PullTarget{Namespace: "a", Name: "b", UID: "u", Image: "r/i:1", Node: "n1", Attempt: attempt}, Mode: msg.PullModeCRI, Deadline: time.Now().Add(time.Minute)}
+		if _, err := bus.Publish(ctx, b.JS, subject, p.ID(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handled := func(attempts ...int) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, a := range attempts {
+				if got[a] == 0 {
+					return fmt.Errorf("attempt %d not handled (handled: %v)", a, got)
+				}
+			}
+			return nil
+		}
+	}
+	publish(1)
+	testkit.Eventually(t, 10*time.Second, handled(1))
+	if err := b.JS.DeleteConsumer(ctx, msg.StreamPulls, "wq"); err != nil {
+		t.Fatal(err)
+	}
+	publish(2)
+	testkit.Eventually(t, 20*time.Second, handled(2))
+	if c, err := b.JS.Consumer(ctx, msg.StreamPulls, "wq"); err != nil || c.CachedInfo().Config.DeliverPolicy != jetstream.DeliverAllPolicy {
+		t.Fatalf("renewed consumer: %v %v", c, err)
+	}
+}

@@ -1,0 +1,55 @@
+// Command weft-puller runs the puller's parts. `weft-puller agent --node
+// <name>` is the node agent: it carries out the node's pull orders through
+// the container runtime's CRI socket (see package agent).
+//
+// Exit codes: 0 success (and -h), 1 failed, 2 bad command line.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+func main() {
+	err := run(os.Args[1:], os.Stderr)
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "weft-puller:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "weft-puller:", strings.ReplaceAll(err.Error(), "\n", "\nweft-puller: "))
+		os.Exit(1)
+	}
+}
+
+// errUsage marks a wrong command line.
+var errUsage = errors.New("usage")
+
+const usage = `usage: weft-puller <command> [flags]
+
+commands:
+  agent   carry out the pull orders of one node through its container runtime (CRI)
+
+weft-puller <command> -h lists the command's flags.
+`
+
+func run(args []string, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	switch args[0] {
+	case "agent":
+		return runAgent(args[1:], stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stderr, usage)
+		return flag.ErrHelp
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}
