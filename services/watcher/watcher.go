@@ -361,14 +361,28 @@ func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
 }
 
 // Problem reports passing trouble of the source. An error while ctx is
-// done is the source being stopped (the process stopping), not trouble.
+// done is the source being stopped (the process stopping), not trouble. A
+// write to the bucket that JetStream did not answer, or that other
+// replicas kept winning, is written again on the source's next pass: a
+// warning; anything else (a source that cannot be read, a manifest that
+// does not parse) is an error. Both count in the errors metric.
 func (k *sink) Problem(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		k.env.Log.DebugContext(ctx, "source stopped", "source", k.source, "err", err)
 		return
 	}
 	k.m.errors.WithLabelValues(k.source).Inc()
+	if passing(err) {
+		k.env.Log.WarnContext(ctx, "source write not stored; written again on the next pass", "source", k.source, "err", err)
+		return
+	}
 	k.env.Log.ErrorContext(ctx, "source problem", "source", k.source, "err", err)
+}
+
+// passing reports a bucket write that asking again fixes.
+func passing(err error) bool {
+	return errors.Is(err, store.ErrContended) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // Synced writes the sync status of typ: the first time (the initial sync,

@@ -29,6 +29,12 @@ import (
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
+
+// ErrContended is a write that lost its compare-and-set again and again:
+// other replicas of the source keep writing the key with what they see.
+// The source writes it again on its next pass.
+var ErrContended = errors.New("the key keeps changing under us (other replicas are writing it)")
+
 // Object is one desired object of a source.
 type Object struct {
 	Type            string
@@ -258,7 +264,7 @@ func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bo
 			return false, nil
 		}
 	}
-	return false, fmt.Errorf("store: write %s: the key keeps changing under us", key)
+	return false, fmt.Errorf("store: write %s: %w", key, ErrContended)
 }
 
 // delete removes key unless someone wrote it meanwhile; it reports whether
