@@ -29,7 +29,6 @@ import (
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
-
 // ErrContended is a write that lost its compare-and-set again and again:
 // other replicas of the source keep writing the key with what they see.
 // The source writes it again on its next pass.
