@@ -267,7 +267,11 @@ func (k *sink) reportCounts(ctx context.Context) error {
 		case <-k.dirty:
 		}
 		if err := k.writeCounts(ctx); err != nil && ctx.Err() == nil {
-			k.env.Log.ErrorContext(ctx, "writing object counts to the sync status failed; trying again", "source", k.source, "err", err, "retry_in", CountInterval)
+			log := k.env.Log.ErrorContext
+			if passing(err) {
+				log = k.env.Log.WarnContext // JetStream did not answer: the next try will do
+			}
+			log(ctx, "writing object counts to the sync status failed; trying again", "source", k.source, "err", err, "retry_in", CountInterval)
 			k.markDirty()
 		}
 		select {
