@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +17,7 @@ import (
 )
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags(command{name: "status", summary: "Show what each target last rendered, validated and deployed, and each source's sync\nstate and object count, from the status bucket of a running weft. Exits 3 when a\ntarget's last render, validation or deploy failed, naming each on stderr."})
+	fs := newFlags(command{name: "status", summary: "Show what each target last rendered, validated and deployed, and each source's sync\nstate and object count, from the status bucket of a running weft, and the image pulls\nnot done yet (waiting, pulling or failed). Exits 3 when a\ntarget's last render, validation or deploy failed, naming each on stderr."})
 	url := fs.String("nats-url", envOr("WEFT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server of a running weft [WEFT_NATS_URL]")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
@@ -43,6 +44,14 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	rep, err := msg.ReadStatus(ctx, kv)
 	if err != nil {
 		return err
+	}
+	// The puller's pulls, when it runs (a weft without it has no bucket).
+	if pulls, err := js.KeyValue(ctx, msg.BucketPulls); err == nil {
+		if rep.Pulls, err = msg.ReadPulls(ctx, pulls); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("pulls bucket: %w", err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

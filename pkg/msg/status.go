@@ -125,3 +125,31 @@ func StoreStatus[T Message](ctx context.Context, kv StatusKV, key string, v T, r
 	}
 	return rev, nil
 }
+
+// ReadPulls returns the per-node pull statuses in BucketPulls that are not
+// Pulled (waiting, pulling or failed), by namespace, name and node.
+// Entries that do not decode are skipped.
+func ReadPulls(ctx context.Context, kv StatusReader) ([]PullStatus, error) {
+	keys, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pulls: %w", err)
+	}
+	var out []PullStatus
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var s PullStatus
+		if Decode(e.Value(), &s) == nil && s.Phase != PullPulled {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b PullStatus) int {
+		return strings.Compare(a.Namespace+"/"+a.Name+"/"+a.Node, b.Namespace+"/"+b.Name+"/"+b.Node)
+	})
+	return out, nil
+}

@@ -504,7 +504,10 @@ type StatusReport struct {
 	Config  *ConfigStatus  `json:"config,omitempty"`
 	Syncs   []SyncStatus   `json:"syncs,omitempty"`
 	Targets []TargetReport `json:"targets"`
-	At      time.Time      `json:"at"`
+	// Pulls are the per-node pull statuses of the puller not yet Pulled
+	// (Pending, Pulling, Failed), from BucketPulls (ReadPulls).
+	Pulls []PullStatus `json:"pulls,omitempty"`
+	At    time.Time    `json:"at"`
 }
 
 func (StatusReport) Schema() string  { return SchemaStatusReport }

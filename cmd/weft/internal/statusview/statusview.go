@@ -1,7 +1,7 @@
 // Package statusview prints a status report for people: one block per
 // target with its last render, verdict and each instance's deploy state,
-// and the sync state and object count of every source's types; Failing
-// names what failed last.
+// the sync state and object count of every source's types, and the image
+// pulls not done yet; Failing names what failed last.
 package statusview
 
 import (
@@ -65,6 +65,15 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		}
 		_ = tw.Flush()
 	}
+	if len(rep.Pulls) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PULLS\tNODE\tPHASE\tIMAGES\tMESSAGE")
+		for _, p := range rep.Pulls {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Node, p.Phase, images(p.Images), oneLine(pullMessage(p.Images)))
+		}
+		_ = tw.Flush()
+	}
 	fmt.Fprintf(w, "\nas of %s\n", rep.At.Format(time.RFC3339))
 }
 
@@ -91,6 +100,27 @@ func Failing(rep msg.StatusReport) []string {
 		}
 	}
 	return out
+}
+
+// images is "<pulled>/<all> pulled".
+func images(ims []msg.ImagePull) string {
+	n := 0
+	for _, i := range ims {
+		if i.Phase == msg.PullPulled {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d/%d pulled", n, len(ims))
+}
+
+// pullMessage is the first image's message that is not Pulled, with it.
+func pullMessage(ims []msg.ImagePull) string {
+	for _, i := range ims {
+		if i.Phase != msg.PullPulled && i.Message != "" {
+			return i.Image + ": " + i.Message
+		}
+	}
+	return ""
 }
 
 func reloads(m map[string]int64) string {

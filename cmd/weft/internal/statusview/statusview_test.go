@@ -1,0 +1,65 @@
+package statusview_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/cmd/weft/internal/statusview"
+	"github.com/weftio/weft/pkg/msg"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// TestWrite prints reports as people read them; the golden files under
+// testdata/ are the expected output (-update rewrites them).
+func TestWrite(t *testing.T) {
+	at := time.Date(2026, 11, 24, 14, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		rep  msg.StatusReport
+	}{
+		{"empty", msg.StatusReport{At: at}},
+		{"target-and-pulls", msg.StatusReport{
+			At: at,
+			Targets: []msg.TargetReport{{
+				Target:     "edge",
+				Render:     &msg.RenderStatus{Target: "edge", Version: 4, BundleHash: "0123456789abcdef"},
+				Validation: &msg.ValidationStatus{Target: "edge", Version: 4, OK: true},
+				Deploys:    []msg.DeployStatus{{Target: "edge", Instance: "local", Version: 4, BundleHash: "0123456789abcdef", Reloads: map[string]int64{"structure": 2}}},
+			}},
+			Syncs: []msg.SyncStatus{{Source: "k8s", Type: "deployments", Synced: true, Count: 12}},
+			Pulls: []msg.PullStatus{
+				{Namespace: "shop", Name: "web-5f7c", Node: "node-1", Phase: msg.PullPulling, Images: []msg.ImagePull{
+					{Image: "registry.example/shop/web:2", Phase: msg.PullPulled},
+					{Image: "registry.example/shop/sidecar:7", Phase: msg.PullPulling, Message: "waiting for a slot of registry registry.example"},
+				}},
+				{Namespace: "shop", Name: "web-5f7c", Node: "node-2", Phase: msg.PullFailed, Images: []msg.ImagePull{
+					{Image: "registry.example/shop/web:2", Phase: msg.PullFailed, Attempts: 3, Message: "manifest unknown"},
+				}},
+			},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			statusview.Write(&b, tt.rep)
+			golden := filepath.Join("testdata", tt.name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b.Bytes(), want) {
+				t.Fatalf("output differs from %s:\n%s", golden, b.String())
+			}
+		})
+	}
+}
