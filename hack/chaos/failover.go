@@ -22,15 +22,8 @@ import (
 // the manifests is recorded. It covers the lease passing to the other
 // replica and the render, validation and deploy of the edit.
 func (r *run) failover() {
-	nc, err := nats.Connect(r.nats.URL())
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	js, done := r.jetStream()
+	defer done()
 	if r.o.FailoverOf == "deployer" {
 		r.deployFailover(js)
 		return
@@ -186,4 +179,18 @@ func drain(w jetstream.KeyWatcher) {
 			return
 		}
 	}
+}
+
+// jetStream connects the harness itself to the cluster; done closes it.
+func (r *run) jetStream() (jetstream.JetStream, func()) {
+	nc, err := nats.Connect(r.nats.URL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		r.t.Fatal(err)
+	}
+	return js, nc.Close
 }

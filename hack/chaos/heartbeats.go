@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
@@ -24,15 +23,8 @@ import (
 // (a killed replica's expire by their TTL). Waits up to a minute for
 // restarted processes and expiring keys; records what is missing or left.
 func (r *run) checkHeartbeats() {
-	nc, err := nats.Connect(r.nats.URL())
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	js, done := r.jetStream()
+	defer done()
 	kinds := []string{"haproxy", "template"}
 	host, _ := os.Hostname()
 	deadline := time.Now().Add(time.Minute)

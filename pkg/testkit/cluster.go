@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
 )
 
 // NATSServerVersion is the nats-server release the cluster runs: the one
@@ -159,6 +162,40 @@ func (c *Cluster) URLs() []string {
 
 // URL is URLs joined by commas, as nats.Connect and --nats-url take them.
 func (c *Cluster) URL() string { return strings.Join(c.URLs(), ",") }
+
+// Bus connects to the cluster, to node first (then to the others as
+// nodes go away: it reconnects forever), and closes the connection when
+// the test ends. node < 0: any node.
+func (c *Cluster) Bus(t testing.TB, node int) *Bus {
+	t.Helper()
+	urls := c.URLs()
+	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	if node >= 0 {
+		urls = append([]string{urls[node]}, append(urls[:node:node], urls[node+1:]...)...)
+		opts = append(opts, nats.DontRandomize())
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Bus{NC: nc, JS: js, URL: c.URL()}
+}
+
+// Provision makes every weft stream, bucket and store with 3 replicas
+// through b, as a weft process starting on the cluster does.
+func (c *Cluster) Provision(t testing.TB, b *Bus) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := msg.Provision(ctx, b.JS, c.Size()); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // LogPath is the file node i logs to.
 func (c *Cluster) LogPath(i int) string {

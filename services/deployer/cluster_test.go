@@ -19,23 +19,6 @@ import (
 	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
 )
 
-// clusterBus connects to one node of c first (reconnecting to the others).
-func clusterBus(t *testing.T, c *testkit.Cluster, node int) *testkit.Bus {
-	t.Helper()
-	urls := c.URLs()
-	order := append([]string{urls[node]}, append(urls[:node:node], urls[node+1:]...)...)
-	nc, err := nats.Connect(strings.Join(order, ","), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testkit.Bus{NC: nc, JS: js, URL: c.URL()}
-}
-
 // TestTwoReplicasWithPodsOnACluster runs two deployer replicas, on
 // different nodes of a real 3-node cluster (R3 streams, buckets and
 // consumers), delivering to Pods: while Pods come and go, one replica is
@@ -48,13 +31,9 @@ func TestTwoReplicasWithPodsOnACluster(t *testing.T) {
 		t.Skip("starts a 3-node NATS cluster")
 	}
 	c := testkit.NATSCluster(t)
-	a, b := clusterBus(t, c, 0), clusterBus(t, c, 1)
+	a, b := c.Bus(t, 0), c.Bus(t, 1)
+	c.Provision(t, a)
 	ctx := context.Background()
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := msg.Provision(pctx, a.JS, 3); err != nil {
-		t.Fatal(err)
-	}
 	api := dataplanetest.New(t, dataplanetest.Options{})
 	cfg, err := config.Parse([]byte(podsYAML(api)), t.TempDir())
 	if err != nil {
@@ -182,13 +161,9 @@ func TestCatchUpOrdersOnACluster(t *testing.T) {
 		t.Skip("starts a 3-node NATS cluster")
 	}
 	c := testkit.NATSCluster(t)
-	buses := []*testkit.Bus{clusterBus(t, c, 0), clusterBus(t, c, 1), clusterBus(t, c, 2)}
+	buses := []*testkit.Bus{c.Bus(t, 0), c.Bus(t, 1), c.Bus(t, 2)}
+	c.Provision(t, buses[0])
 	ctx := context.Background()
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := msg.Provision(pctx, buses[0].JS, 3); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	var names, specs []string
 	for i := range 10 {

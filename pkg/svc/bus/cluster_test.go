@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
@@ -26,21 +25,12 @@ func TestConsumerOutlivesItsNode(t *testing.T) {
 		t.Skip("starts a 3-node NATS cluster")
 	}
 	c := testkit.NATSCluster(t)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := c.Bus(t, -1)
+	c.Provision(t, b)
+	js := b.JS
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := msg.Provision(ctx, js, 3); err != nil {
-		t.Fatal(err)
-	}
-	env := testkit.NewEnv(t, &testkit.Bus{NC: nc, JS: js, URL: c.URL()}, "t")
+	env := testkit.NewEnv(t, b, "t")
 	cfg := jetstream.ConsumerConfig{Durable: "outlives", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, FilterSubject: msg.RenderAll}
 	cons, renew, err := bus.Durable(ctx, js, msg.StreamRenders, cfg)
 	if err != nil {
@@ -97,22 +87,11 @@ func TestSameFactPublishedTogether(t *testing.T) {
 	c := testkit.NATSCluster(t)
 	var jss []jetstream.JetStream
 	for i := range c.Size() {
-		nc, err := nats.Connect(c.URLs()[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		jss = append(jss, js)
+		jss = append(jss, c.Bus(t, i).JS)
 	}
+	c.Provision(t, c.Bus(t, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := msg.Provision(ctx, jss[0], 3); err != nil {
-		t.Fatal(err)
-	}
 	const facts, publishers = 40, 6
 	var wg sync.WaitGroup
 	errs := make(chan error, facts*publishers)

@@ -73,20 +73,11 @@ func TestLimitsAcrossKilledProcesses(t *testing.T) {
 		t.Skip("starts a 3-node NATS cluster and 3 worker processes")
 	}
 	c := testkit.NATSCluster(t)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := c.Bus(t, -1)
+	c.Provision(t, b)
+	js := b.JS
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := msg.Provision(ctx, js, 3); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: doneBucket, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
