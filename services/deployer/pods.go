@@ -79,17 +79,18 @@ func (p *podFollower) follow(ctx context.Context) error {
 
 // watch follows the Pods through one watch of the bucket, until it ends.
 func (p *podFollower) watch(ctx context.Context) error {
-	var w jetstream.KeyWatcher
-	err := msg.Open(ctx, "watch pods of "+p.target, func(ctx context.Context) error {
-		kv, err := p.d.env.JS.KeyValue(ctx, msg.BucketResources)
-		if err != nil {
-			return err
-		}
-		w, err = kv.Watch(ctx, "*."+p.deploy.Pods.Type+".>")
+	var kv jetstream.KeyValue
+	err := msg.Open(ctx, "watch pods of "+p.target, func(octx context.Context) (err error) {
+		kv, err = p.d.env.JS.KeyValue(octx, msg.BucketResources)
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	// The watch lives as long as ctx: not inside Open, whose tries end.
+	w, err := kv.Watch(ctx, "*."+p.deploy.Pods.Type+".>")
+	if err != nil {
+		return fmt.Errorf("watch pods of %s: %w", p.target, err)
 	}
 	defer func() { _ = w.Stop() }()
 	seen := map[string]bool{} // instances named by the first read

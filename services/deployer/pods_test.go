@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,6 +101,10 @@ func TestPodsAreInstances(t *testing.T) {
 	}
 	if n := api.Counts().Reloads; n != 1 {
 		t.Fatalf("%d reloads, want 1 (the returning pod already has the bundle)", n)
+	}
+	// One watch of the Pods served it all: none ended and was started again.
+	if logs := f.env.Logs.String(); strings.Contains(logs, "pod watch ended") {
+		t.Fatalf("the pod watch ended while nothing failed:\n%s", logs)
 	}
 }
 
