@@ -149,21 +149,23 @@ func (v *View) Run(ctx context.Context) error {
 }
 
 func (v *View) watch(ctx context.Context) error {
-	var w jetstream.KeyWatcher
 	filters := make([]string, 0, 6)
 	for _, n := range v.types.names() {
 		filters = append(filters, "*."+n+".>")
 	}
-	err := msg.Open(ctx, "watch the resources bucket for the gate", func(ctx context.Context) error {
-		kv, err := v.js.KeyValue(ctx, msg.BucketResources)
-		if err != nil {
-			return err
-		}
-		w, err = kv.WatchFiltered(ctx, filters)
+	var kv jetstream.KeyValue
+	err := msg.Open(ctx, "open the resources bucket for the gate", func(ctx context.Context) (err error) {
+		kv, err = v.js.KeyValue(ctx, msg.BucketResources)
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	// The watch lives as long as ctx: a context of one try of msg.Open
+	// would end it as soon as the try returns.
+	w, err := kv.WatchFiltered(ctx, filters)
+	if err != nil {
+		return fmt.Errorf("watch the resources bucket: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	next := &viewState{policies: map[string]policyEntry{}, objects: map[objectID]map[string]objMeta{}}
