@@ -27,7 +27,10 @@ var testTypes = gate.Types{Policies: "policies", Deployments: "deployments", Rep
 
 type testWriter struct{ t testing.TB }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 func logger(t testing.TB) *slog.Logger { return slog.New(slog.NewTextHandler(testWriter{t}, nil)) }
 
