@@ -63,7 +63,7 @@ func TestJudge(t *testing.T) {
 			images: []v1alpha1.PrePullImage{ppi("a", v1alpha1.ImageFailed, web, "reg/migrate:2", "reg/web:2")}, message: "failed to pull", image: "a"},
 		{name: "policy gone", d: d, policy: release.PolicyOff, at: time.Minute, reason: release.ReasonGateOff, release: true, message: "policy p no longer gates"},
 		{name: "timed out", d: d, policy: release.PolicyGating, at: 10 * time.Minute, reason: release.ReasonTimeout, release: true,
-			images: []v1alpha1.PrePullImage{ppi("a", v1alpha1.ImageInProgress, web, "reg/migrate:2", "reg/web:2")},
+			images:  []v1alpha1.PrePullImage{ppi("a", v1alpha1.ImageInProgress, web, "reg/migrate:2", "reg/web:2")},
 			message: "gate timed out after 10m0s", image: "a"},
 		{name: "the policy's timeout shortened", d: d, policy: release.PolicyGating, timeout: time.Minute, at: time.Minute, reason: release.ReasonTimeout, release: true},
 		{name: "policy unreadable: the recorded timeout", d: d, policy: release.PolicyUnknown, at: 9 * time.Minute, reason: release.ReasonWaiting},
