@@ -2,6 +2,7 @@ package release
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,19 +50,23 @@ func (s APIState) Policy(ctx context.Context, name string) (*v1alpha1.PrePullPol
 }
 
 // Images lists the PrePullImages of namespace; one that does not decode is
-// an error.
+// skipped and named in the error.
 func (s APIState) Images(ctx context.Context, namespace string) ([]v1alpha1.PrePullImage, error) {
 	l, err := s.Dynamic.Resource(v1alpha1.ImageResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]v1alpha1.PrePullImage, len(l.Items))
+	out := make([]v1alpha1.PrePullImage, 0, len(l.Items))
+	var errs []error
 	for i := range l.Items {
-		if err := v1alpha1.FromUnstructured(l.Items[i].Object, &out[i]); err != nil {
-			return nil, fmt.Errorf("PrePullImage %s/%s: %w", namespace, l.Items[i].GetName(), err)
+		var p v1alpha1.PrePullImage
+		if err := v1alpha1.FromUnstructured(l.Items[i].Object, &p); err != nil {
+			errs = append(errs, fmt.Errorf("PrePullImage %s/%s: %w", namespace, l.Items[i].GetName(), err))
+			continue
 		}
+		out = append(out, p)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // NewRecorder returns an EventRecorder writing Events through cs as

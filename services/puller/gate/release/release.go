@@ -47,11 +47,13 @@ import (
 // State is what a pass reads: the gated pods, the policies and the
 // PrePullImages (APIState reads them from the API server).
 type State interface {
-	// GatedPods lists the pods labelled gate.Label.
+	// GatedPods lists the pods labelled gate.Label. With an error, the
+	// pods it could read are still looked at.
 	GatedPods(ctx context.Context) ([]corev1.Pod, error)
 	// Policy returns the policy named name, or nil when there is none.
 	Policy(ctx context.Context, name string) (*v1alpha1.PrePullPolicy, error)
-	// Images lists the PrePullImages of namespace.
+	// Images lists the PrePullImages of namespace (with an error, those
+	// it could read).
 	Images(ctx context.Context, namespace string) ([]v1alpha1.PrePullImage, error)
 }
 
@@ -82,13 +84,15 @@ func New(state State, cs kubernetes.Interface, dyn dynamic.Interface, events rec
 // until the next gate times out (0: no pod waits). Errors of single pods
 // are joined; the others are still looked at.
 func (r *Releaser) Pass(ctx context.Context) (time.Duration, error) {
+	var errs []error
 	pods, err := r.state.GatedPods(ctx)
 	if err != nil {
+		// Pods that were read are still looked at: one bad object must
+		// not hold every gate.
 		r.m.errors.Inc()
-		return 0, fmt.Errorf("gate release: list gated pods: %w", err)
+		errs = append(errs, fmt.Errorf("gate release: list gated pods: %w", err))
 	}
 	var (
-		errs    []error
 		next    time.Duration
 		waiting int
 		images  = map[string][]v1alpha1.PrePullImage{} // by namespace
@@ -99,9 +103,9 @@ func (r *Releaser) Pass(ctx context.Context) (time.Duration, error) {
 		imgs, ok := images[pod.Namespace]
 		if !ok {
 			if imgs, err = r.state.Images(ctx, pod.Namespace); err != nil {
+				// Those read still count; the timeout applies anyway.
 				r.m.errors.Inc()
 				errs = append(errs, fmt.Errorf("gate release: PrePullImages of %s: %w", pod.Namespace, err))
-				imgs = nil // the timeout still applies
 			}
 			images[pod.Namespace] = imgs
 		}
