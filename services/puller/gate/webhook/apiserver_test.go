@@ -47,6 +47,22 @@ func TestWebhookOnAPIServer(t *testing.T) {
 		}
 	}
 	waitWebhook(t, cs, bus)
+
+	// A pod with gates, labels and annotations of its own keeps them.
+	own := ownedPod("shop", "probe-h", "h")
+	own.Annotations = map[string]string{"example.com/note": "kept"}
+	own.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/other"}}
+	got, err := cs.CoreV1().Pods("shop").Create(ctx, own, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got.Spec.SchedulingGates; len(g) != 2 || g[0].Name != "example.com/other" || g[1].Name != gate.Name {
+		t.Fatalf("gates %v, want example.com/other then %s", g, gate.Name)
+	}
+	if got.Annotations["example.com/note"] != "kept" || got.Annotations[gate.Annotation] == "" ||
+		got.Labels["pod-template-hash"] != "h" || got.Labels[gate.Label] != "true" {
+		t.Fatalf("labels %v, annotations %v", got.Labels, got.Annotations)
+	}
 	web := createDeployment(t, cs, bus, "shop", "web", "gate", 2)
 	plain := createDeployment(t, cs, bus, "shop", "plain", "none", 1)
 	mine := createDeployment(t, cs, bus, "weft-system", "web", "gate", 1) // weft's own namespace is not sent to the webhook
@@ -69,8 +85,8 @@ func TestWebhookOnAPIServer(t *testing.T) {
 			t.Fatalf("pod %s/%s of an ungated Deployment has gates %v", p.Namespace, p.Name, p.Spec.SchedulingGates)
 		}
 	}
-	if n := testkit.CounterValue(t, reg, "weft_puller_gate_pods_gated_total"); n != 3 { // and the probe
-		t.Errorf("pods gated = %v, want 3", n)
+	if n := testkit.CounterValue(t, reg, "weft_puller_gate_pods_gated_total"); n != 4 { // and the two dry runs
+		t.Errorf("pods gated = %v, want 4", n)
 	}
 	_, _ = plain, mine
 
