@@ -138,12 +138,22 @@ func (r *Releaser) Pass(ctx context.Context) (time.Duration, error) {
 }
 
 // gatedCondition is the Gated condition for one pod's verdict: True while
-// it waits (or its release failed), False with the release's reason.
+// it waits (or its release failed), False with the release's reason. Its
+// message names no pod, so replicas and passes agree on it.
 func gatedCondition(v Verdict, released bool) metav1.Condition {
+	c := metav1.Condition{Type: ConditionGated, Status: metav1.ConditionFalse, Reason: v.Reason, Message: conditionMessages[v.Reason]}
 	if !v.Release || !released {
-		return metav1.Condition{Type: ConditionGated, Status: metav1.ConditionTrue, Reason: ReasonWaiting, Message: "pods of the workload are gated until these images are warm"}
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonWaiting, conditionMessages[ReasonWaiting]
 	}
-	return metav1.Condition{Type: ConditionGated, Status: metav1.ConditionFalse, Reason: v.Reason, Message: v.Message}
+	return c
+}
+
+var conditionMessages = map[string]string{
+	ReasonWaiting:    "pods of the workload are gated until these images are warm",
+	ReasonImagesWarm: "images warm; the gates of the workload's pods were removed",
+	ReasonTimeout:    "gates timed out before the images were warm, and were removed",
+	ReasonPullFailed: "images failed to pull; the gates were removed",
+	ReasonGateOff:    "the policy no longer gates; the gates were removed",
 }
 
 // releasePod judges one pod and removes its gate when its time has come.
