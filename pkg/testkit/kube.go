@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -54,13 +56,19 @@ type KubeOption func(*kubeOptions)
 
 type kubeOptions struct {
 	controllerManager bool
+	controllers       []string
 }
 
 // WithControllerManager also runs kube-controller-manager with the job,
 // garbage-collector and namespace controllers, so Jobs create Pods, owner
-// references are collected and deleted namespaces are emptied.
-func WithControllerManager() KubeOption {
-	return func(o *kubeOptions) { o.controllerManager = true }
+// references are collected and deleted namespaces are emptied, and with
+// the controllers named in more (such as "deployment-controller" and
+// "replicaset-controller", so Deployments create Pods).
+func WithControllerManager(more ...string) KubeOption {
+	return func(o *kubeOptions) {
+		o.controllerManager = true
+		o.controllers = append(o.controllers, more...)
+	}
 }
 
 // KubeAssetsDir is where Kube finds kube-apiserver, etcd and
@@ -153,7 +161,7 @@ func Kube(t testing.TB, opts ...KubeOption) *KubeEnv {
 		t.Fatal(err)
 	}
 	if o.controllerManager {
-		startControllerManager(t, filepath.Join(dir, "kube-controller-manager"), k.Kubeconfig)
+		startControllerManager(t, filepath.Join(dir, "kube-controller-manager"), k.Kubeconfig, o.controllers)
 	}
 	return k
 }
@@ -186,9 +194,70 @@ func (k *KubeEnv) InstallCRDs(t testing.TB, paths ...string) []*apiextensionsv1.
 	return crds
 }
 
+// Webhooks are admission webhooks the test control plane calls on a local
+// HTTPS address, with a serving certificate made for it.
+type Webhooks struct {
+	// Addr is host:port, where the test serves the webhooks.
+	Addr string
+	// CertFile and KeyFile are the serving certificate and key, trusted by
+	// the API server through CAData.
+	CertFile, KeyFile string
+	CAData            []byte
+}
+
+// InstallWebhooks creates the MutatingWebhookConfigurations and
+// ValidatingWebhookConfigurations of the YAML files at paths, each webhook
+// called at https://<Addr><its service's path> with a certificate made for
+// Addr (the service's name and namespace are dropped), and waits until the
+// API server serves them. The test serves the webhooks itself, with the
+// returned certificate; until it does, the API server applies each
+// webhook's failurePolicy.
+func (k *KubeEnv) InstallWebhooks(t testing.TB, paths ...string) *Webhooks {
+	t.Helper()
+	o := &envtest.WebhookInstallOptions{Paths: paths, LocalServingHost: "127.0.0.1"}
+	if err := o.PrepWithoutInstalling(); err != nil {
+		t.Fatalf("prepare the webhooks of %v: %v", paths, err)
+	}
+	t.Cleanup(func() { _ = o.Cleanup() })
+	if len(o.MutatingWebhooks)+len(o.ValidatingWebhooks) == 0 {
+		t.Fatalf("no webhook configuration in %v", paths)
+	}
+	// envtest joins host and path with a slash of its own: a path starting
+	// with one would be called as //path.
+	fix := func(cc *admissionregistrationv1.WebhookClientConfig) {
+		if cc.URL == nil {
+			return
+		}
+		if u, err := url.Parse(*cc.URL); err == nil {
+			u.Path = "/" + strings.TrimLeft(u.Path, "/")
+			s := u.String()
+			cc.URL = &s
+		}
+	}
+	for _, c := range o.MutatingWebhooks {
+		for i := range c.Webhooks {
+			fix(&c.Webhooks[i].ClientConfig)
+		}
+	}
+	for _, c := range o.ValidatingWebhooks {
+		for i := range c.Webhooks {
+			fix(&c.Webhooks[i].ClientConfig)
+		}
+	}
+	if err := o.Install(k.Config); err != nil {
+		t.Fatalf("install the webhooks of %v: %v", paths, err)
+	}
+	return &Webhooks{
+		Addr:     net.JoinHostPort(o.LocalServingHost, strconv.Itoa(o.LocalServingPort)),
+		CertFile: filepath.Join(o.LocalServingCertDir, "tls.crt"),
+		KeyFile:  filepath.Join(o.LocalServingCertDir, "tls.key"),
+		CAData:   o.LocalServingCAData,
+	}
+}
+
 // startControllerManager runs kube-controller-manager against kubeconfig
 // until the test ends, once its health endpoint answers.
-func startControllerManager(t testing.TB, bin, kubeconfig string) {
+func startControllerManager(t testing.TB, bin, kubeconfig string, more []string) {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
@@ -204,7 +273,7 @@ func startControllerManager(t testing.TB, bin, kubeconfig string) {
 		"--kubeconfig="+kubeconfig,
 		"--authentication-kubeconfig="+kubeconfig,
 		"--authorization-kubeconfig="+kubeconfig,
-		"--controllers=job-controller,garbage-collector-controller,namespace-controller",
+		"--controllers="+strings.Join(append([]string{"job-controller", "garbage-collector-controller", "namespace-controller"}, more...), ","),
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port),
