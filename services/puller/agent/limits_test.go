@@ -557,3 +557,24 @@ func onRuntime(t *testing.T, rt *cri.Client, image string) bool {
 	}
 	return ok
 }
+
+// TestAgentWaitingPastTheDeadlineFails: an order that waited for a slot
+// until its deadline fails then, saying what it waited for.
+func TestAgentWaitingPastTheDeadlineFails(t *testing.T) {
+	r := newRig(t, func(o *agent.Options) { o.QueueRetry = 100 * time.Millisecond })
+	img := r.open.PushPlain(t, "shop/web", "1")
+	holdSlot(t, r.bus, "another-pull", slots.Limit{Scope: msg.RegistrySlotScope(r.open.Host), N: 2})
+	holdSlot(t, r.bus, "a-third-pull", slots.Limit{Scope: msg.RegistrySlotScope(r.open.Host), N: 2})
+	o := r.orderWith(t, img.Ref, 3*time.Second, msg.PullLimits{Cluster: 5, PerRegistry: 2})
+	p := r.pulled(t, o)
+	want := "; the last try: waiting for a pull slot: all 2 slots of registry/" + r.open.Host + " are held"
+	if p.Outcome != msg.PullOutcomeFailed || !strings.Contains(p.Error, "deadline") || !strings.HasSuffix(p.Error, want) {
+		t.Fatalf("outcome %+v, want failed by the deadline %q", p, want)
+	}
+	if r.onRuntime(t, img.Ref) {
+		t.Fatal("pulled while the limit was full")
+	}
+	if n := testkit.CounterValue(t, r.env.Registry, "weft_puller_agent_queued_pulls"); n != 0 {
+		t.Fatalf("queued pulls %v after the order ended", n)
+	}
+}
