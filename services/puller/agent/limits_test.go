@@ -269,8 +269,9 @@ func TestAgentStopsAPullWhoseSlotIsLost(t *testing.T) {
 // the cluster, 1 per node and 2 per registry. Every pull is in flight only
 // while its order holds a slot of each scope, the pulls in flight never
 // exceed a limit of any scope (counted where the agents call the runtime),
-// the slot keys sampled every few milliseconds never exceed them either,
-// each limit is reached, and every image is pulled.
+// the slot keys, listed again 3 ms after each listing (a listing takes
+// about 20 ms under the race detector), never name a slot outside the
+// limits, each limit is reached, and every image is pulled.
 func TestLimitsHoldAcrossAgents(t *testing.T) {
 	const nodes, images = 4, 40
 	limits := msg.PullLimits{Cluster: 3, PerNode: 1, PerRegistry: 2}
