@@ -117,6 +117,11 @@ func Classify(err error) Decision {
 // no-op or done by then.
 var ErrBusy = errors.New("held by another replica")
 
+// ErrWaiting is a message whose work waits for capacity (every slot of a
+// concurrency limit is held by other work): no failure; it is delivered
+// again shortly and waits in its queue meanwhile.
+var ErrWaiting = errors.New("waiting for capacity")
+
 // ErrUnconfirmed is a message whose version, revision or hash the state it
 // refers to does not hold (the status a service writes, the bucket, the
 // object store): a forged or corrupted message, or a write still on its

@@ -133,6 +133,46 @@ type PullOrder struct {
 	PullSecrets []SecretRef `json:"pullSecrets,omitempty"`
 	// Deadline ends the pull: an order not carried out by then is failed.
 	Deadline time.Time `json:"deadline"`
+	// Limits bound the pulls running at once (the PrePullPolicy's
+	// spec.limits); the agent holds a slot of each before it pulls.
+	Limits PullLimits `json:"limits,omitzero"`
+}
+
+// PullLimits are the most pulls running at once in the whole cluster, on
+// one node and from one registry host (the host of the image reference,
+// Docker Hub's named index.docker.io as the kubelet's keyring names it).
+// 0 is no limit; a limit per node or per registry is at most the
+// cluster's when that is set.
+type PullLimits struct {
+	Cluster     int `json:"cluster,omitempty"`
+	PerNode     int `json:"perNode,omitempty"`
+	PerRegistry int `json:"perRegistry,omitempty"`
+}
+
+// IsZero reports limits that limit nothing.
+func (l PullLimits) IsZero() bool { return l == PullLimits{} }
+
+// Check reports a negative limit, and a limit per node or per registry
+// above the cluster's.
+func (l PullLimits) Check() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"cluster", l.Cluster}, {"perNode", l.PerNode}, {"perRegistry", l.PerRegistry}} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: limits.%s is %d: at least 1, or 0 for no limit", ErrInvalid, f.name, f.v)
+		}
+	}
+	if l.Cluster == 0 {
+		return nil
+	}
+	if l.PerNode > l.Cluster {
+		return fmt.Errorf("%w: limits.perNode %d exceeds limits.cluster %d", ErrInvalid, l.PerNode, l.Cluster)
+	}
+	if l.PerRegistry > l.Cluster {
+		return fmt.Errorf("%w: limits.perRegistry %d exceeds limits.cluster %d", ErrInvalid, l.PerRegistry, l.Cluster)
+	}
+	return nil
 }
 
 func (PullOrder) Schema() string { return SchemaPullOrder }
@@ -145,6 +185,9 @@ func (o PullOrder) Validate() error {
 	}
 	if o.Deadline.IsZero() {
 		return fmt.Errorf("%w: deadline is missing", ErrInvalid)
+	}
+	if err := o.Limits.Check(); err != nil {
+		return err
 	}
 	for i, s := range o.PullSecrets {
 		if s.Namespace == "" || s.Name == "" {

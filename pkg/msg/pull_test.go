@@ -3,6 +3,7 @@ package msg_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,8 @@ func pullTarget() msg.PullTarget {
 
 func TestPullMessagesRoundTrip(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	order := msg.PullOrder{PullTarget: pullTarget(), Mode: msg.PullModeCRI, PullSecrets: []msg.SecretRef{{Namespace: "shop", Name: "regcred"}}, Deadline: at}
+	order := msg.PullOrder{PullTarget: pullTarget(), Mode: msg.PullModeCRI, PullSecrets: []msg.SecretRef{{Namespace: "shop", Name: "regcred"}}, Deadline: at,
+		Limits: msg.PullLimits{Cluster: 10, PerNode: 2, PerRegistry: 4}}
 	pulled := msg.Pulled{PullTarget: pullTarget(), Outcome: msg.PullOutcomePulled, ImageRef: "sha256:ab", Digest: "registry.example.com:5000/shop/web@sha256:cd", Size: 42, Duration: time.Second, At: at}
 	status := msg.PullStatus{Namespace: "shop", Name: "web", UID: "u-1", Node: "n1", At: at}
 	status.Set(msg.ImagePull{Image: "a", Phase: msg.PullPulled, Attempts: 1})
@@ -50,10 +52,58 @@ func TestPullMessagesRoundTrip(t *testing.T) {
 	// The order flattens its target: a reader sees namespace, name, image
 	// and node at the top, and secrets by reference only.
 	data, _ := msg.Encode(order)
-	for _, want := range []string{`"image":"registry.example.com:5000/shop/web:1.2"`, `"attempt":1`, `"pullSecrets":[{"namespace":"shop","name":"regcred"}]`} {
+	for _, want := range []string{`"image":"registry.example.com:5000/shop/web:1.2"`, `"attempt":1`, `"pullSecrets":[{"namespace":"shop","name":"regcred"}]`,
+		`"limits":{"cluster":10,"perNode":2,"perRegistry":4}`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("order %s lacks %s", data, want)
 		}
+	}
+	// No limits: no field (an order of an older controller reads the same).
+	order.Limits = msg.PullLimits{}
+	if data, _ := msg.Encode(order); strings.Contains(string(data), "limits") {
+		t.Errorf("order without limits has them: %s", data)
+	}
+}
+
+// TestPullLimits: each limit is 0 (none) or at least 1, and the limits per
+// node and per registry are at most the cluster's, when that is set.
+func TestPullLimits(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits msg.PullLimits
+		want   string // "": valid
+	}{
+		{"none", msg.PullLimits{}, ""},
+		{"all", msg.PullLimits{Cluster: 3, PerNode: 1, PerRegistry: 2}, ""},
+		{"equal to the cluster's", msg.PullLimits{Cluster: 2, PerNode: 2, PerRegistry: 2}, ""},
+		{"cluster only", msg.PullLimits{Cluster: 1}, ""},
+		{"per node without a cluster limit", msg.PullLimits{PerNode: 50}, ""},
+		{"per registry without a cluster limit", msg.PullLimits{PerRegistry: 50}, ""},
+		{"negative cluster", msg.PullLimits{Cluster: -1}, "limits.cluster is -1"},
+		{"negative per node", msg.PullLimits{Cluster: 3, PerNode: -2}, "limits.perNode is -2"},
+		{"negative per registry", msg.PullLimits{PerRegistry: -1}, "limits.perRegistry is -1"},
+		{"per node above the cluster's", msg.PullLimits{Cluster: 3, PerNode: 4}, "limits.perNode 4 exceeds limits.cluster 3"},
+		{"per registry above the cluster's", msg.PullLimits{Cluster: 3, PerNode: 1, PerRegistry: 5}, "limits.perRegistry 5 exceeds limits.cluster 3"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := msg.PullOrder{PullTarget: pullTarget(), Mode: msg.PullModeCRI, Deadline: time.Now(), Limits: tc.limits}
+			_, err := msg.Encode(o)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("encode: %v, want valid", err)
+			case tc.want != "" && (!errors.Is(err, msg.ErrInvalid) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("encode: %v, want ErrInvalid saying %q", err, tc.want)
+			}
+			if tc.want != "" {
+				// A decoder refuses it too (an order from elsewhere).
+				raw := fmt.Sprintf(`{"schema":%q,"namespace":"a","name":"b","uid":"c","image":"d","node":"e","attempt":1,"mode":"cri","deadline":"2026-01-01T00:00:00Z","limits":{"cluster":%d,"perNode":%d,"perRegistry":%d}}`,
+					msg.SchemaPullOrder, tc.limits.Cluster, tc.limits.PerNode, tc.limits.PerRegistry)
+				if err := msg.Decode([]byte(raw), &msg.PullOrder{}); !errors.Is(err, msg.ErrInvalid) {
+					t.Fatalf("decode: %v, want ErrInvalid", err)
+				}
+			}
+		})
 	}
 }
 

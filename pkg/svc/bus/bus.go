@@ -129,6 +129,9 @@ func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {
 			// failure while it is on its way (it is dead-lettered if it
 			// never comes).
 			o.Log.DebugContext(ctx, "waiting for the recorded state to confirm the message", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)
+		case errors.Is(err, msg.ErrWaiting):
+			// Queued behind a full limit: no failure, and frequent.
+			o.Log.DebugContext(ctx, "waiting for capacity; will retry", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)
 		case errors.Is(err, msg.ErrBusy):
 			// Another replica is doing the work: no failure.
 			o.Log.InfoContext(ctx, "held by another replica; will retry", "stage", o.Stage, "subject", m.Subject(), "err", err, "retry_in", d.Delay)

@@ -36,16 +36,23 @@ func TestConsumeSettles(t *testing.T) {
 		wantCalls  int
 		wantDLQ    bool
 		wantResult string
+		quiet      bool // no WARN line: not a failure
 	}{
-		{"ack", func(int) error { return nil }, 1, false, "ack"},
-		{"permanent is terminated and dead-lettered", func(int) error { return msg.Permanent(errors.New("bad")) }, 1, true, "term"},
+		{"ack", func(int) error { return nil }, 1, false, "ack", false},
+		{"permanent is terminated and dead-lettered", func(int) error { return msg.Permanent(errors.New("bad")) }, 1, true, "term", false},
 		{"transient is redelivered", func(calls int) error {
 			if calls == 1 {
 				return msg.Retry(errors.New("busy"), 10*time.Millisecond)
 			}
 			return nil
-		}, 2, false, "ack"},
-		{"slow handler is kept alive", func(calls int) error { time.Sleep(time.Second); return nil }, 1, false, "ack"},
+		}, 2, false, "ack", false},
+		{"slow handler is kept alive", func(calls int) error { time.Sleep(time.Second); return nil }, 1, false, "ack", false},
+		{"waiting for capacity is redelivered, not a failure", func(calls int) error {
+			if calls < 3 {
+				return msg.Retry(fmt.Errorf("all 2 slots of cluster are held: %w", msg.ErrWaiting), 10*time.Millisecond)
+			}
+			return nil
+		}, 3, false, "ack", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +102,9 @@ func TestConsumeSettles(t *testing.T) {
 				if err := msg.Decode(m.Data, &dl); err != nil || dl.Reason != "bad" || dl.Stream != msg.StreamRenders || dl.Sequence != 1 {
 					t.Fatalf("dead letter = %+v %v", dl, err)
 				}
+			}
+			if logs := env.Logs.String(); tc.quiet && strings.Contains(logs, `"level":"WARN"`) {
+				t.Fatalf("a warning for no failure:\n%s", logs)
 			}
 			if len(env.Spans.Ended()) < tc.wantCalls {
 				t.Fatalf("spans = %d, want one per handled message", len(env.Spans.Ended()))

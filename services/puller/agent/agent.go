@@ -31,8 +31,17 @@
 // its recorded outcome is published again and it is acknowledged; one
 // older than the attempt the status holds is dropped.
 //
-// A Limiter is asked before each pull (see Limiter); until the shared
-// slots land it is NoLimit. Metrics are weft_puller_agent_*.
+// An image the runtime lacks is pulled only once the order holds a slot of
+// each of its limits (msg.PullOrder.Limits: in the cluster, on the node,
+// from the image's registry host), taken in the leases bucket by
+// SlotLimiter, so no number of agents, nor any agent killed at any
+// moment, makes more pulls run at once than the limits allow. A full limit
+// is no failure: the order goes back to wait in its queue (delivered again
+// after about QueueRetry), its status Pending and saying which limit it
+// waits for, and counts in weft_puller_agent_queued_pulls. The slots are
+// owned by the order's id, so an agent that takes over the order of one
+// that died adopts the slots it left, and slots nobody adopts expire after
+// SlotTTL. Metrics are weft_puller_agent_*.
 package agent
 
 import (
@@ -47,6 +56,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/services/puller/cri"
 )
 
@@ -80,8 +90,16 @@ type Options struct {
 	Node    string  // the node this agent pulls for (required)
 	Runtime Runtime // required
 	Secrets Secrets // required
-	// Limiter is asked before every pull; nil: NoLimit.
+	// Limiter is asked before every pull; nil: SlotLimiter over the
+	// leases bucket, with SlotTTL.
 	Limiter Limiter
+	// SlotTTL is how long a pull slot outlives its holder's last renewal
+	// (default slots.DefaultTTL): how soon the slots of an agent that died
+	// come back when no agent takes its orders over.
+	SlotTTL time.Duration
+	// QueueRetry is how soon, on average, an order that found a limit full
+	// is looked at again (default DefaultQueueRetry).
+	QueueRetry time.Duration
 	// Parallel is how many orders are carried out at once (default 2).
 	Parallel int
 	// AckWait of the consumer (default 10 s): how soon an order whose
@@ -93,8 +111,17 @@ func (o *Options) defaults() error {
 	if o.Node == "" || o.Runtime == nil || o.Secrets == nil {
 		return errors.New("agent: options need node, runtime and secrets")
 	}
-	if o.Limiter == nil {
-		o.Limiter = NoLimit{}
+	if o.SlotTTL == 0 {
+		o.SlotTTL = slots.DefaultTTL
+	}
+	if o.SlotTTL < 0 || o.SlotTTL > msg.LeaseTTL {
+		return fmt.Errorf("agent: slot TTL must be in (0, %v], got %v", msg.LeaseTTL, o.SlotTTL)
+	}
+	if o.QueueRetry == 0 {
+		o.QueueRetry = DefaultQueueRetry
+	}
+	if o.QueueRetry < 0 {
+		return fmt.Errorf("agent: queue retry must be positive, got %v", o.QueueRetry)
 	}
 	if o.Parallel == 0 {
 		o.Parallel = DefaultParallel
@@ -124,9 +151,20 @@ func Run(ctx context.Context, env svc.Env, o Options) error {
 	if err != nil {
 		return fmt.Errorf("%s: bucket %s: %w", Service, msg.BucketPulls, err)
 	}
-	m, err := newMetrics(env.Registry)
-	if err != nil {
+	a := &agent{env: env, o: o, kv: kv, inFlight: map[string]bool{}, waiters: map[string]*waiter{}}
+	if a.metrics, err = newMetrics(env.Registry, a.queued); err != nil {
 		return err
+	}
+	if a.o.Limiter == nil {
+		leases, err := env.JS.KeyValue(ctx, msg.BucketLeases)
+		if err != nil {
+			return fmt.Errorf("%s: bucket %s: %w", Service, msg.BucketLeases, err)
+		}
+		s, err := slots.New(leases, env.JS, slots.WithTTL(o.SlotTTL), slots.WithObserver(a.metrics.observeSlot))
+		if err != nil {
+			return fmt.Errorf("%s: %w", Service, err)
+		}
+		a.o.Limiter = SlotLimiter{Slots: s}
 	}
 	bm, err := bus.NewMetrics(metricsService, env.Registry)
 	if err != nil {
@@ -146,7 +184,6 @@ func Run(ctx context.Context, env svc.Env, o Options) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", Service, err)
 	}
-	a := &agent{env: env, o: o, kv: kv, metrics: m, inFlight: map[string]bool{}}
 	bo := bus.Options{Service: Service, Stage: "pulls", Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm,
 		DLQ: env.JS, AckWait: o.AckWait, Renew: renew, Health: env.Health}
 	env.Log.Info("taking pull orders", "node", o.Node, "subject", msg.PullSubject(o.Node), "parallel", o.Parallel)

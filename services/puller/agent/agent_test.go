@@ -91,9 +91,15 @@ func (r *rig) secret(t *testing.T, name string, typ corev1.SecretType) {
 // of its own, and returns it.
 func (r *rig) order(t *testing.T, image string, deadline time.Duration, secrets ...string) msg.PullOrder {
 	t.Helper()
+	return r.orderWith(t, image, deadline, msg.PullLimits{}, secrets...)
+}
+
+// orderWith is order with limits.
+func (r *rig) orderWith(t *testing.T, image string, deadline time.Duration, limits msg.PullLimits, secrets ...string) msg.PullOrder {
+	t.Helper()
 	o := msg.PullOrder{
 		PullTarget: msg.PullTarget{Namespace: "shop", Name: "web", UID: fmt.Sprintf("uid-%d", r.uid.Add(1)), Image: image, Node: node, Attempt: 1},
-		Mode:       msg.PullModeCRI, Deadline: time.Now().Add(deadline),
+		Mode:       msg.PullModeCRI, Deadline: time.Now().Add(deadline), Limits: limits,
 	}
 	for _, s := range secrets {
 		o.PullSecrets = append(o.PullSecrets, msg.SecretRef{Namespace: "shop", Name: s})
@@ -107,6 +113,11 @@ func (r *rig) publish(t *testing.T, o msg.PullOrder, id string) {
 	if _, err := bus.Publish(context.Background(), r.bus.JS, msg.PullSubject(node), id, o); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// busPublish publishes o on its node's subject with its id.
+func busPublish(b *testkit.Bus, o msg.PullOrder) (*jetstream.PubAck, error) {
+	return bus.Publish(context.Background(), b.JS, msg.PullSubject(o.Node), o.ID(), o)
 }
 
 // pulled waits for the outcome of o on the node's outcome subject.
@@ -485,16 +496,16 @@ type gate struct {
 	orders                []string
 }
 
-func (g *gate) Acquire(_ context.Context, o msg.PullOrder) (func(), error) {
+func (g *gate) Acquire(ctx context.Context, o msg.PullOrder) (context.Context, func(), error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.asked++
 	g.orders = append(g.orders, o.ID())
 	if g.asked == 1 {
-		return nil, errors.New("no pull slot free")
+		return nil, nil, errors.New("the slots could not be read")
 	}
 	g.held++
-	return func() {
+	return ctx, func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.held--
@@ -503,22 +514,22 @@ func (g *gate) Acquire(_ context.Context, o msg.PullOrder) (func(), error) {
 }
 
 // TestAgentAsksTheLimiter: every pull is made with a slot of the Limiter,
-// released when it ends; a refused slot is retried, not a failure.
+// released when it ends; a Limiter that fails is retried like any failure.
 func TestAgentAsksTheLimiter(t *testing.T) {
 	g := &gate{}
 	r := newRig(t, func(o *agent.Options) { o.Limiter = g })
 	img := r.open.PushPlain(t, "shop/web", "1")
 	o := r.order(t, img.Ref, time.Minute)
 	if p := r.pulled(t, o); p.Outcome != msg.PullOutcomePulled {
-		t.Fatalf("outcome %+v, want pulled after the refused slot", p)
+		t.Fatalf("outcome %+v, want pulled after the failed Acquire", p)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.asked != 2 || g.released != 1 || g.held != 0 || g.orders[0] != o.ID() || g.orders[1] != o.ID() {
-		t.Fatalf("limiter asked %d times for %v, released %d, holds %d; want refused once, then held and released", g.asked, g.orders, g.released, g.held)
+		t.Fatalf("limiter asked %d times for %v, released %d, holds %d; want failed once, then held and released", g.asked, g.orders, g.released, g.held)
 	}
 	if n := testkit.CounterValue(t, r.env.Registry, "weft_puller_agent_retries_total"); n != 1 {
-		t.Fatalf("retries %v, want the refused slot's 1", n)
+		t.Fatalf("retries %v, want the failed Acquire's 1", n)
 	}
 }
 

@@ -25,7 +25,8 @@ type agent struct {
 	metrics *metrics
 
 	mu       sync.Mutex
-	inFlight map[string]bool // order ids being carried out here
+	inFlight map[string]bool    // order ids being carried out here
+	waiters  map[string]*waiter // orders that found a limit full, by id
 }
 
 // errBusy: a copy of an order this agent is carrying out (delivered again
@@ -60,11 +61,23 @@ func (a *agent) onOrder(ctx context.Context, m jetstream.Msg) error {
 	if meta, err := m.Metadata(); err == nil {
 		deliveries = int(meta.NumDelivered)
 	}
+	err := a.carryOut(ctx, o, deliveries)
+	if err == nil || msg.IsPermanent(err) {
+		a.forget(o.ID())
+	}
+	return err
+}
+
+// carryOut is one try at an order: nil when it ended (its outcome recorded
+// and published, or nothing left to do), else the error that decides when
+// it is tried again.
+func (a *agent) carryOut(ctx context.Context, o msg.PullOrder, deliveries int) error {
 	log := a.env.Log.With("image", o.Image, "prepullimage", o.Namespace+"/"+o.Name, "node", o.Node, "attempt", o.Attempt)
+	tries := a.tries(o.ID(), deliveries)
 
 	st, _, err := a.readStatus(ctx, o.PullTarget)
 	if err != nil {
-		return msg.Retry(err, backoff(deliveries, o.Deadline))
+		return msg.Retry(err, backoff(tries, o.Deadline))
 	}
 	prev, had := st.Image(o.Image)
 	had = had && prev.Attempts == o.Attempt
@@ -79,7 +92,10 @@ func (a *agent) onOrder(ctx context.Context, m jetstream.Msg) error {
 	}
 	started, kept, last := time.Now().UTC(), "", ""
 	if had {
-		kept, last = prev.Message, strings.TrimPrefix(prev.Message, retrying) // why the try before failed
+		last = strings.TrimPrefix(prev.Message, retrying) // why the try before failed, or what it waited for
+		if prev.Phase == msg.PullPulling {
+			kept = prev.Message // why the try before failed, until this one ends
+		}
 		if !prev.Started.IsZero() {
 			started = prev.Started // the first start of this attempt
 		}
@@ -93,33 +109,53 @@ func (a *agent) onOrder(ctx context.Context, m jetstream.Msg) error {
 	}
 	pctx, cancel := context.WithDeadline(ctx, o.Deadline)
 	defer cancel()
-	release, err := a.o.Limiter.Acquire(pctx, o)
-	if err != nil {
-		return a.failedTry(ctx, o, started, fmt.Errorf("wait for a pull slot: %w", err), deliveries, log)
+	// An image the runtime has is reported present: no slot, no pull.
+	img, ok, err := a.o.Runtime.Status(pctx, o.Image)
+	switch {
+	case err != nil && cri.IsPermanent(err):
+		return a.finish(ctx, o, started, result{err: err}, log)
+	case err != nil:
+		return a.failedTry(ctx, o, started, err, tries, log)
+	case ok:
+		return a.finish(ctx, o, started, result{outcome: msg.PullOutcomePresent, image: img, ref: img.ID}, log)
+	}
+	lctx, release, err := a.o.Limiter.Acquire(pctx, o)
+	switch {
+	case err != nil && errors.Is(err, msg.ErrWaiting):
+		return a.queue(ctx, o, prev, had, err, log)
+	case err != nil && (msg.IsPermanent(err) || cri.IsPermanent(err)):
+		return a.finish(ctx, o, started, result{err: err}, log)
+	case err != nil:
+		return a.failedTry(ctx, o, started, err, tries, log)
 	}
 	defer release()
-	if err := a.record(pctx, o.PullTarget, msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: kept}); err != nil {
-		return a.failedTry(ctx, o, started, err, deliveries, log)
+	a.started(o.ID())
+	if !had || prev.Started.IsZero() {
+		started = time.Now().UTC() // the pull begins now, its slots held
+	}
+	if err := a.record(lctx, o.PullTarget, msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: kept}); err != nil {
+		return a.failedTry(ctx, o, started, a.lost(lctx, pctx, err), tries, log)
 	}
 	a.metrics.active.Inc()
-	res := a.pull(pctx, o)
+	res := a.pull(lctx, o)
 	a.metrics.active.Dec()
 	if res.err != nil && !cri.IsPermanent(res.err) {
-		return a.failedTry(ctx, o, started, res.err, deliveries, log)
+		return a.failedTry(ctx, o, started, a.lost(lctx, pctx, res.err), tries, log)
 	}
 	return a.finish(ctx, o, started, res, log)
 }
 
-// pull carries the order out: present if the runtime has the image, else
-// pulled with the keyring of the order's pull secrets.
+// lost names the cause when err came from lctx (the limiter's context)
+// being cancelled while pctx (the order's) was not: a slot was lost.
+func (a *agent) lost(lctx, pctx context.Context, err error) error {
+	if lctx.Err() == nil || pctx.Err() != nil {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", context.Cause(lctx), err)
+}
+
+// pull pulls the order's image with the keyring of its pull secrets.
 func (a *agent) pull(ctx context.Context, o msg.PullOrder) result {
-	img, ok, err := a.o.Runtime.Status(ctx, o.Image)
-	if err != nil {
-		return result{err: err}
-	}
-	if ok {
-		return result{outcome: msg.PullOutcomePresent, image: img, ref: img.ID}
-	}
 	kr, problems, err := a.keyring(ctx, o)
 	if err != nil {
 		return result{err: err}
@@ -143,7 +179,7 @@ func (a *agent) pull(ctx context.Context, o msg.PullOrder) result {
 // it is left to bus; past the order's deadline it ends the order as
 // failed; otherwise the order is retried after a growing delay, the
 // status saying why.
-func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Time, err error, deliveries int, log *slog.Logger) error {
+func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Time, err error, tries int, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		return err
 	}
@@ -155,7 +191,7 @@ func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Tim
 	if rerr := a.record(ctx, o.PullTarget, p); rerr != nil {
 		log.WarnContext(ctx, "recording the retry failed", "err", rerr)
 	}
-	return msg.Retry(err, backoff(deliveries, o.Deadline))
+	return msg.Retry(err, backoff(tries, o.Deadline))
 }
 
 // retrying starts the status message of an order that failed in a way
@@ -163,10 +199,10 @@ func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Tim
 const retrying = "retrying: "
 
 // backoff is the delay before the next delivery: a second, doubling with
-// every delivery up to retryMax, and never past the deadline, so that an
+// every try up to retryMax, and never past the deadline, so that an
 // order out of time is failed then.
-func backoff(deliveries int, deadline time.Time) time.Duration {
-	d := retryMin << min(max(deliveries-1, 0), 5)
+func backoff(tries int, deadline time.Time) time.Duration {
+	d := retryMin << min(max(tries-1, 0), 5)
 	d = min(d, retryMax)
 	if left := time.Until(deadline); left < d {
 		d = max(left, 10*time.Millisecond)

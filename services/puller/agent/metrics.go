@@ -8,14 +8,16 @@ import (
 
 // metrics are the agent's own, beside bus's weft_puller_agent_messages_total.
 type metrics struct {
-	pulls    *prometheus.CounterVec   // weft_puller_agent_pulls_total{outcome}
-	duration *prometheus.HistogramVec // weft_puller_agent_pull_duration_seconds{outcome}
-	bytes    prometheus.Counter       // weft_puller_agent_pulled_bytes_total
-	active   prometheus.Gauge         // weft_puller_agent_pulls_in_progress
-	retries  prometheus.Counter       // weft_puller_agent_retries_total
+	pulls     *prometheus.CounterVec   // weft_puller_agent_pulls_total{outcome}
+	duration  *prometheus.HistogramVec // weft_puller_agent_pull_duration_seconds{outcome}
+	bytes     prometheus.Counter       // weft_puller_agent_pulled_bytes_total
+	active    prometheus.Gauge         // weft_puller_agent_pulls_in_progress
+	retries   prometheus.Counter       // weft_puller_agent_retries_total
+	slotsHeld *prometheus.GaugeVec     // weft_puller_agent_slots_held{scope}
+	full      *prometheus.CounterVec   // weft_puller_agent_limit_full_total{scope}
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, queued func() float64) (*metrics, error) {
 	m := &metrics{
 		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_puller_agent_pulls_total",
@@ -23,7 +25,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "weft_puller_agent_pull_duration_seconds",
-			Help:    "Time from taking a pull order to its outcome, by outcome.",
+			Help:    "Time from the start of a pull (its slots held) to its outcome, by outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
 		}, []string{"outcome"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
@@ -38,9 +40,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "weft_puller_agent_retries_total",
 			Help: "Pull attempts that failed in a way worth retrying (runtime or registry unreachable, rate limited, status not written).",
 		}),
+		slotsHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weft_puller_agent_slots_held",
+			Help: "Pull slots this agent holds now, by limit scope (cluster, node/<node>, registry/<host>); summed over agents, the slots in use.",
+		}, []string{"scope"}),
+		full: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_puller_agent_limit_full_total",
+			Help: "Times an order found every slot of a limit held and went back to wait in its queue, by the limit's scope.",
+		}, []string{"scope"}),
 	}
-	if err := svc.Register(reg, Service, m.pulls, m.duration, m.bytes, m.active, m.retries); err != nil {
+	queuedPulls := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "weft_puller_agent_queued_pulls",
+		Help: "Pull orders of this node waiting in their queue for a pull slot (a limit is full).",
+	}, queued)
+	if err := svc.Register(reg, Service, m.pulls, m.duration, m.bytes, m.active, m.retries, m.slotsHeld, m.full, queuedPulls); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// observeSlot is the slots' observer: +1 for a slot taken, -1 for one freed
+// or lost.
+func (m *metrics) observeSlot(scope string, delta int) {
+	m.slotsHeld.WithLabelValues(scope).Add(float64(delta))
 }

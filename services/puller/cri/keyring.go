@@ -226,3 +226,20 @@ func defaultRegistryImage(repo string) bool {
 	}
 	return !strings.ContainsAny(first, ".:") && first != "localhost"
 }
+
+// RegistryHost is the registry host image is pulled from, as a limit per
+// registry names it: the reference's host and port, lower-cased (hosts are
+// case-insensitive), and for Docker Hub (no host, docker.io or
+// index.docker.io) index.docker.io, where the keyring files its
+// credentials: every name of one registry is one host.
+func RegistryHost(image string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %v", ErrInvalidReference, image, err)
+	}
+	host := strings.ToLower(reference.Domain(named))
+	if host == "docker.io" {
+		host = defaultRegistry
+	}
+	return host, nil
+}

@@ -119,3 +119,39 @@ func TestKeyringBadSecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryHost: every name of one registry is one host, Docker Hub's
+// as the keyring files it.
+func TestRegistryHost(t *testing.T) {
+	cases := []struct {
+		image, want string
+	}{
+		{"nginx", "index.docker.io"},
+		{"nginx:1.27", "index.docker.io"},
+		{"library/nginx", "index.docker.io"},
+		{"bitnami/redis:7", "index.docker.io"},
+		{"docker.io/library/nginx", "index.docker.io"},
+		{"index.docker.io/library/nginx@sha256:" + strings.Repeat("a", 64), "index.docker.io"},
+		{"registry-1.docker.io/library/nginx", "registry-1.docker.io"},
+		{"ghcr.io/org/app:v1", "ghcr.io"},
+		{"Registry.Example.COM:5000/team/app", "registry.example.com:5000"},
+		{"127.0.0.1:5000/shop/web:1", "127.0.0.1:5000"},
+		{"localhost/app", "localhost"},
+		{"localhost:5000/app", "localhost:5000"},
+		{"[::1]:5000/app:1", "[::1]:5000"},
+		{"UPPER/app", "upper"}, // an upper-case first part is a host, as Docker reads it
+	}
+	for _, tc := range cases {
+		t.Run(tc.image, func(t *testing.T) {
+			got, err := cri.RegistryHost(tc.image)
+			if err != nil || got != tc.want {
+				t.Fatalf("RegistryHost(%q) = %q, %v; want %q", tc.image, got, err, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{"", "UPPER", "app:tag:tag", "a b"} {
+		if got, err := cri.RegistryHost(bad); !errors.Is(err, cri.ErrInvalidReference) || !cri.IsPermanent(err) {
+			t.Errorf("RegistryHost(%q) = %q, %v; want ErrInvalidReference", bad, got, err)
+		}
+	}
+}

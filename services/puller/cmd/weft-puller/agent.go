@@ -26,6 +26,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/health"
+	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/services/puller/agent"
 	"github.com/weftio/weft/services/puller/cri"
@@ -34,14 +35,19 @@ import (
 // agentConfig is the agent's typed configuration: flags over WEFT_*
 // environment variables over defaults.
 type agentConfig struct {
-	Node       string // WEFT_NODE_NAME (a DaemonSet sets it from spec.nodeName)
-	CRISocket  string // WEFT_CRI_SOCKET
-	NATSURL    string // WEFT_NATS_URL
-	Listen     string // WEFT_LISTEN
-	Kubeconfig string // WEFT_KUBECONFIG; empty: $KUBECONFIG, else in-cluster
-	LogLevel   string // WEFT_LOG_LEVEL
-	Replicas   int    // WEFT_REPLICAS
-	Parallel   int    // WEFT_PULL_PARALLEL
+	Node       string        // WEFT_NODE_NAME (a DaemonSet sets it from spec.nodeName)
+	CRISocket  string        // WEFT_CRI_SOCKET
+	NATSURL    string        // WEFT_NATS_URL
+	Listen     string        // WEFT_LISTEN
+	Kubeconfig string        // WEFT_KUBECONFIG; empty: $KUBECONFIG, else in-cluster
+	LogLevel   string        // WEFT_LOG_LEVEL
+	Replicas   int           // WEFT_REPLICAS
+	Parallel   int           // WEFT_PULL_PARALLEL
+	AckWait    time.Duration // WEFT_ACK_WAIT
+	SlotTTL    time.Duration // WEFT_SLOT_TTL
+	QueueRetry time.Duration // WEFT_QUEUE_RETRY
+
+	envErrs []error // WEFT_* values that do not parse
 }
 
 func (c *agentConfig) flags(fs *flag.FlagSet) {
@@ -53,15 +59,28 @@ func (c *agentConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("WEFT_LOG_LEVEL", "info"), "debug, info, warn or error [WEFT_LOG_LEVEL]")
 	fs.IntVar(&c.Replicas, "replicas", envInt("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
 	fs.IntVar(&c.Parallel, "parallel", envInt("WEFT_PULL_PARALLEL", agent.DefaultParallel), "orders carried out at once [WEFT_PULL_PARALLEL]")
+	fs.DurationVar(&c.AckWait, "ack-wait", c.envDuration("WEFT_ACK_WAIT", agent.DefaultAckWait), "how soon an order whose agent died is delivered again [WEFT_ACK_WAIT]")
+	fs.DurationVar(&c.SlotTTL, "slot-ttl", c.envDuration("WEFT_SLOT_TTL", slots.DefaultTTL),
+		fmt.Sprintf("how long a pull slot outlives its holder's last renewal: how soon a dead agent's slots come back (at most %v) [WEFT_SLOT_TTL]", msg.LeaseTTL))
+	fs.DurationVar(&c.QueueRetry, "queue-retry", c.envDuration("WEFT_QUEUE_RETRY", agent.DefaultQueueRetry), "how soon, on average, an order waiting for a pull slot is looked at again [WEFT_QUEUE_RETRY]")
 }
 
 func (c agentConfig) check() error {
-	var errs []error
+	errs := append([]error(nil), c.envErrs...)
 	if c.Node == "" {
 		errs = append(errs, errors.New("--node (or WEFT_NODE_NAME) is required"))
 	}
 	if c.Parallel < 1 {
 		errs = append(errs, fmt.Errorf("--parallel must be >= 1, got %d", c.Parallel))
+	}
+	if c.AckWait <= 0 {
+		errs = append(errs, fmt.Errorf("--ack-wait must be positive, got %v", c.AckWait))
+	}
+	if c.SlotTTL <= 0 || c.SlotTTL > msg.LeaseTTL {
+		errs = append(errs, fmt.Errorf("--slot-ttl must be in (0, %v], got %v", msg.LeaseTTL, c.SlotTTL))
+	}
+	if c.QueueRetry <= 0 {
+		errs = append(errs, fmt.Errorf("--queue-retry must be positive, got %v", c.QueueRetry))
 	}
 	if c.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("--replicas must be >= 1, got %d", c.Replicas))
@@ -160,7 +179,8 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 		return nil
 	})
 	g.Go(func() error {
-		return agent.Run(gctx, env, agent.Options{Node: c.Node, Runtime: runtime, Secrets: agent.KubeSecrets{Client: kube}, Parallel: c.Parallel})
+		return agent.Run(gctx, env, agent.Options{Node: c.Node, Runtime: runtime, Secrets: agent.KubeSecrets{Client: kube}, Parallel: c.Parallel,
+			AckWait: c.AckWait, SlotTTL: c.SlotTTL, QueueRetry: c.QueueRetry})
 	})
 	err = g.Wait()
 	log.Info("stopped", "err", err)
@@ -192,6 +212,21 @@ func env(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// envDuration is key's duration, or def when unset; a value that does
+// not parse is an error check reports.
+func (c *agentConfig) envDuration(key string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(key)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		c.envErrs = append(c.envErrs, fmt.Errorf("%s=%q is not a duration (such as 10s)", key, v))
+		return def
+	}
+	return d
 }
 
 func envInt(key string, def int) int {

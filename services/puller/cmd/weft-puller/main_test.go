@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,19 +87,23 @@ func TestCommandLine(t *testing.T) {
 		args []string
 		code int
 		want string
+		env  []string
 	}{
-		{nil, 2, "usage: weft-puller <command>"},
-		{[]string{"pull"}, 2, `unknown command "pull"`},
-		{[]string{"agent"}, 2, "--node (or WEFT_NODE_NAME) is required"},
-		{[]string{"agent", "--node", "n1", "--parallel", "0"}, 2, "--parallel must be >= 1"},
-		{[]string{"agent", "--bogus"}, 2, "flag provided but not defined: -bogus"},
-		{[]string{"agent", "-h"}, 0, "-cri-socket"},
-		{[]string{"-h"}, 0, "agent   carry out the pull orders"},
+		{nil, 2, "usage: weft-puller <command>", nil},
+		{[]string{"pull"}, 2, `unknown command "pull"`, nil},
+		{[]string{"agent"}, 2, "--node (or WEFT_NODE_NAME) is required", nil},
+		{[]string{"agent", "--node", "n1", "--parallel", "0"}, 2, "--parallel must be >= 1", nil},
+		{[]string{"agent", "--bogus"}, 2, "flag provided but not defined: -bogus", nil},
+		{[]string{"agent", "--node", "n1", "--slot-ttl", "20s"}, 2, "--slot-ttl must be in (0, 15s], got 20s", nil},
+		{[]string{"agent", "--node", "n1", "--queue-retry", "0s"}, 2, "--queue-retry must be positive", nil},
+		{[]string{"agent", "--node", "n1"}, 2, `WEFT_SLOT_TTL="ten" is not a duration`, []string{"WEFT_SLOT_TTL=ten"}},
+		{[]string{"agent", "-h"}, 0, "-slot-ttl", nil},
+		{[]string{"-h"}, 0, "agent   carry out the pull orders", nil},
 	}
 	for _, tc := range cases {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)
-			cmd.Env = []string{"PATH=/usr/bin:/bin"}
+			cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, tc.env...)
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
@@ -238,6 +244,15 @@ func TestAgentKilledMidPull(t *testing.T) {
 	})
 }
 
+// pullStateOrNone is pullState, or nothing while no status was written.
+func pullStateOrNone(t *testing.T, kv jetstream.KeyValue, o msg.PullOrder) msg.ImagePull {
+	t.Helper()
+	if _, err := kv.Get(context.Background(), msg.PullStatusKey(o.Namespace, o.Name, o.Node)); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return msg.ImagePull{}
+	}
+	return pullState(t, kv, o)
+}
+
 func pullState(t *testing.T, kv jetstream.KeyValue, o msg.PullOrder) msg.ImagePull {
 	t.Helper()
 	e, err := kv.Get(context.Background(), msg.PullStatusKey(o.Namespace, o.Name, o.Node))
@@ -250,4 +265,231 @@ func pullState(t *testing.T, kv jetstream.KeyValue, o msg.PullOrder) msg.ImagePu
 	}
 	p, _ := st.Image(o.Image)
 	return p
+}
+
+// slotOp is one change of a slot key, as a watch of the leases bucket saw it.
+type slotOp struct {
+	key, value string
+	op         jetstream.KeyValueOp
+}
+
+// watchSlots records every change of every slot key from now on.
+func watchSlots(t *testing.T, b *testkit.Bus) func() []slotOp {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	kv, err := b.JS.KeyValue(ctx, msg.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchFiltered(ctx, []string{msg.SlotKeyPrefix + ">"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var ops []slotOp
+	go func() {
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			mu.Lock()
+			ops = append(ops, slotOp{key: e.Key(), value: string(e.Value()), op: e.Operation()})
+			mu.Unlock()
+		}
+	}()
+	return func() []slotOp {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ops)
+	}
+}
+
+// holdingRegistry is a registry whose layer downloads hang while held,
+// saying on hanging when one does.
+func holdingRegistry(t *testing.T) (reg *imagetest.ImageRegistry, held *atomic.Bool, hanging chan struct{}) {
+	held, hanging = &atomic.Bool{}, make(chan struct{}, 64)
+	reg = imagetest.Registry(t, imagetest.WithMiddleware(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if held.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+				select {
+				case hanging <- struct{}{}:
+				default:
+				}
+				for held.Load() && r.Context().Err() == nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}))
+	return reg, held, hanging
+}
+
+// TestAgentKilledHoldingSlots: the pull slots of an agent SIGKILLed in a
+// pull are adopted by the agent that takes its order over (not freed and
+// taken anew: the keys are never deleted in between), and, when nobody
+// takes the order over, come back by themselves within the slot TTL, to
+// an order of another node that waited for them.
+func TestAgentKilledHoldingSlots(t *testing.T) {
+	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
+	sock := imagetest.Containerd(t)
+	kube := testkit.Kube(t)
+	order := func(uid, image, node string, limits msg.PullLimits) msg.PullOrder {
+		return msg.PullOrder{PullTarget: msg.PullTarget{Namespace: "shop", Name: "web-" + uid, UID: uid, Image: image, Node: node, Attempt: 1},
+			Mode: msg.PullModeCRI, Deadline: time.Now().Add(3 * time.Minute), Limits: limits}
+	}
+	publish := func(t *testing.T, b *testkit.Bus, o msg.PullOrder) {
+		t.Helper()
+		if _, err := bus.Publish(context.Background(), b.JS, msg.PullSubject(o.Node), o.ID(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentArgs := func(b *testkit.Bus, node, ttl, listen string) []string {
+		return []string{"agent", "--node", node, "--cri-socket", sock, "--nats-url", b.URL, "--kubeconfig", kube.Kubeconfig,
+			"--ack-wait", "2s", "--slot-ttl", ttl, "--queue-retry", "200ms", "--listen", listen}
+	}
+
+	t.Run("adopted by the agent that takes the order over", func(t *testing.T) {
+		b := testkit.NATS(t)
+		reg, held, hanging := holdingRegistry(t)
+		img := reg.PushPlain(t, "shop/adopt", "1")
+		ops := watchSlots(t, b)
+		held.Store(true)
+		// The longest TTL: the slots cannot expire while the order passes
+		// from the dead agent to the next (AckWait 2 s).
+		first := testkit.StartProcess(t, bin, agentArgs(b, "n1", "15s", freeAddr(t))...)
+		o := order("u1", img.Ref, "n1", msg.PullLimits{Cluster: 1, PerNode: 1, PerRegistry: 1})
+		publish(t, b, o)
+		select {
+		case <-hanging:
+		case <-time.After(time.Minute):
+			t.Fatalf("the first agent never pulled:\n%s", first.Output())
+		}
+		keys := []string{msg.SlotKey(msg.ClusterSlotScope, 0), msg.SlotKey(msg.NodeSlotScope("n1"), 0), msg.SlotKey(msg.RegistrySlotScope(reg.Host), 0)}
+		kv, err := b.JS.KeyValue(context.Background(), msg.BucketLeases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if e, err := kv.Get(context.Background(), k); err != nil || string(e.Value()) != o.ID() {
+				t.Fatalf("slot %s while the first agent pulls: %v %v, want held by %s", k, e, err, o.ID())
+			}
+		}
+		first.Kill(t)
+		held.Store(false)
+		second := testkit.StartProcess(t, bin, agentArgs(b, "n1", "15s", freeAddr(t))...)
+		pulls, err := b.JS.KeyValue(context.Background(), msg.BucketPulls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, time.Minute, func() error {
+			if st := pullState(t, pulls, o); st.Phase != msg.PullPulled || st.ImageRef != img.ID {
+				return fmt.Errorf("status %+v", st)
+			}
+			return nil
+		})
+		// Released at the end: every key's last change is its deletion.
+		testkit.Eventually(t, 30*time.Second, func() error {
+			for _, k := range keys {
+				if e, err := kv.Get(context.Background(), k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+					return fmt.Errorf("slot %s after the pull: %v %v", k, e, err)
+				}
+			}
+			return nil
+		})
+		for _, k := range keys {
+			var seen []string
+			for _, op := range ops() {
+				if op.key != k {
+					continue
+				}
+				switch {
+				case op.op == jetstream.KeyValuePut && op.value == o.ID():
+					seen = append(seen, "put")
+				case op.op == jetstream.KeyValuePut:
+					t.Fatalf("slot %s held by %q, want only %s", k, op.value, o.ID())
+				default:
+					seen = append(seen, op.op.String())
+				}
+			}
+			t.Logf("slot %s went %v", k, seen)
+			if len(seen) < 2 || slices.Index(seen, "put") != 0 || slices.IndexFunc(seen, func(s string) bool { return s != "put" }) != len(seen)-1 {
+				t.Fatalf("slot %s went %v: want held by the order from its first take to its release, never freed in between", k, seen)
+			}
+		}
+		if !strings.Contains(second.Output(), `"msg":"image pulled"`) {
+			t.Fatalf("the second agent did not pull:\n%s", second.Output())
+		}
+	})
+
+	t.Run("freed within the TTL when nobody takes the order over", func(t *testing.T) {
+		b := testkit.NATS(t)
+		reg, held, hanging := holdingRegistry(t)
+		img1 := reg.PushPlain(t, "shop/dead", "1")
+		img2 := reg.PushPlain(t, "shop/waits", "1")
+		ops := watchSlots(t, b)
+		held.Store(true)
+		first := testkit.StartProcess(t, bin, agentArgs(b, "n1", "3s", freeAddr(t))...)
+		o1 := order("u1", img1.Ref, "n1", msg.PullLimits{Cluster: 1})
+		publish(t, b, o1)
+		select {
+		case <-hanging:
+		case <-time.After(time.Minute):
+			t.Fatalf("the first agent never pulled:\n%s", first.Output())
+		}
+		listen := freeAddr(t)
+		testkit.StartProcess(t, bin, agentArgs(b, "n2", "3s", listen)...)
+		o2 := order("u2", img2.Ref, "n2", msg.PullLimits{Cluster: 1})
+		publish(t, b, o2)
+		pulls, err := b.JS.KeyValue(context.Background(), msg.BucketPulls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, time.Minute, func() error {
+			if st := pullStateOrNone(t, pulls, o2); st.Phase != msg.PullPending || st.Message != "waiting for a pull slot: all 1 slots of cluster are held" {
+				return fmt.Errorf("n2's status %+v, want waiting for the slot", st)
+			}
+			return nil
+		})
+		first.Kill(t)
+		held.Store(false)
+		testkit.Eventually(t, time.Minute, func() error {
+			if st := pullState(t, pulls, o2); st.Phase != msg.PullPulled || st.ImageRef != img2.ID {
+				return fmt.Errorf("n2's status %+v", st)
+			}
+			return nil
+		})
+		// The dead agent's slot expired (a marker, not its release), then
+		// n2's order took it.
+		key := msg.SlotKey(msg.ClusterSlotScope, 0)
+		var seen []string
+		for _, op := range ops() {
+			if op.key == key {
+				seen = append(seen, op.op.String()+" "+op.value)
+			}
+		}
+		t.Logf("slot %s went %q", key, seen)
+		expired := slices.IndexFunc(seen, func(s string) bool { return !strings.HasPrefix(s, "KeyValuePutOp") })
+		took := slices.Index(seen, "KeyValuePutOp "+o2.ID())
+		if expired < 0 || took < expired || slices.Contains(seen[:expired], "KeyValuePutOp "+o2.ID()) {
+			t.Fatalf("slot %s went %q: want the dead agent's slot gone by its TTL before n2's order took it", key, seen)
+		}
+		if st := pullState(t, pulls, o1); st.Phase != msg.PullPulling {
+			t.Fatalf("n1's status %+v: its order waits for an agent of n1", st)
+		}
+		// n2's agent counted the wait, and holds nothing now.
+		testkit.Eventually(t, 30*time.Second, func() error {
+			body, err := get("http://" + listen + "/metrics")
+			if err != nil {
+				return err
+			}
+			for _, want := range []string{`weft_puller_agent_queued_pulls 0`, `weft_puller_agent_slots_held{scope="cluster"} 0`, `weft_puller_agent_limit_full_total{scope="cluster"} `} {
+				if !strings.Contains(body, want) {
+					return fmt.Errorf("/metrics lacks %s", want)
+				}
+			}
+			return nil
+		})
+	})
 }
