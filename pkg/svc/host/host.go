@@ -41,6 +41,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/embedded"
 	"github.com/weftio/weft/pkg/svc/health"
 	"github.com/weftio/weft/pkg/svc/liveconfig"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
@@ -64,6 +65,18 @@ type Settings struct {
 	// WatchConfig (WEFT_WATCH_CONFIG, default true): a change of the
 	// configuration file on disk is validated and swapped in as on SIGHUP.
 	WatchConfig bool
+	// NATS: how the process proves who it is to NATS, and TLS.
+	NATS natsauth.Client
+	// Provision (WEFT_PROVISION, default true): create or update every
+	// stream, bucket and store at start. A locked-down deployment runs
+	// `weft provision` once with the provisioner's (or admin's)
+	// credentials and its services with --provision=false, their users
+	// having no right to create anything.
+	Provision bool
+	// EmbeddedConfig (WEFT_NATS_SERVER_CONFIG): a nats-server configuration
+	// file whose accounts and users (weft nats-config) the embedded server
+	// requires; its listen address and storage stay weft's.
+	EmbeddedConfig string
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -82,6 +95,9 @@ func (s *Settings) Flags(fs *flag.FlagSet, embeddedDefault bool) {
 	fs.StringVar(&s.ConfigMap, "config-map", env("WEFT_CONFIG_MAP", ""), "take the configuration from this ConfigMap (<namespace>/<name>), validated before it goes live [WEFT_CONFIG_MAP]")
 	fs.StringVar(&s.ConfigKey, "config-key", env("WEFT_CONFIG_KEY", "weft.yaml"), "the ConfigMap key holding weft.yaml [WEFT_CONFIG_KEY]")
 	fs.BoolVar(&s.WatchConfig, "watch-config", envBool("WEFT_WATCH_CONFIG", true), "validate and swap in the configuration file when it changes on disk, as on SIGHUP [WEFT_WATCH_CONFIG]")
+	s.NATS.Flags(fs)
+	fs.BoolVar(&s.Provision, "provision", envBool("WEFT_PROVISION", true), "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
+	fs.StringVar(&s.EmbeddedConfig, "nats-server-config", env("WEFT_NATS_SERVER_CONFIG", ""), "nats-server configuration whose accounts and users (weft nats-config) the embedded server requires [WEFT_NATS_SERVER_CONFIG]")
 	fs.StringVar(&s.Kubeconfig, "kubeconfig", env("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
 }
 
@@ -178,9 +194,16 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
-		log.Info("embedded NATS server started", "url", url)
+		log.Info("embedded NATS server started", "url", url, "users", s.EmbeddedConfig != "")
+		if !loopback(s.Embedded) && s.EmbeddedConfig == "" {
+			log.Warn("the embedded NATS server listens beyond this machine and requires no users: anyone who reaches it can publish renders and deploy orders; give --nats-server-config (weft nats-config)", "addr", s.Embedded)
+		}
 	}
-	nc, err := nats.Connect(url, nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	auth, err := s.NATS.Options()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
@@ -189,11 +212,13 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = msg.Provision(pctx, js, s.Replicas)
-	cancel()
-	if err != nil {
-		return err
+	if s.Provision {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = msg.Provision(pctx, js, s.Replicas)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -394,7 +419,21 @@ func startEmbedded(s Settings, configDir string) (*server.Server, error) {
 	if dir == "" {
 		dir = filepath.Join(configDir, ".weft")
 	}
-	return embedded.Start(embedded.Options{Host: host, Port: port, StoreDir: dir})
+	return embedded.Start(embedded.Options{Host: host, Port: port, StoreDir: dir, ConfigFile: s.EmbeddedConfig})
+}
+
+// loopback reports an address whose host is a loopback address or
+// localhost.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func env(key, def string) string {

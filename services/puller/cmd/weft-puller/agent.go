@@ -26,6 +26,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/health"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/services/puller/agent"
 	"github.com/weftio/weft/services/puller/cri"
@@ -42,6 +43,8 @@ type agentConfig struct {
 	LogLevel   string // WEFT_LOG_LEVEL
 	Replicas   int    // WEFT_REPLICAS
 	Parallel   int    // WEFT_PULL_PARALLEL
+	NATS       natsauth.Client
+	Provision  bool // WEFT_PROVISION
 }
 
 func (c *agentConfig) flags(fs *flag.FlagSet) {
@@ -53,6 +56,8 @@ func (c *agentConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("WEFT_LOG_LEVEL", "info"), "debug, info, warn or error [WEFT_LOG_LEVEL]")
 	fs.IntVar(&c.Replicas, "replicas", envInt("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
 	fs.IntVar(&c.Parallel, "parallel", envInt("WEFT_PULL_PARALLEL", agent.DefaultParallel), "orders carried out at once [WEFT_PULL_PARALLEL]")
+	c.NATS.Flags(fs)
+	fs.BoolVar(&c.Provision, "provision", envBool("WEFT_PROVISION", true), "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
 }
 
 func (c agentConfig) check() error {
@@ -69,6 +74,9 @@ func (c agentConfig) check() error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
+	}
+	if _, err := c.NATS.Options(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -117,7 +125,11 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 		return err
 	}
 	defer func() { _ = runtime.Close() }()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("weft-puller-agent "+c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	auth, err := c.NATS.Options()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(c.NATSURL, append([]nats.Option{nats.Name("weft-puller-agent " + c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", c.NATSURL, err)
 	}
@@ -126,11 +138,13 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = msg.Provision(pctx, js, c.Replicas)
-	cancel()
-	if err != nil {
-		return err
+	if c.Provision {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = msg.Provision(pctx, js, c.Replicas)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -196,6 +210,13 @@ func env(key, def string) string {
 
 func envInt(key string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envBool(key string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
 		return v
 	}
 	return def
