@@ -54,8 +54,7 @@ type Access struct {
 	Publish []string
 	// Subscribe: core subjects it listens on without answering.
 	Subscribe []string
-	// Serve: request subjects it answers; a reply may go only to the
-	// reply subject of a request received (allow_responses).
+	// Serve: request subjects it answers (on the requester's inbox).
 	Serve []string
 	// Request: request subjects it asks; replies come on its inbox.
 	Request []string
@@ -174,7 +173,7 @@ func Accesses() []Access {
 		},
 		{
 			Role: RoleAdmin, What: "weft up (every service and provisioning in one process), operators with the NATS CLI",
-			All:  true,
+			All: true,
 		},
 	}
 }
@@ -235,9 +234,6 @@ var ErrUnknownRole = errors.New("unknown NATS role")
 type Permissions struct {
 	Publish   []string
 	Subscribe []string
-	// AllowResponses lets the user answer a request it received, once,
-	// on the request's reply subject (NATS allow_responses).
-	AllowResponses bool
 }
 
 // JetStream API and reply subjects the permissions are made of (the NATS
@@ -266,7 +262,11 @@ func (a Access) Permissions() Permissions {
 	sub(a.Subscribe...)
 	sub(a.Serve...)
 	if len(a.Serve) > 0 {
-		p.AllowResponses = true
+		// Answers go to the requester's inbox. NATS's allow_responses
+		// (answer only requests received) refuses the second answer to
+		// one request, and a validator's kinds answer the same request
+		// on one connection: so any inbox.
+		pub(Inbox)
 	}
 	pub(a.Request...)
 	for _, s := range a.Streams {
@@ -330,14 +330,22 @@ func consumerSubjects(c Consumer) []string {
 // readStream are the subjects of reading the stream of a bucket or store
 // whose subjects are under prefix: look it up, get one message (a key's
 // last value, an object's description), and ordered consumers (watches,
-// key listings, an object's chunks): created without a name or with one and
-// the filter in the subject, and their flow control replies.
+// key listings, an object's chunks, a read of the whole stream): created
+// without a name, or with a generated one and the filter in the subject
+// or no filter, removed when done, and their flow control replies.
+//
+// Generated names leave no token to pin: a reader of a bucket may create
+// and delete any consumer of the bucket's stream (the relay's durable on
+// the resources bucket among them; the relay renews it). It reads no
+// other stream and writes nothing with it.
 func readStream(stream, prefix string) []string {
 	return []string{
 		jsAPI + "STREAM.INFO." + stream,
 		jsAPI + "STREAM.MSG.GET." + stream,
 		jsAPI + "CONSUMER.CREATE." + stream,
+		jsAPI + "CONSUMER.CREATE." + stream + ".*",
 		jsAPI + "CONSUMER.CREATE." + stream + ".*." + prefix,
+		jsAPI + "CONSUMER.DELETE." + stream + ".*",
 		"$JS.FC." + stream + ".>",
 	}
 }

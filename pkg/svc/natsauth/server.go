@@ -45,9 +45,6 @@ func PermissionsConfig() string {
 		fmt.Fprintf(&b, "%s = {\n", PermissionsVar(a.Role))
 		writeList(&b, "publish", p.Publish)
 		writeList(&b, "subscribe", p.Subscribe)
-		if p.AllowResponses {
-			b.WriteString("  allow_responses: true\n")
-		}
 		b.WriteString("}\n")
 	}
 	return b.String()

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/natsauth"
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// violations collects the errors the server sends connections (a refused
+// publish or subscription arrives this way).
+type violations struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (v *violations) handler(role msg.Role) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		v.errs = append(v.errs, string(role)+": "+err.Error())
+	})
+}
+
+func (v *violations) String() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return strings.Join(v.errs, "\n")
+}
+
+// roleBus connects to url as role, with its nkey seed from keys.
+func roleBus(t *testing.T, url, keys string, role msg.Role, v *violations) *testkit.Bus {
+	t.Helper()
+	opts, err := natsauth.Client{NKey: natsauth.SeedFile(keys, role)}.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, append(opts, nats.Name("weft "+string(role)), v.handler(role))...)
+	if err != nil {
+		t.Fatalf("%s connects: %v", role, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testkit.Bus{NC: nc, JS: js, URL: url}
+}
+
+// TestEveryServiceOnItsOwnUser runs the quickstart with every service on
+// its own NATS user of a real nats-server whose users are what `weft
+// nats-config` generates: `weft provision` makes the streams with the
+// provisioner's key, the services (which provision nothing) render,
+// validate and deploy a manifest edit, the deployer answers a status
+// request, `weft status` runs as the auditor, and the server refused
+// nothing any of them did.
+func TestEveryServiceOnItsOwnUser(t *testing.T) {
+	keys := t.TempDir()
+	var conf bytes.Buffer
+	if err := run([]string{"nats-config", "--keys", keys}, &conf, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	srv := testkit.NATSServer(t, conf.String())
+	var out, errOut bytes.Buffer
+	if err := run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleProvisioner)}, &out, &errOut); err != nil {
+		t.Fatalf("weft provision: %v\n%s", err, errOut.String())
+	}
+
+	s := &stack{t: t, dir: t.TempDir()}
+	copyTree(t, quickstart, s.dir)
+	cfg, err := config.Load(filepath.Join(s.dir, "weft.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg = cfg
+	var v violations
+	s.bus = roleBus(t, srv.URL, keys, msg.RoleAdmin, &v)
+	for _, sv := range Services {
+		role := msg.Role(sv.Name)
+		if _, err := msg.AccessOf(role); err != nil {
+			t.Fatalf("service %s has no role: %v", sv.Name, err)
+		}
+		env := testkit.NewEnv(t, roleBus(t, srv.URL, keys, role, &v), "e2e-"+sv.Name)
+		stop := testkit.Run(t, func(ctx context.Context) error { return sv.Run(ctx, env.Env, cfg) })
+		t.Cleanup(stop)
+	}
+	waitFor(t, "first deploy", func() error {
+		return contains(s.read("haproxy.cfg"), "server web-2 127.0.0.2:8080")
+	})
+	s.editManifest("endpoints.yaml", "127.0.0.2", "127.0.0.9")
+	waitFor(t, "the edit deployed", func() error {
+		return contains(s.read("haproxy.cfg"), "server web-2 127.0.0.9:8080")
+	})
+	waitFor(t, "deploy status", func() error {
+		tr := s.target("quickstart")
+		if len(tr.Deploys) != 1 || tr.Deploys[0].Version < 2 || tr.Validation == nil || !tr.Validation.OK {
+			return fmt.Errorf("status %+v", tr)
+		}
+		return nil
+	})
+
+	// The deployer answers weft.api.status (a reply allowed once, to the
+	// request's reply subject).
+	resp, err := s.bus.NC.Request(msg.APIStatus, nil, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", msg.APIStatus, err)
+	}
+	var rep msg.StatusReport
+	if err := msg.Decode(resp.Data, &rep); err != nil {
+		t.Fatalf("%s answer: %v", msg.APIStatus, err)
+	}
+
+	// weft status as the auditor, who may only read.
+	out.Reset()
+	errOut.Reset()
+	err = run([]string{"status", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleAuditor)}, &out, &errOut)
+	if err != nil || !strings.Contains(out.String(), "quickstart") {
+		t.Fatalf("weft status as the auditor: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if got := v.String(); got != "" {
+		t.Fatalf("the server refused what a service does:\n%s", got)
+	}
+	if log := srv.LogText(); strings.Contains(log, "Violation") {
+		t.Fatalf("the server logged violations:\n%s", log)
+	}
+}
