@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -76,7 +77,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageError(err)
 	}
-	nc, err := nats.Connect(*url, append([]nats.Option{nats.Name("weft provision"), nats.Timeout(5 * time.Second)}, opts...)...)
+	nc, err := nats.Connect(*url, append([]nats.Option{nats.Name("weft provision"), nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)))}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", *url, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -33,7 +34,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError(err)
 	}
-	nc, err := nats.Connect(*url, append([]nats.Option{nats.Timeout(5 * time.Second)}, opts...)...)
+	nc, err := nats.Connect(*url, append([]nats.Option{nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)))}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s (is weft running? `make run` starts it): %w", *url, err)
 	}

@@ -379,3 +379,46 @@ func dedup(s []string) []string {
 	}
 	return out
 }
+
+// AccessMarkdown renders Accesses as a Markdown table, one row per role;
+// the README's is generated from it and a test keeps them equal.
+func AccessMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| role | who | publishes | subscribes, answers (→) | asks | consumes (stream: consumer) | reads | writes |\n|---|---|---|---|---|---|---|---|\n")
+	code := func(s []string) string {
+		if len(s) == 0 {
+			return ""
+		}
+		return "`" + strings.Join(s, "`, `") + "`"
+	}
+	for _, a := range Accesses() {
+		if a.All {
+			fmt.Fprintf(&b, "| %s | %s | everything | everything | | | | everything |\n", a.Role, a.What)
+			continue
+		}
+		if a.Provision {
+			fmt.Fprintf(&b, "| %s | %s | | | | | | creates and updates every stream, bucket and object store |\n", a.Role, a.What)
+			continue
+		}
+		subs := slices.Clone(a.Subscribe)
+		for _, s := range a.Serve {
+			subs = append(subs, "→ "+s)
+		}
+		var cons []string
+		for _, c := range a.Consumers {
+			cons = append(cons, c.Stream+": "+c.Name)
+		}
+		reads := slices.Clone(a.KVRead)
+		reads = append(reads, a.ObjectRead...)
+		var writes []string
+		for _, w := range a.KVWrite {
+			for _, k := range w.Keys {
+				writes = append(writes, w.Bucket+" "+k)
+			}
+		}
+		writes = append(writes, a.ObjectWrite...)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Role, a.What,
+			code(a.Publish), code(subs), code(a.Request), code(cons), code(dedup(reads)), code(writes))
+	}
+	return b.String()
+}

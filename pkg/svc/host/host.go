@@ -203,7 +203,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}, auth...)...)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}

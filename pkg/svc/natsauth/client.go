@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/nats-io/nats.go"
@@ -75,4 +76,22 @@ func (c Client) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
 	}
 	return opts, nil
+}
+
+// LogErrors is a nats.go option that logs what the server sends the
+// connection asynchronously at ERROR: a publish or subscription the user
+// is not allowed (the server names the subject), a slow consumer. Without
+// it, a refused publish is silent and only its missing answer shows.
+func LogErrors(log *slog.Logger) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		attrs := []any{"err", err}
+		if sub != nil {
+			attrs = append(attrs, "subscription", sub.Subject)
+		}
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			log.Error("NATS refused an operation: this process's user lacks the permission (weft nats-config, README \"Securing NATS\")", attrs...)
+			return
+		}
+		log.Error("NATS error", attrs...)
+	})
 }

@@ -129,7 +129,7 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(c.NATSURL, append([]nats.Option{nats.Name("weft-puller-agent " + c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}, auth...)...)
+	nc, err := nats.Connect(c.NATSURL, append([]nats.Option{nats.Name("weft-puller-agent " + c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", c.NATSURL, err)
 	}
