@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/host"
 	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
 )
@@ -62,7 +66,9 @@ func roleBus(t *testing.T, url, keys string, role msg.Role, v *violations) *test
 // TestEveryServiceOnItsOwnUser runs the quickstart with every service on
 // its own NATS user of a real nats-server whose users are what `weft
 // nats-config` generates: `weft provision` makes the streams with the
-// provisioner's key, the services (which provision nothing) render,
+// provisioner's key (the renderer's is refused at once), the services,
+// each run as its binary runs it with --nats-nkey and
+// --provision=false, render,
 // validate and deploy a manifest edit, the deployer answers a status
 // request, `weft status` runs as the auditor, and the server refused
 // nothing any of them did.
@@ -87,13 +93,24 @@ func TestEveryServiceOnItsOwnUser(t *testing.T) {
 	s.cfg = cfg
 	var v violations
 	s.bus = roleBus(t, srv.URL, keys, msg.RoleAdmin, &v)
+	// Each service as its own binary runs it: host.Run on the settings
+	// its flags give, with its role's nkey and nothing provisioned.
 	for _, sv := range Services {
 		role := msg.Role(sv.Name)
 		if _, err := msg.AccessOf(role); err != nil {
 			t.Fatalf("service %s has no role: %v", sv.Name, err)
 		}
-		env := testkit.NewEnv(t, roleBus(t, srv.URL, keys, role, &v), "e2e-"+sv.Name)
-		stop := testkit.Run(t, func(ctx context.Context) error { return sv.Run(ctx, env.Env, cfg) })
+		var set host.Settings
+		fs := flag.NewFlagSet(sv.Name, flag.ContinueOnError)
+		set.Flags(fs, false)
+		err := fs.Parse([]string{"--config", filepath.Join(s.dir, "weft.yaml"), "--nats-url", srv.URL,
+			"--nats-nkey", natsauth.SeedFile(keys, role), "--provision=false", "--listen", "127.0.0.1:0", "--log-level", "warn"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := testkit.Run(t, func(ctx context.Context) error {
+			return host.Run(ctx, set, host.Binary{Name: "weft-" + sv.Name, Services: []host.Service{sv}, Reload: make(chan os.Signal)})
+		})
 		t.Cleanup(stop)
 	}
 	waitFor(t, "first deploy", func() error {
@@ -134,5 +151,13 @@ func TestEveryServiceOnItsOwnUser(t *testing.T) {
 	}
 	if log := srv.LogText(); strings.Contains(log, "Violation") {
 		t.Fatalf("the server logged violations:\n%s", log)
+	}
+
+	// A user without the right to provision is told so at once.
+	out.Reset()
+	errOut.Reset()
+	err = run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleRenderer), "--timeout", "1m"}, &out, &errOut)
+	if !errors.Is(err, natsauth.ErrMayNotProvision) {
+		t.Fatalf("weft provision as the renderer: %v, want ErrMayNotProvision\n%s", err, errOut.String())
 	}
 }

@@ -77,7 +77,8 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageError(err)
 	}
-	nc, err := nats.Connect(*url, append([]nats.Option{nats.Name("weft provision"), nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)))}, opts...)...)
+	refused := make(chan error, 1)
+	nc, err := nats.Connect(*url, append([]nats.Option{nats.Name("weft provision"), nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)), refused)}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", *url, err)
 	}
@@ -88,7 +89,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := msg.Provision(ctx, js, *replicas); err != nil {
+	if err := natsauth.Provision(ctx, js, *replicas, refused); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "provisioned every stream, bucket and object store")

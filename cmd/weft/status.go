@@ -34,7 +34,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError(err)
 	}
-	nc, err := nats.Connect(*url, append([]nats.Option{nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)))}, opts...)...)
+	nc, err := nats.Connect(*url, append([]nats.Option{nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)), nil)}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s (is weft running? `make run` starts it): %w", *url, err)
 	}

@@ -36,7 +36,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
 	"github.com/weftio/weft/pkg/svc/health"
@@ -203,7 +202,8 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log)}, auth...)...)
+	refused := make(chan error, 1)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log, refused)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
@@ -214,7 +214,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	}
 	if s.Provision {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = msg.Provision(pctx, js, s.Replicas)
+		err = natsauth.Provision(pctx, js, s.Replicas, refused)
 		cancel()
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package natsauth
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/weftio/weft/pkg/msg"
 )
 
 // Client holds how a process proves who it is to NATS and checks the
@@ -81,17 +84,50 @@ func (c Client) Options() ([]nats.Option, error) {
 // LogErrors is a nats.go option that logs what the server sends the
 // connection asynchronously at ERROR: a publish or subscription the user
 // is not allowed (the server names the subject), a slow consumer. Without
-// it, a refused publish is silent and only its missing answer shows.
-func LogErrors(log *slog.Logger) nats.Option {
+// it, a refused publish is silent and only its missing answer shows. Each
+// refusal is also sent to refused, when not nil, without waiting.
+func LogErrors(log *slog.Logger, refused chan<- error) nats.Option {
 	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 		attrs := []any{"err", err}
 		if sub != nil {
 			attrs = append(attrs, "subscription", sub.Subject)
 		}
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			log.Error("NATS refused an operation: this process's user lacks the permission (weft nats-config, README \"Securing NATS\")", attrs...)
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			log.Error("NATS error", attrs...)
 			return
 		}
-		log.Error("NATS error", attrs...)
+		log.Error("NATS refused an operation: this process's user lacks the permission (weft nats-config, README \"Securing NATS\")", attrs...)
+		if refused != nil {
+			select {
+			case refused <- err:
+			default:
+			}
+		}
 	})
+}
+
+// ErrMayNotProvision reports a user the server does not let create or
+// update streams.
+var ErrMayNotProvision = errors.New("this NATS user may not create streams and buckets: run `weft provision` with the provisioner's or admin's credentials once, and start with --provision=false")
+
+// Provision is msg.Provision that stops at the first refusal received on
+// refused (LogErrors) while it runs: a user without the right is told so
+// at once rather than after every retry timed out.
+func Provision(ctx context.Context, js msg.Provisioner, replicas int, refused <-chan error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case err := <-refused:
+			cancel(fmt.Errorf("%w: %w", ErrMayNotProvision, err))
+		case <-done:
+		}
+	}()
+	err := msg.Provision(ctx, js, replicas)
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrMayNotProvision) {
+		return cause
+	}
+	return err
 }

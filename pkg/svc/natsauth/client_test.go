@@ -79,7 +79,7 @@ func TestRefusalIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.proc.URL, append(opts, natsauth.LogErrors(log))...)
+	nc, err := nats.Connect(s.proc.URL, append(opts, natsauth.LogErrors(log, nil))...)
 	if err != nil {
 		t.Fatal(err)
 	}

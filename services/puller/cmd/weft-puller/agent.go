@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/health"
 	"github.com/weftio/weft/pkg/svc/natsauth"
@@ -129,7 +128,8 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(c.NATSURL, append([]nats.Option{nats.Name("weft-puller-agent " + c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log)}, auth...)...)
+	refused := make(chan error, 1)
+	nc, err := nats.Connect(c.NATSURL, append([]nats.Option{nats.Name("weft-puller-agent " + c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log, refused)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", c.NATSURL, err)
 	}
@@ -140,7 +140,7 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 	}
 	if c.Provision {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = msg.Provision(pctx, js, c.Replicas)
+		err = natsauth.Provision(pctx, js, c.Replicas, refused)
 		cancel()
 		if err != nil {
 			return err
