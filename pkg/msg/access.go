@@ -54,7 +54,8 @@ type Access struct {
 	Publish []string
 	// Subscribe: core subjects it listens on without answering.
 	Subscribe []string
-	// Serve: request subjects it answers (on the requester's inbox).
+	// Serve: request subjects it answers; it may answer only requests it
+	// received, on their reply subjects (NATS allow_responses).
 	Serve []string
 	// Request: request subjects it asks; replies come on its inbox.
 	Request []string
@@ -234,7 +235,16 @@ var ErrUnknownRole = errors.New("unknown NATS role")
 type Permissions struct {
 	Publish   []string
 	Subscribe []string
+	// Responses: how many answers the user may publish to the reply
+	// subject of each request it received (NATS allow_responses); 0: none
+	// beyond Publish.
+	Responses int
 }
+
+// ResponsesPerRequest bounds the answers to one request received: a
+// validator replica serves each of its kinds (four today) on one
+// connection, and each answers the same validation request.
+const ResponsesPerRequest = 8
 
 // JetStream API and reply subjects the permissions are made of (the NATS
 // JetStream wire API; nats.go's jetstream and legacy JetStream packages).
@@ -262,11 +272,7 @@ func (a Access) Permissions() Permissions {
 	sub(a.Subscribe...)
 	sub(a.Serve...)
 	if len(a.Serve) > 0 {
-		// Answers go to the requester's inbox. NATS's allow_responses
-		// (answer only requests received) refuses the second answer to
-		// one request, and a validator's kinds answer the same request
-		// on one connection: so any inbox.
-		pub(Inbox)
+		p.Responses = ResponsesPerRequest
 	}
 	pub(a.Request...)
 	for _, s := range a.Streams {

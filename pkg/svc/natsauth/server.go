@@ -45,6 +45,9 @@ func PermissionsConfig() string {
 		fmt.Fprintf(&b, "%s = {\n", PermissionsVar(a.Role))
 		writeList(&b, "publish", p.Publish)
 		writeList(&b, "subscribe", p.Subscribe)
+		if p.Responses > 0 {
+			fmt.Fprintf(&b, "  allow_responses: {max: %d}\n", p.Responses)
+		}
 		b.WriteString("}\n")
 	}
 	return b.String()

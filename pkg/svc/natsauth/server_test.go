@@ -168,6 +168,9 @@ func TestRolePermissions(t *testing.T) {
 		// A node agent orders no pull and writes no deploy status.
 		{msg.RolePullerAgent, msg.PullSubject("n1")},
 		{msg.RolePullerAgent, msg.StatusSubject(msg.DeployStatusKey("edge", "main"))},
+		// Answers go only to requests received: no inbox is forged into.
+		{msg.RoleValidator, "_INBOX.forged.reply"},
+		{msg.RoleDeployer, "_INBOX.forged.reply"},
 		// The auditor publishes nothing.
 		{msg.RoleAuditor, msg.RenderSubject("edge")},
 		{msg.RoleAuditor, msg.ChangeSubject("src", "pods")},
