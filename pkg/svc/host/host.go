@@ -66,12 +66,12 @@ type Settings struct {
 	WatchConfig bool
 	// NATS: how the process proves who it is to NATS, and TLS.
 	NATS natsauth.Client
-	// Provision (WEFT_PROVISION, default true): create or update every
-	// stream, bucket and store at start. A locked-down deployment runs
-	// `weft provision` once with the provisioner's (or admin's)
-	// credentials and its services with --provision=false, their users
-	// having no right to create anything.
-	Provision bool
+	// SkipProvision (--provision=false, WEFT_PROVISION=false): do not
+	// create or update the streams, buckets and stores at start. A
+	// locked-down deployment runs `weft provision` once with the
+	// provisioner's (or admin's) credentials and its services with
+	// --provision=false, their users having no right to create anything.
+	SkipProvision bool
 	// EmbeddedConfig (WEFT_NATS_SERVER_CONFIG): a nats-server configuration
 	// file whose accounts and users (weft nats-config) the embedded server
 	// requires; its listen address and storage stay weft's.
@@ -95,7 +95,8 @@ func (s *Settings) Flags(fs *flag.FlagSet, embeddedDefault bool) {
 	fs.StringVar(&s.ConfigKey, "config-key", env("WEFT_CONFIG_KEY", "weft.yaml"), "the ConfigMap key holding weft.yaml [WEFT_CONFIG_KEY]")
 	fs.BoolVar(&s.WatchConfig, "watch-config", envBool("WEFT_WATCH_CONFIG", true), "validate and swap in the configuration file when it changes on disk, as on SIGHUP [WEFT_WATCH_CONFIG]")
 	s.NATS.Flags(fs)
-	fs.BoolVar(&s.Provision, "provision", envBool("WEFT_PROVISION", true), "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
+	s.SkipProvision = !envBool("WEFT_PROVISION", true)
+	fs.Var((*negated)(&s.SkipProvision), "provision", "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
 	fs.StringVar(&s.EmbeddedConfig, "nats-server-config", env("WEFT_NATS_SERVER_CONFIG", ""), "nats-server configuration whose accounts and users (weft nats-config) the embedded server requires [WEFT_NATS_SERVER_CONFIG]")
 	fs.StringVar(&s.Kubeconfig, "kubeconfig", env("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
 }
@@ -212,7 +213,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if err != nil {
 		return err
 	}
-	if s.Provision {
+	if !s.SkipProvision {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		err = natsauth.Provision(pctx, js, s.Replicas, refused)
 		cancel()
@@ -421,6 +422,27 @@ func startEmbedded(s Settings, configDir string) (*server.Server, error) {
 	}
 	return embedded.Start(embedded.Options{Host: host, Port: port, StoreDir: dir, ConfigFile: s.EmbeddedConfig})
 }
+
+// negated is a boolean flag that sets the negation of its value.
+type negated bool
+
+func (n *negated) String() string {
+	if n == nil {
+		return "true"
+	}
+	return strconv.FormatBool(!bool(*n))
+}
+
+func (n *negated) Set(v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	*n = negated(!b)
+	return nil
+}
+
+func (*negated) IsBoolFlag() bool { return true }
 
 // loopback reports an address whose host is a loopback address or
 // localhost.
