@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +160,47 @@ func TestEveryServiceOnItsOwnUser(t *testing.T) {
 	err = run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleRenderer), "--timeout", "1m"}, &out, &errOut)
 	if !errors.Is(err, natsauth.ErrMayNotProvision) {
 		t.Fatalf("weft provision as the renderer: %v, want ErrMayNotProvision\n%s", err, errOut.String())
+	}
+}
+
+// TestUpRequiresUsers: `weft up --nats-server-config` makes the embedded
+// server require the users weft nats-config wrote: weft itself runs on
+// the admin's key and delivers, a client without credentials is refused,
+// and the auditor reads `weft status`.
+func TestUpRequiresUsers(t *testing.T) {
+	keys := t.TempDir()
+	var conf bytes.Buffer
+	if err := run([]string{"nats-config", "--keys", keys}, &conf, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	confFile := filepath.Join(t.TempDir(), "users.conf")
+	if err := os.WriteFile(confFile, conf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	dir := t.TempDir()
+	copyTree(t, quickstart, dir)
+	w := startWeft(t, "up", "--config", filepath.Join(dir, "weft.yaml"), "--nats-listen", addr, "--listen", "127.0.0.1:0",
+		"--nats-server-config", confFile, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleAdmin))
+	waitFor(t, "first deploy", func() error {
+		data, _ := os.ReadFile(filepath.Join(dir, "out", "haproxy.cfg"))
+		return contains(string(data), "server web-2 127.0.0.2:8080")
+	})
+	if nc, err := nats.Connect("nats://"+addr, nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("a client without credentials connected to weft up's server")
+	}
+	var out, errOut bytes.Buffer
+	err = run([]string{"status", "--nats-url", "nats://" + addr, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleAuditor)}, &out, &errOut)
+	if err != nil || !strings.Contains(out.String(), "quickstart") {
+		t.Fatalf("weft status as the auditor: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if err := w.interrupt(t); err != nil {
+		t.Fatalf("weft exited with %v", err)
 	}
 }
