@@ -92,6 +92,10 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"agent", "--node", "n1", "--parallel", "0"}, 2, "--parallel must be >= 1"},
 		{[]string{"agent", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"agent", "-h"}, 0, "-cri-socket"},
+		{[]string{"agent", "-h"}, 0, "-nats-nkey"},
+		{[]string{"agent", "-h"}, 0, "-nats-tls-ca"},
+		{[]string{"agent", "-h"}, 0, "-provision"},
+		{[]string{"agent", "--node", "n1", "--nats-user", "u"}, 2, "--nats-user and --nats-password go together"},
 		{[]string{"-h"}, 0, "agent   carry out the pull orders"},
 	}
 	for _, tc := range cases {
