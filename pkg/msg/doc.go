@@ -16,7 +16,6 @@
 //     permanent errors are terminated and dead-lettered, transient ones are
 //     redelivered after a delay. Handlers are level-based: they re-read state
 //     by key and revision, so redelivery and duplicates change nothing.
-//
 //   - Who may do what on NATS is one table, Accesses: per role, the
 //     subjects it publishes, subscribes to, answers and asks, the durable
 //     consumers it takes messages from, the bucket keys it writes and the
