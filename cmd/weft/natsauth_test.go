@@ -20,6 +20,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/host"
+	"github.com/weftio/weft/pkg/svc/liveconfig"
 	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
 )
@@ -129,16 +130,48 @@ func TestEveryServiceOnItsOwnUser(t *testing.T) {
 		return nil
 	})
 
-	// The deployer answers weft.api.status (a reply allowed once, to the
-	// request's reply subject).
-	resp, err := s.bus.NC.Request(msg.APIStatus, nil, 10*time.Second)
+	// An edit of weft.yaml is checked by every process through the
+	// validator (the candidate stored, weft.validate._config asked, the
+	// verdict kept under the status key "config"), then swapped in.
+	yaml := filepath.Join(s.dir, "weft.yaml")
+	data, err := os.ReadFile(yaml)
 	if err != nil {
-		t.Fatalf("%s: %v", msg.APIStatus, err)
+		t.Fatal(err)
 	}
-	var rep msg.StatusReport
-	if err := msg.Decode(resp.Data, &rep); err != nil {
-		t.Fatalf("%s answer: %v", msg.APIStatus, err)
+	edited := string(data) + "\n# edited\n"
+	if err := os.WriteFile(yaml, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
 	}
+	waitFor(t, "the edited configuration checked", func() error {
+		kv, err := s.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+		if err != nil {
+			return err
+		}
+		e, err := kv.Get(context.Background(), msg.ConfigStatusKey)
+		if err != nil {
+			return err
+		}
+		var st msg.ConfigStatus
+		if err := msg.Decode(e.Value(), &st); err != nil {
+			return err
+		}
+		if st.Candidate != liveconfig.Hash(edited) || !st.OK {
+			return fmt.Errorf("config status %+v", st)
+		}
+		return nil
+	})
+
+	// The deployer answers weft.api.status (replies allowed only to the
+	// request's reply subject); the services may be restarting on the
+	// edited configuration, so no one may answer for a moment.
+	waitFor(t, msg.APIStatus+" answered", func() error {
+		resp, err := s.bus.NC.Request(msg.APIStatus, nil, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		var rep msg.StatusReport
+		return msg.Decode(resp.Data, &rep)
+	})
 
 	// weft status as the auditor, who may only read.
 	out.Reset()
