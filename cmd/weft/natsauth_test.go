@@ -69,11 +69,10 @@ func roleBus(t *testing.T, url, keys string, role msg.Role, v *violations) *test
 // its own NATS user of a real nats-server whose users are what `weft
 // nats-config` generates: `weft provision` makes the streams with the
 // provisioner's key (the renderer's is refused at once), the services,
-// each run as its binary runs it with --nats-nkey and
-// --provision=false, render,
-// validate and deploy a manifest edit, the deployer answers a status
-// request, `weft status` runs as the auditor, and the server refused
-// nothing any of them did.
+// each run as its binary runs it with --nats-nkey and --provision=false,
+// render, validate and deploy a manifest edit, check and swap in an edit
+// of weft.yaml, the deployer answers a status request, `weft status` runs
+// as the auditor, and the server refused nothing any of them did.
 func TestEveryServiceOnItsOwnUser(t *testing.T) {
 	keys := t.TempDir()
 	var conf bytes.Buffer
