@@ -148,7 +148,7 @@ func Accesses() []Access {
 			},
 		}, configFollower),
 		{
-			Role: RolePullerController, What: "the puller's controller and rollout gate: publishes pull orders, follows their outcomes, keeps the pulls bucket and the slots of its limits",
+			Role: RolePullerController, What: "the puller's controller and rollout gate (in progress: the row is its design): publishes pull orders, follows their outcomes, keeps the pulls bucket and the slots of its limits",
 			Publish:   []string{PullAll, DLQSubject("puller-controller")},
 			Consumers: []Consumer{{Stream: StreamPulled, Name: "puller-controller", Filters: []string{PulledAll}}},
 			KVRead:    []string{BucketResources},
