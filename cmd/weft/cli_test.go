@@ -48,6 +48,13 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"status", "-h"}, "usage: weft status [flags]"},
 		{[]string{"status", "-h"}, "Exits 3"},
 		{[]string{"status", "-help"}, "-json"},
+		{[]string{"status", "-h"}, "-nats-nkey"},
+		{[]string{"up", "-h"}, "-nats-tls-ca"},
+		{[]string{"up", "-h"}, "-provision"},
+		{[]string{"up", "-h"}, "-nats-server-config"},
+		{[]string{"nats-config", "-h"}, "usage: weft nats-config [flags]"},
+		{[]string{"nats-config", "--permissions-only"}, "weft_renderer = {"},
+		{[]string{"provision", "-h"}, "-nats-creds"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -69,6 +76,9 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"render", "--config", "x.yaml"}, "--out is required"},
 		{[]string{"validate"}, "give one folder"},
 		{[]string{"up", "--replicas", "many"}, "invalid value \"many\" for flag -replicas"},
+		{[]string{"nats-config", "--roles", "root"}, "unknown NATS role"},
+		{[]string{"status", "--nats-user", "u"}, "--nats-user and --nats-password go together"},
+		{[]string{"provision", "--nats-tls-cert", "c.pem"}, "--nats-tls-cert and --nats-tls-key go together"},
 	}
 	for _, tc := range bad {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

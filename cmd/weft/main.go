@@ -28,6 +28,10 @@ commands:
   render   render a target offline from a folder of manifests
   validate run the validator kinds offline on a rendered bundle
   status   show each target's render, validation and deploy state
+  nats-config  print the NATS server's users block: one user per role with
+           exactly the permissions of its role (nkeys written to --keys)
+  provision  create or update every stream, bucket and store (run once with
+           admin or provisioner credentials; services then --provision=false)
   version  print weft's version (also: weft --version)
   help     print this help, or a command's: weft help <command>
 Run 'weft <command> -h' for the command's flags.
@@ -69,6 +73,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "validate":
 		return validateCmd(ctx, args[1:], stdout, stderr)
+	case "nats-config":
+		return natsConfigCmd(args[1:], stdout, stderr)
+	case "provision":
+		return provisionCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprint(stdout, versionText())
 		return nil

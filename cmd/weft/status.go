@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -14,19 +15,26 @@ import (
 
 	"github.com/weftio/weft/cmd/weft/internal/statusview"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 )
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(command{name: "status", summary: "Show what each target last rendered, validated and deployed, and each source's sync\nstate and object count, from the status bucket of a running weft, and the image pulls\nnot done yet (waiting, pulling or failed). Exits 3 when a\ntarget's last render, validation or deploy failed, naming each on stderr."})
 	url := fs.String("nats-url", envOr("WEFT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server of a running weft [WEFT_NATS_URL]")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var auth natsauth.Client
+	auth.Flags(fs)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("status takes no arguments, got %q", fs.Args()))
 	}
-	nc, err := nats.Connect(*url, nats.Timeout(5*time.Second))
+	opts, err := auth.Options()
+	if err != nil {
+		return usageError(err)
+	}
+	nc, err := nats.Connect(*url, append([]nats.Option{nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)), nil)}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s (is weft running? `make run` starts it): %w", *url, err)
 	}

@@ -16,6 +16,11 @@
 //     permanent errors are terminated and dead-lettered, transient ones are
 //     redelivered after a delay. Handlers are level-based: they re-read state
 //     by key and revision, so redelivery and duplicates change nothing.
+//   - Who may do what on NATS is one table, Accesses: per role, the
+//     subjects it publishes, subscribes to, answers and asks, the durable
+//     consumers it takes messages from, the bucket keys it writes and the
+//     stores it reads; the NATS permissions of each role's user are
+//     generated from it (Access.Permissions).
 //
 // The package depends on nats.go and the standard library only, so any
 // program (or person with the NATS CLI) can speak the contract cheaply.

@@ -119,3 +119,6 @@ const (
 	ConfigStatusKey = "config"
 	ConfigKey       = "current"
 )
+
+// StatusSubject is the subject a write of key in the status bucket goes to.
+func StatusSubject(key string) string { return "$KV." + BucketStatus + "." + key }

@@ -160,7 +160,7 @@ func KVStreamConfig(c jetstream.KeyValueConfig) jetstream.StreamConfig {
 // never reported missing.
 func ObjectStreamConfig(c jetstream.ObjectStoreConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:        "OBJ_" + c.Bucket,
+		Name:        ObjectStream(c.Bucket),
 		Description: c.Description,
 		Subjects:    []string{"$O." + c.Bucket + ".C.>", "$O." + c.Bucket + ".M.>"},
 		MaxAge:      c.TTL,

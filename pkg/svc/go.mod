@@ -49,7 +49,6 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
@@ -95,6 +94,7 @@ require (
 replace github.com/weftio/weft/pkg/config => ../config
 
 require (
+	github.com/nats-io/nkeys v0.4.16
 	github.com/prometheus/client_model v0.6.3
 	github.com/weftio/weft/pkg/testkit v0.0.0
 	go.uber.org/goleak v1.3.0

@@ -23,6 +23,10 @@ type Options struct {
 	Port     int    // -1: a random free port; 0: 4222
 	StoreDir string // JetStream storage; required
 	Name     string
+	// ConfigFile: a nats-server configuration file whose accounts, users
+	// and TLS the server takes (weft nats-config writes the users); the
+	// address, storage and limits above stay.
+	ConfigFile string
 }
 
 // readyTimeout bounds the wait for a server that neither listens nor fails.
@@ -43,15 +47,16 @@ func Start(o Options) (*server.Server, error) {
 		o.Name = "weft"
 	}
 	addr := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
-	s, err := server.NewServer(&server.Options{
-		ServerName: o.Name,
-		Host:       o.Host,
-		Port:       o.Port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		NoSigs:     true,
-		MaxPayload: 8 << 20,
-	})
+	opts := &server.Options{}
+	if o.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("embedded nats: %w", err)
+		}
+	}
+	opts.ServerName, opts.Host, opts.Port = o.Name, o.Host, o.Port
+	opts.JetStream, opts.StoreDir, opts.NoSigs, opts.MaxPayload = true, o.StoreDir, true, 8<<20
+	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}

@@ -36,11 +36,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
 	"github.com/weftio/weft/pkg/svc/health"
 	"github.com/weftio/weft/pkg/svc/liveconfig"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
@@ -64,6 +64,18 @@ type Settings struct {
 	// WatchConfig (WEFT_WATCH_CONFIG, default true): a change of the
 	// configuration file on disk is validated and swapped in as on SIGHUP.
 	WatchConfig bool
+	// NATS: how the process proves who it is to NATS, and TLS.
+	NATS natsauth.Client
+	// SkipProvision (--provision=false, WEFT_PROVISION=false): do not
+	// create or update the streams, buckets and stores at start. A
+	// locked-down deployment runs `weft provision` once with the
+	// provisioner's (or admin's) credentials and its services with
+	// --provision=false, their users having no right to create anything.
+	SkipProvision bool
+	// EmbeddedConfig (WEFT_NATS_SERVER_CONFIG): a nats-server configuration
+	// file whose accounts and users (weft nats-config) the embedded server
+	// requires; its listen address and storage stay weft's.
+	EmbeddedConfig string
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -82,6 +94,10 @@ func (s *Settings) Flags(fs *flag.FlagSet, embeddedDefault bool) {
 	fs.StringVar(&s.ConfigMap, "config-map", env("WEFT_CONFIG_MAP", ""), "take the configuration from this ConfigMap (<namespace>/<name>), validated before it goes live [WEFT_CONFIG_MAP]")
 	fs.StringVar(&s.ConfigKey, "config-key", env("WEFT_CONFIG_KEY", "weft.yaml"), "the ConfigMap key holding weft.yaml [WEFT_CONFIG_KEY]")
 	fs.BoolVar(&s.WatchConfig, "watch-config", envBool("WEFT_WATCH_CONFIG", true), "validate and swap in the configuration file when it changes on disk, as on SIGHUP [WEFT_WATCH_CONFIG]")
+	s.NATS.Flags(fs)
+	s.SkipProvision = !envBool("WEFT_PROVISION", true)
+	fs.Var((*negated)(&s.SkipProvision), "provision", "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
+	fs.StringVar(&s.EmbeddedConfig, "nats-server-config", env("WEFT_NATS_SERVER_CONFIG", ""), "nats-server configuration whose accounts and users (weft nats-config) the embedded server requires [WEFT_NATS_SERVER_CONFIG]")
 	fs.StringVar(&s.Kubeconfig, "kubeconfig", env("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
 }
 
@@ -178,9 +194,17 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
-		log.Info("embedded NATS server started", "url", url)
+		log.Info("embedded NATS server started", "url", url, "users", s.EmbeddedConfig != "")
+		if !loopback(s.Embedded) && s.EmbeddedConfig == "" {
+			log.Warn("the embedded NATS server listens beyond this machine and requires no users: anyone who reaches it can publish renders and deploy orders; give --nats-server-config (weft nats-config)", "addr", s.Embedded)
+		}
 	}
-	nc, err := nats.Connect(url, nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	auth, err := s.NATS.Options()
+	if err != nil {
+		return err
+	}
+	refused := make(chan error, 1)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log, refused)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
@@ -189,11 +213,13 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = msg.Provision(pctx, js, s.Replicas)
-	cancel()
-	if err != nil {
-		return err
+	if !s.SkipProvision {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = natsauth.Provision(pctx, js, s.Replicas, refused)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -394,7 +420,42 @@ func startEmbedded(s Settings, configDir string) (*server.Server, error) {
 	if dir == "" {
 		dir = filepath.Join(configDir, ".weft")
 	}
-	return embedded.Start(embedded.Options{Host: host, Port: port, StoreDir: dir})
+	return embedded.Start(embedded.Options{Host: host, Port: port, StoreDir: dir, ConfigFile: s.EmbeddedConfig})
+}
+
+// negated is a boolean flag that sets the negation of its value.
+type negated bool
+
+func (n *negated) String() string {
+	if n == nil {
+		return "true"
+	}
+	return strconv.FormatBool(!bool(*n))
+}
+
+func (n *negated) Set(v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	*n = negated(!b)
+	return nil
+}
+
+func (*negated) IsBoolFlag() bool { return true }
+
+// loopback reports an address whose host is a loopback address or
+// localhost.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func env(key, def string) string {

@@ -46,11 +46,19 @@ type rig struct {
 
 func newRig(t *testing.T, opts ...func(*agent.Options)) *rig {
 	t.Helper()
+	b := testkit.NATS(t)
+	return newRigOn(t, b, b, opts...)
+}
+
+// newRigOn is newRig with the agent on its own connection, agentBus, and
+// the test's orders and reads on b.
+func newRigOn(t *testing.T, b, agentBus *testkit.Bus, opts ...func(*agent.Options)) *rig {
+	t.Helper()
 	r := &rig{password: "s3cret-Pa55"}
 	sock := imagetest.Containerd(t)
 	r.kube = testkit.Kube(t)
-	r.bus = testkit.NATS(t)
-	r.env = testkit.NewEnv(t, r.bus, "agent-1")
+	r.bus = b
+	r.env = testkit.NewEnv(t, agentBus, "agent-1")
 	var err error
 	if r.runtime, err = cri.Dial(sock); err != nil {
 		t.Fatal(err)

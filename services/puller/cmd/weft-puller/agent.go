@@ -26,6 +26,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/health"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/services/puller/agent"
@@ -46,6 +47,8 @@ type agentConfig struct {
 	AckWait    time.Duration // WEFT_ACK_WAIT
 	SlotTTL    time.Duration // WEFT_SLOT_TTL
 	QueueRetry time.Duration // WEFT_QUEUE_RETRY
+	NATS       natsauth.Client
+	Provision  bool // WEFT_PROVISION
 
 	envErrs []error // WEFT_* values that do not parse
 }
@@ -63,6 +66,8 @@ func (c *agentConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SlotTTL, "slot-ttl", c.envDuration("WEFT_SLOT_TTL", slots.DefaultTTL),
 		fmt.Sprintf("how long a pull slot outlives its holder's last renewal: how soon a dead agent's slots come back (at most %v) [WEFT_SLOT_TTL]", msg.LeaseTTL))
 	fs.DurationVar(&c.QueueRetry, "queue-retry", c.envDuration("WEFT_QUEUE_RETRY", agent.DefaultQueueRetry), "how soon, on average, an order waiting for a pull slot is looked at again [WEFT_QUEUE_RETRY]")
+	c.NATS.Flags(fs)
+	fs.BoolVar(&c.Provision, "provision", envBool("WEFT_PROVISION", true), "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
 }
 
 func (c agentConfig) check() error {
@@ -88,6 +93,9 @@ func (c agentConfig) check() error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
+	}
+	if _, err := c.NATS.Options(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -136,7 +144,12 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 		return err
 	}
 	defer func() { _ = runtime.Close() }()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("weft-puller-agent "+c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	auth, err := c.NATS.Options()
+	if err != nil {
+		return err
+	}
+	refused := make(chan error, 1)
+	nc, err := nats.Connect(c.NATSURL, append([]nats.Option{nats.Name("weft-puller-agent " + c.Node), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log, refused)}, auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", c.NATSURL, err)
 	}
@@ -145,11 +158,13 @@ func serveAgent(ctx context.Context, c agentConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = msg.Provision(pctx, js, c.Replicas)
-	cancel()
-	if err != nil {
-		return err
+	if c.Provision {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = natsauth.Provision(pctx, js, c.Replicas, refused)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -231,6 +246,13 @@ func (c *agentConfig) envDuration(key string, def time.Duration) time.Duration {
 
 func envInt(key string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envBool(key string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
 		return v
 	}
 	return def

@@ -98,6 +98,11 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"agent", "--node", "n1", "--queue-retry", "0s"}, 2, "--queue-retry must be positive", nil},
 		{[]string{"agent", "--node", "n1"}, 2, `WEFT_SLOT_TTL="ten" is not a duration`, []string{"WEFT_SLOT_TTL=ten"}},
 		{[]string{"agent", "-h"}, 0, "-slot-ttl", nil},
+		{[]string{"agent", "-h"}, 0, "-cri-socket", nil},
+		{[]string{"agent", "-h"}, 0, "-nats-nkey", nil},
+		{[]string{"agent", "-h"}, 0, "-nats-tls-ca", nil},
+		{[]string{"agent", "-h"}, 0, "-provision", nil},
+		{[]string{"agent", "--node", "n1", "--nats-user", "u"}, 2, "--nats-user and --nats-password go together", nil},
 		{[]string{"-h"}, 0, "agent   carry out the pull orders", nil},
 	}
 	for _, tc := range cases {

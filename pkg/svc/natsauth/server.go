@@ -1,0 +1,158 @@
+// Package natsauth secures weft's NATS: it writes the nats-server
+// configuration of weft's users, one per role of pkg/msg's access table
+// (msg.Accesses), each allowed exactly what its role does and refused the
+// rest, identified by an nkey (or a user and password); and it turns a
+// process's credential and TLS settings (--nats-creds, --nats-nkey,
+// --nats-user/--nats-password, --nats-tls-ca/-cert/-key and their WEFT_*
+// variables) into nats.go connection options.
+//
+// The permissions come from the table only: PermissionsConfig is the same
+// text for every deployment (deploy/nats/permissions.conf is it, kept equal
+// by a test); ServerConfig adds the users of one deployment.
+package natsauth
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/weftio/weft/pkg/msg"
+)
+
+// Account is the NATS account weft's users are in (JetStream enabled).
+const Account = "WEFT"
+
+// PermissionsVar is the configuration variable holding role's permissions.
+func PermissionsVar(role msg.Role) string {
+	return "weft_" + strings.ReplaceAll(string(role), "-", "_")
+}
+
+// PermissionsConfig is the nats-server configuration text that defines one
+// variable per role (PermissionsVar) holding its permissions, generated
+// from msg.Accesses.
+func PermissionsConfig() string {
+	var b strings.Builder
+	b.WriteString("# weft's NATS permissions, one variable per role, generated from pkg/msg's\n")
+	b.WriteString("# access table by `weft nats-config --permissions-only`. Do not edit.\n")
+	for _, a := range msg.Accesses() {
+		p := a.Permissions()
+		fmt.Fprintf(&b, "\n# %s: %s\n", a.Role, a.What)
+		fmt.Fprintf(&b, "%s = {\n", PermissionsVar(a.Role))
+		writeList(&b, "publish", p.Publish)
+		writeList(&b, "subscribe", p.Subscribe)
+		if p.Responses > 0 {
+			fmt.Fprintf(&b, "  allow_responses: {max: %d}\n", p.Responses)
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+func writeList(b *strings.Builder, name string, subjects []string) {
+	fmt.Fprintf(b, "  %s: {\n    allow: [\n", name)
+	for _, s := range subjects {
+		fmt.Fprintf(b, "      %s\n", strconv.Quote(s))
+	}
+	b.WriteString("    ]\n  }\n")
+}
+
+// User is one NATS user of a role: an nkey (public key, "U..."), or a
+// user name and password.
+type User struct {
+	Role     msg.Role
+	NKey     string
+	Name     string
+	Password string
+}
+
+// ErrNoCredential reports a user with neither an nkey nor a password.
+var ErrNoCredential = errors.New("user has neither an nkey nor a password")
+
+// ServerConfig is the nats-server configuration of weft's users: the
+// permission variables, then the account Account with JetStream and one
+// user per entry. Include it in (or append it to) the server's
+// configuration.
+func ServerConfig(users []User) (string, error) {
+	var b strings.Builder
+	b.WriteString(PermissionsConfig())
+	fmt.Fprintf(&b, "\naccounts {\n  %s {\n    jetstream: enabled\n    users: [\n", Account)
+	for _, u := range users {
+		if _, err := msg.AccessOf(u.Role); err != nil {
+			return "", err
+		}
+		switch {
+		case u.NKey != "":
+			if !nkeys.IsValidPublicUserKey(u.NKey) {
+				return "", fmt.Errorf("role %s: %q is not a public user nkey", u.Role, u.NKey)
+			}
+			fmt.Fprintf(&b, "      {nkey: %s, permissions: $%s}\n", strconv.Quote(u.NKey), PermissionsVar(u.Role))
+		case u.Name != "" && u.Password != "":
+			fmt.Fprintf(&b, "      {user: %s, password: %s, permissions: $%s}\n", strconv.Quote(u.Name), strconv.Quote(u.Password), PermissionsVar(u.Role))
+		default:
+			return "", fmt.Errorf("role %s: %w", u.Role, ErrNoCredential)
+		}
+	}
+	b.WriteString("    ]\n  }\n}\n")
+	return b.String(), nil
+}
+
+// SeedFile is the file in a keys folder holding role's nkey seed.
+func SeedFile(dir string, role msg.Role) string { return filepath.Join(dir, string(role)+".nk") }
+
+// NKeyUsers returns one nkey user per role, reading each seed from dir
+// (SeedFile) and creating the seeds that are missing (mode 0600, the
+// folder 0700). A process of a role connects with its seed file
+// (--nats-nkey); the server configuration names only public keys.
+func NKeyUsers(dir string, roles []msg.Role) ([]User, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("nkeys: %w", err)
+	}
+	var users []User
+	for _, r := range roles {
+		if _, err := msg.AccessOf(r); err != nil {
+			return nil, err
+		}
+		kp, err := seedOf(SeedFile(dir, r))
+		if err != nil {
+			return nil, fmt.Errorf("nkeys: role %s: %w", r, err)
+		}
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("nkeys: role %s: %w", r, err)
+		}
+		users = append(users, User{Role: r, NKey: pub})
+	}
+	return users, nil
+}
+
+// seedOf reads the user seed in path, or creates one there.
+func seedOf(path string) (nkeys.KeyPair, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, err
+		}
+		seed, err := kp.Seed()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+			return nil, err
+		}
+		return kp, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(data))))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return kp, nil
+}

@@ -1,0 +1,262 @@
+package natsauth_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/natsauth"
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+var update = flag.Bool("update", false, "rewrite deploy/nats/permissions.conf from the access table")
+
+// TestPermissionsFileIsGenerated keeps deploy/nats/permissions.conf equal
+// to what the access table generates (go test -update rewrites it).
+func TestPermissionsFileIsGenerated(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "deploy", "nats", "permissions.conf")
+	want := natsauth.PermissionsConfig()
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("%s is not what the access table generates; run `go run ./cmd/weft nats-config --permissions-only > deploy/nats/permissions.conf` (or go test -update)", path)
+	}
+}
+
+// roleServer is a real nats-server with one nkey user per role.
+type roleServer struct {
+	proc *testkit.NATSProcess
+	keys string
+}
+
+func startRoleServer(t *testing.T, extra string) *roleServer {
+	t.Helper()
+	keys := t.TempDir()
+	users, err := natsauth.NKeyUsers(keys, msg.Roles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := natsauth.ServerConfig(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &roleServer{proc: testkit.NATSServer(t, conf+extra), keys: keys}
+}
+
+// conn is a connection of one role with the errors the server sent it.
+type conn struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	errs chan error
+}
+
+func (s *roleServer) connect(t *testing.T, role msg.Role, more ...nats.Option) *conn {
+	t.Helper()
+	opts, err := natsauth.Client{NKey: natsauth.SeedFile(s.keys, role)}.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &conn{errs: make(chan error, 100)}
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case c.errs <- err:
+		default:
+		}
+	}))
+	c.nc, err = nats.Connect(s.proc.URL, append(opts, more...)...)
+	if err != nil {
+		t.Fatalf("%s connects: %v", role, err)
+	}
+	t.Cleanup(c.nc.Close)
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// refused publishes on subject and waits for the server's permissions
+// violation naming it.
+func (c *conn) refused(t *testing.T, subject string) {
+	t.Helper()
+	if err := c.nc.Publish(subject, []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.nc.Flush()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-c.errs:
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("publishing on %s was not refused", subject)
+		}
+	}
+}
+
+// published publishes on subject through JetStream: the stream's
+// acknowledgement proves the publish and the reply were allowed.
+func (c *conn) published(t *testing.T, subject string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.js.Publish(ctx, subject, []byte("{}")); err != nil {
+		t.Fatalf("publishing on %s: %v", subject, err)
+	}
+}
+
+// TestRolePermissions: on a real nats-server with the generated users,
+// each role may publish what it does and is refused what it does not: no
+// one but the renderer publishes a render, the watcher publishes no deploy
+// order and writes no other service's status, the renderer writes no
+// watched object, the auditor publishes nothing but reads everything.
+func TestRolePermissions(t *testing.T) {
+	s := startRoleServer(t, "")
+	admin := s.connect(t, msg.RoleAdmin)
+	// The provisioner provisions; a service user cannot.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := msg.Provision(ctx, s.connect(t, msg.RoleProvisioner).js, 1); err != nil {
+		t.Fatalf("the provisioner provisions: %v", err)
+	}
+	s.connect(t, msg.RoleRenderer).refused(t, "$JS.API.STREAM.CREATE."+msg.StreamRenders)
+	s.connect(t, msg.RoleRenderer).refused(t, "$JS.API.STREAM.DELETE."+msg.StreamRenders)
+
+	refusals := []struct {
+		role    msg.Role
+		subject string
+	}{
+		// The forged render: only the renderer publishes renders.
+		{msg.RoleDeployer, msg.RenderSubject("edge")},
+		{msg.RoleValidator, msg.RenderSubject("edge")},
+		{msg.RoleWatcher, msg.RenderSubject("edge")},
+		{msg.RolePullerAgent, msg.RenderSubject("edge")},
+		// Nor does anyone else write the renderer's status or lease.
+		{msg.RoleDeployer, msg.StatusSubject(msg.RenderStatusKey("edge"))},
+		{msg.RoleValidator, msg.LeaseSubject(msg.RenderLeaseKey("edge"))},
+		// The watcher: no deploy order, no status but its sync markers.
+		{msg.RoleWatcher, msg.DeploySubject("edge", "main")},
+		{msg.RoleWatcher, msg.StatusSubject(msg.DeployStatusKey("edge", "main"))},
+		{msg.RoleWatcher, msg.StatusSubject(msg.RenderStatusKey("edge"))},
+		{msg.RoleWatcher, msg.StatusSubject(msg.ValidationStatusKey("edge"))},
+		{msg.RoleWatcher, msg.ValidatedSubject("edge")},
+		// The renderer writes no watched object and no verdict.
+		{msg.RoleRenderer, msg.ResourceSubject(msg.ResourceKey("src", "pods", "ns", "p"))},
+		{msg.RoleRenderer, msg.ValidatedSubject("edge")},
+		{msg.RoleRenderer, msg.DeploySubject("edge", "main")},
+		// The validator orders no deploy; the deployer forges no verdict.
+		{msg.RoleValidator, msg.DeploySubject("edge", "main")},
+		{msg.RoleDeployer, msg.ValidatedSubject("edge")},
+		{msg.RoleDeployer, msg.ResourceSubject(msg.ResourceKey("src", "pods", "ns", "p"))},
+		// A node agent orders no pull and writes no deploy status.
+		{msg.RolePullerAgent, msg.PullSubject("n1")},
+		{msg.RolePullerAgent, msg.StatusSubject(msg.DeployStatusKey("edge", "main"))},
+		// Answers go only to requests received: no inbox is forged into.
+		{msg.RoleValidator, "_INBOX.forged.reply"},
+		{msg.RoleDeployer, "_INBOX.forged.reply"},
+		// The auditor publishes nothing.
+		{msg.RoleAuditor, msg.RenderSubject("edge")},
+		{msg.RoleAuditor, msg.ChangeSubject("src", "pods")},
+		{msg.RoleAuditor, msg.TriggerDeploySubject("edge")},
+		{msg.RoleAuditor, msg.APIStatus},
+		{msg.RoleAuditor, msg.StatusSubject(msg.SyncStatusKey("src", "pods"))},
+		{msg.RoleAuditor, "$O." + msg.ObjectBundles + ".M.x"},
+		{msg.RoleAuditor, "$JS.API.STREAM.PURGE." + msg.StreamRenders},
+	}
+	for _, r := range refusals {
+		t.Run(string(r.role)+" refused "+r.subject, func(t *testing.T) {
+			s.connect(t, r.role).refused(t, r.subject)
+		})
+	}
+
+	allowed := []struct {
+		role    msg.Role
+		subject string
+	}{
+		{msg.RoleRenderer, msg.RenderSubject("edge")},
+		{msg.RoleRenderer, msg.StatusSubject(msg.RenderStatusKey("edge"))},
+		{msg.RoleWatcher, msg.ResourceSubject(msg.ResourceKey("src", "pods", "ns", "p"))},
+		{msg.RoleWatcher, msg.StatusSubject(msg.SyncStatusKey("src", "pods"))},
+		{msg.RoleValidator, msg.ValidatedSubject("edge")},
+		{msg.RoleDeployer, msg.DeploySubject("edge", "main")},
+		{msg.RoleDeployer, msg.StatusSubject(msg.DeployStatusKey("edge", "main"))},
+		{msg.RolePullerAgent, msg.PulledSubject("n1")},
+		{msg.RolePullerController, msg.PullSubject("n1")},
+	}
+	for _, a := range allowed {
+		t.Run(string(a.role)+" publishes "+a.subject, func(t *testing.T) {
+			s.connect(t, a.role).published(t, a.subject)
+		})
+	}
+
+	t.Run("the auditor sees every message and reads the status bucket", func(t *testing.T) {
+		aud := s.connect(t, msg.RoleAuditor)
+		sub, err := aud.nc.SubscribeSync(msg.AllSubjects)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := aud.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		s.connect(t, msg.RoleRenderer).published(t, msg.RenderSubject("seen"))
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the auditor got nothing on %s: %v", msg.AllSubjects, err)
+		}
+		if m.Subject != msg.RenderSubject("seen") {
+			t.Fatalf("the auditor got %s", m.Subject)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		kv, err := aud.js.KeyValue(ctx, msg.BucketStatus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Get(ctx, msg.RenderStatusKey("edge")); err != nil {
+			t.Fatalf("the auditor reads %s: %v", msg.RenderStatusKey("edge"), err)
+		}
+		keys, err := kv.Keys(ctx)
+		if err != nil || len(keys) == 0 {
+			t.Fatalf("the auditor lists the status keys: %v %v", keys, err)
+		}
+		// Its write is refused: the value stays the renderer's.
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer pcancel()
+		if _, err := kv.Put(pctx, msg.RenderStatusKey("edge"), []byte("forged")); err == nil {
+			t.Fatal("the auditor wrote the status bucket")
+		}
+		e, err := admin.getStatus(ctx, msg.RenderStatusKey("edge"))
+		if err != nil || string(e) != "{}" {
+			t.Fatalf("status %s after the auditor's write: %q %v", msg.RenderStatusKey("edge"), e, err)
+		}
+	})
+}
+
+func (c *conn) getStatus(ctx context.Context, key string) ([]byte, error) {
+	kv, err := c.js.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
+}
