@@ -1,0 +1,307 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/weftio/weft/services/puller/api/v1alpha1"
+	"github.com/weftio/weft/services/puller/job"
+	"github.com/weftio/weft/services/puller/workload"
+)
+
+// policy is a valid policy, its spec defaulted.
+type policy struct {
+	name string
+	spec v1alpha1.PrePullPolicySpec
+}
+
+// validPolicies reads every policy and keeps the valid ones, by name.
+func (c *controller) validPolicies(ctx context.Context) ([]policy, error) {
+	objs, err := c.objs.list(ctx, c.cfg.Types.Policies)
+	if err != nil {
+		return nil, err
+	}
+	var out []policy
+	for _, obj := range objs {
+		var p v1alpha1.PrePullPolicy
+		if err := v1alpha1.FromUnstructured(obj, &p); err != nil {
+			c.env.Log.WarnContext(ctx, "a policy that does not decode is ignored", "err", err)
+			continue
+		}
+		spec := p.Spec
+		spec.Default()
+		if len(v1alpha1.ValidatePolicy(&spec)) == 0 {
+			out = append(out, policy{name: p.Name, spec: spec})
+		}
+	}
+	slices.SortFunc(out, func(a, b policy) int { return compare(a.name, b.name) })
+	return out, nil
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// policyFor is the first valid policy by name that selects w, or nil.
+func (c *controller) policyFor(ctx context.Context, w *workload.Workload, policies []policy) (*policy, error) {
+	nsLabels, err := c.namespaceLabels(ctx, w.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	for i := range policies {
+		ok, err := workload.Selects(&policies[i].spec, w, nsLabels)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &policies[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// namespaceLabels are the labels of the namespace as the bucket has it
+// (nil when it has not).
+func (c *controller) namespaceLabels(ctx context.Context, name string) (map[string]string, error) {
+	obj, err := c.objs.get(ctx, c.cfg.Types.Namespaces, "", name)
+	if err != nil || obj == nil {
+		return nil, err
+	}
+	labels := (&unstructured.Unstructured{Object: obj}).GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	return labels, nil
+}
+
+// reconcileWorkloads looks at every workload (a policy, node or namespace
+// changed).
+func (c *controller) reconcileWorkloads(ctx context.Context) error {
+	var errs []error
+	for _, typ := range c.cfg.Types.workloads() {
+		objs, err := c.objs.list(ctx, typ)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, obj := range objs {
+			u := unstructured.Unstructured{Object: obj}
+			errs = append(errs, c.reconcileWorkload(ctx, typ, u.GetNamespace(), u.GetName()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileWorkload makes or extends the PrePullImage of one workload.
+func (c *controller) reconcileWorkload(ctx context.Context, typ, namespace, name string) error {
+	obj, err := c.objs.get(ctx, typ, namespace, name)
+	if err != nil || obj == nil {
+		return err
+	}
+	w, err := workload.Decode(obj)
+	if err != nil {
+		c.env.Log.WarnContext(ctx, "a workload that does not decode is ignored", "type", typ, "workload", namespace+"/"+name, "err", err)
+		return nil
+	}
+	images := w.Images()
+	if w.Deleting || len(images) == 0 {
+		return nil
+	}
+	policies, err := c.validPolicies(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := c.policyFor(ctx, w, policies)
+	if err != nil || p == nil {
+		return err
+	}
+	allNodes, err := c.objs.nodes(ctx, c.cfg.Types.Nodes)
+	if err != nil {
+		return err
+	}
+	lacking, err := workload.Lacking(w, allNodes, p.spec.NodeSelector)
+	if err != nil {
+		c.env.Log.WarnContext(ctx, "no node can be chosen for a workload", "workload", namespace+"/"+name, "err", err)
+		return nil
+	}
+	ppiName := workload.Name(w, workload.ImageSetHash(images))
+	cur, err := c.objs.get(ctx, c.cfg.Types.Images, namespace, ppiName)
+	if err != nil {
+		return err
+	}
+	if cur != nil {
+		return c.addNodes(ctx, cur, lacking)
+	}
+	if len(lacking) == 0 {
+		return nil
+	}
+	return c.createImage(ctx, w, p, ppiName, images, lacking)
+}
+
+// createImage creates the PrePullImage of w; one that exists is done.
+func (c *controller) createImage(ctx context.Context, w *workload.Workload, p *policy, name string, images []v1alpha1.ContainerImage, nodes []string) error {
+	secrets, err := job.PullSecrets(ctx, kubeServiceAccounts{c.cfg.Kube}, w.Namespace, &w.Template)
+	if err != nil {
+		return err
+	}
+	ppi := &v1alpha1.PrePullImage{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: w.Namespace,
+			Labels:     map[string]string{job.LabelManagedBy: job.ManagedBy, job.LabelComponent: job.Component},
+			Finalizers: []string{Finalizer},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: w.APIVersion, Kind: string(w.Kind), Name: w.Name, UID: w.UID, Controller: ptr(true),
+			}},
+		},
+		Spec: v1alpha1.PrePullImageSpec{
+			Policy:             p.name,
+			Workload:           v1alpha1.WorkloadReference{APIVersion: w.APIVersion, Kind: w.Kind, Name: w.Name, UID: string(w.UID)},
+			Images:             images,
+			Nodes:              nodes,
+			ImagePullSecrets:   secrets,
+			ServiceAccountName: w.Template.ServiceAccountName,
+			Mode:               p.spec.Mode,
+		},
+	}
+	u, err := v1alpha1.ToUnstructured(ppi)
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.Dynamic.Resource(v1alpha1.ImageResource).Namespace(w.Namespace).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("create PrePullImage %s/%s: %w", w.Namespace, name, err)
+	}
+	c.env.Log.InfoContext(ctx, "PrePullImage created", "prepullimage", w.Namespace+"/"+name, "policy", p.name,
+		"workload", string(w.Kind)+"/"+w.Name, "images", workload.UniqueImages(images), "nodes", nodes, "mode", p.spec.Mode)
+	return nil
+}
+
+// addNodes adds the nodes lacking the images that the PrePullImage does
+// not target yet (a node joined or became eligible).
+func (c *controller) addNodes(ctx context.Context, obj map[string]any, lacking []string) error {
+	var ppi v1alpha1.PrePullImage
+	if err := v1alpha1.FromUnstructured(obj, &ppi); err != nil {
+		return fmt.Errorf("%w", err)
+	}
+	if ppi.DeletionTimestamp != nil {
+		return nil
+	}
+	var added []string
+	for _, n := range lacking {
+		if !slices.Contains(ppi.Spec.Nodes, n) {
+			added = append(added, n)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	ppi.Spec.Nodes = append(ppi.Spec.Nodes, added...)
+	if err := c.update(ctx, &ppi); err != nil {
+		return err
+	}
+	c.env.Log.InfoContext(ctx, "nodes added to a PrePullImage", "prepullimage", ppi.Namespace+"/"+ppi.Name, "nodes", added)
+	return nil
+}
+
+// reconcilePolicies records each policy's validity and workload count,
+// then looks at every workload.
+func (c *controller) reconcilePolicies(ctx context.Context) error {
+	objs, err := c.objs.list(ctx, c.cfg.Types.Policies)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, obj := range objs {
+		errs = append(errs, c.reconcilePolicy(ctx, obj))
+	}
+	errs = append(errs, c.reconcileWorkloads(ctx))
+	return errors.Join(errs...)
+}
+
+func (c *controller) reconcilePolicy(ctx context.Context, obj map[string]any) error {
+	var p v1alpha1.PrePullPolicy
+	if err := v1alpha1.FromUnstructured(obj, &p); err != nil {
+		c.env.Log.WarnContext(ctx, "a policy that does not decode is ignored", "err", err)
+		return nil
+	}
+	before := policyStatusJSON(p.Status)
+	valid := v1alpha1.SetValid(&p)
+	p.Status.Workloads = 0
+	if valid {
+		n, err := c.countSelected(ctx, &p)
+		if err != nil {
+			return err
+		}
+		p.Status.Workloads = n
+		c.metrics.workloads.WithLabelValues(p.Name).Set(float64(n))
+	} else {
+		c.metrics.workloads.DeleteLabelValues(p.Name)
+		c.env.Log.WarnContext(ctx, "invalid PrePullPolicy: it selects nothing", "policy", p.Name,
+			"reason", meta(p.Status.Conditions, v1alpha1.ConditionValid))
+	}
+	if reflect.DeepEqual(before, policyStatusJSON(p.Status)) {
+		return nil
+	}
+	return c.updatePolicyStatus(ctx, &p)
+}
+
+// countSelected counts the workloads p selects.
+func (c *controller) countSelected(ctx context.Context, p *v1alpha1.PrePullPolicy) (int32, error) {
+	spec := p.Spec
+	spec.Default()
+	var n int32
+	for _, typ := range c.cfg.Types.workloads() {
+		objs, err := c.objs.list(ctx, typ)
+		if err != nil {
+			return 0, err
+		}
+		for _, obj := range objs {
+			w, err := workload.Decode(obj)
+			if err != nil {
+				continue
+			}
+			nsLabels, err := c.namespaceLabels(ctx, w.Namespace)
+			if err != nil {
+				return 0, err
+			}
+			if ok, _ := workload.Selects(&spec, w, nsLabels); ok {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+func meta(conds []metav1.Condition, typ string) string {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// policyStatusJSON is a policy status as it is stored, for comparison.
+func policyStatusJSON(s v1alpha1.PrePullPolicyStatus) map[string]any {
+	u, _ := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{Status: s})
+	st, _ := u["status"].(map[string]any)
+	return st
+}
