@@ -242,4 +242,3 @@ func (c *controller) onJob(ctx context.Context, namespace, name string) error {
 	}
 	return nil
 }
-
