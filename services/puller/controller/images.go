@@ -218,9 +218,7 @@ func (c *controller) deletePullStatus(ctx context.Context, ppi *v1alpha1.PrePull
 	for k := range lister.Keys() {
 		keys = append(keys, k)
 	}
-	if err := lister.Stop(); err != nil {
-		return err
-	}
+	_ = lister.Stop() // the channel closed: the listing is complete
 	for _, k := range keys {
 		if err := c.pulls.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("delete pull status %s: %w", k, err)

@@ -126,6 +126,7 @@ func (c *controller) reconcileWorkload(ctx context.Context, typ, namespace, name
 	}
 	p, err := c.policyFor(ctx, w, policies)
 	if err != nil || p == nil {
+		c.env.Log.DebugContext(ctx, "no valid policy selects the workload", "workload", namespace+"/"+name, "policies", len(policies), "err", err)
 		return err
 	}
 	allNodes, err := c.objs.nodes(ctx, c.cfg.Types.Nodes)
@@ -137,6 +138,7 @@ func (c *controller) reconcileWorkload(ctx context.Context, typ, namespace, name
 		c.env.Log.WarnContext(ctx, "no node can be chosen for a workload", "workload", namespace+"/"+name, "err", err)
 		return nil
 	}
+	c.env.Log.DebugContext(ctx, "workload selected", "workload", namespace+"/"+name, "policy", p.name, "nodes", len(allNodes), "lacking", lacking)
 	ppiName := workload.Name(w, workload.ImageSetHash(images))
 	cur, err := c.objs.get(ctx, c.cfg.Types.Images, namespace, ppiName)
 	if err != nil {

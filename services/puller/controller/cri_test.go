@@ -1,0 +1,138 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/imagetest"
+	"github.com/weftio/weft/services/puller/agent"
+	"github.com/weftio/weft/services/puller/api/v1alpha1"
+	"github.com/weftio/weft/services/puller/controller"
+	"github.com/weftio/weft/services/puller/cri"
+)
+
+// TestCRIMode runs two controller replicas and the real node agent on a
+// real containerd: a selected Deployment gets one PrePullImage targeting
+// only the node its pods can land on (not the tainted, not-Ready or
+// unselected ones), the agent pulls its init-container and container
+// images on one order each, and the PrePullImage is Completed and Warm. A
+// node that joins later is added and warmed. The policy's status counts
+// the workload it selects.
+func TestCRIMode(t *testing.T) {
+	sock := imagetest.Containerd(t)
+	r := newRig(t)
+	reg := imagetest.Registry(t)
+	web := reg.PushPlain(t, "shop/web", "1")
+	migrate := reg.PushPlain(t, "shop/migrate", "1")
+	runtime, err := cri.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = runtime.Close() })
+	agentFor := func(node string) {
+		env := testkit.NewEnv(t, r.bus, "agent-"+node)
+		o := agent.Options{Node: node, Runtime: runtime, Secrets: agent.KubeSecrets{Client: r.kube.Clientset}, AckWait: 2 * time.Second}
+		testkit.Run(t, func(ctx context.Context) error { return agent.Run(ctx, env.Env, o) })
+	}
+
+	r.namespace(t, "shop", nil)
+	pool := map[string]string{"pool": "web"}
+	r.node(t, "worker-1", true, pool)
+	r.node(t, "worker-2", true, pool, corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule})
+	r.node(t, "worker-3", false, pool)
+	r.node(t, "worker-4", true, map[string]string{"pool": "batch"})
+	r.policy(t, "web", v1alpha1.PrePullPolicySpec{Workloads: v1alpha1.WorkloadSelector{
+		Namespaces: []string{"shop"},
+		Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "true"}},
+	}})
+	d := r.deployment(t, "shop", "web", map[string]string{"prepull": "true"}, corev1.PodSpec{
+		NodeSelector:   pool,
+		InitContainers: []corev1.Container{{Name: "migrate", Image: migrate.Ref}},
+		Containers:     []corev1.Container{{Name: "web", Image: web.Ref}},
+	})
+	r.deployment(t, "shop", "other", nil, corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: web.Ref}}})
+	r.start(t, "controller-1")
+	r.start(t, "controller-2")
+	agentFor("worker-1")
+
+	ppi := r.onlyImage(t, "shop", 2*time.Minute, phaseIs(v1alpha1.ImageCompleted))
+	if !slices.Equal(ppi.Spec.Nodes, []string{"worker-1"}) {
+		t.Errorf("target nodes %v, want [worker-1] (worker-2 tainted, worker-3 not Ready, worker-4 not in the pool)", ppi.Spec.Nodes)
+	}
+	if own := ppi.OwnerReferences; len(own) != 1 || own[0].UID != d.UID || own[0].Kind != "Deployment" {
+		t.Errorf("owners %+v, want the Deployment", own)
+	}
+	if !slices.Contains(ppi.Finalizers, controller.Finalizer) {
+		t.Errorf("finalizers %v, want %s", ppi.Finalizers, controller.Finalizer)
+	}
+	if c := meta.FindStatusCondition(ppi.Status.Conditions, v1alpha1.ConditionWarm); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Warm condition %+v", c)
+	}
+	if n := ppi.Status.Nodes; len(n) != 1 || n[0].Phase != v1alpha1.NodePulled || n[0].Attempts != 1 {
+		t.Errorf("node status %+v", n)
+	}
+	for _, image := range []string{web.Ref, migrate.Ref} {
+		if _, ok, err := runtime.Status(context.Background(), image); err != nil || !ok {
+			t.Errorf("%s on the runtime: %v %v", image, ok, err)
+		}
+	}
+	wantOrders(t, r, 2) // two images, one node, one attempt, two replicas
+
+	testkit.Eventually(t, time.Minute, func() error {
+		p := r.policyStatus(t, "web")
+		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionValid)
+		if c == nil || c.Status != metav1.ConditionTrue || p.Status.Workloads != 1 {
+			return fmt.Errorf("policy status %+v, want Valid and 1 workload", p.Status)
+		}
+		return nil
+	})
+
+	// A node joins the pool: it is added and warmed.
+	r.node(t, "worker-5", true, pool)
+	agentFor("worker-5")
+	ppi = r.onlyImage(t, "shop", 2*time.Minute, func(p *v1alpha1.PrePullImage) error {
+		if !slices.Contains(p.Spec.Nodes, "worker-5") || p.Status.NodesPulled != 2 || p.Status.Phase != v1alpha1.ImageCompleted {
+			return fmt.Errorf("nodes %v, phase %s, %s", p.Spec.Nodes, p.Status.Phase, nodeSummary(p))
+		}
+		return nil
+	})
+	wantOrders(t, r, 4)
+}
+
+// wantOrders checks that n pull orders were ever stored.
+func wantOrders(t *testing.T, r *rig, n uint64) {
+	t.Helper()
+	s, err := r.bus.JS.Stream(context.Background(), msg.StreamPulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != n {
+		t.Errorf("%d pull orders stored, want %d", info.State.LastSeq, n)
+	}
+}
+
+func (r *rig) policyStatus(t *testing.T, name string) v1alpha1.PrePullPolicy {
+	t.Helper()
+	u, err := r.kube.Client.Resource(v1alpha1.PolicyResource).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p v1alpha1.PrePullPolicy
+	if err := v1alpha1.FromUnstructured(u.Object, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
