@@ -76,7 +76,7 @@ type controller struct {
 	wake    *wakeups
 
 	mu   sync.Mutex
-	held map[string]*slots.Held // by Job name
+	held map[string]heldJob // by Job name
 }
 
 // Run runs the controller until ctx is done.
@@ -134,7 +134,7 @@ func Run(ctx context.Context, env svc.Env, cfg Config) error {
 }
 
 func newController(ctx context.Context, env svc.Env, cfg Config) (*controller, error) {
-	c := &controller{env: env, cfg: cfg, held: map[string]*slots.Held{}}
+	c := &controller{env: env, cfg: cfg, held: map[string]heldJob{}}
 	var resources, leases jetstream.KeyValue
 	err := msg.Open(ctx, Service+": buckets", func(ctx context.Context) (err error) {
 		if resources, err = env.JS.KeyValue(ctx, msg.BucketResources); err != nil {
@@ -255,8 +255,8 @@ func (c *controller) resync(ctx context.Context) error {
 func (c *controller) releaseAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for name, h := range c.held {
-		h.Abandon()
+	for name, hj := range c.held {
+		hj.h.Abandon()
 		delete(c.held, name)
 	}
 }

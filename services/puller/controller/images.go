@@ -13,6 +13,7 @@ import (
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
+	"github.com/weftio/weft/services/puller/job"
 	"github.com/weftio/weft/services/puller/pull"
 	"github.com/weftio/weft/services/puller/workload"
 )
@@ -27,11 +28,13 @@ func (c *controller) reconcileImages(ctx context.Context) error {
 	phases := map[v1alpha1.ImagePhase]int{}
 	active, queued := map[v1alpha1.PullMode]int{}, map[v1alpha1.PullMode]int{}
 	var errs []error
+	present := map[string]bool{}
 	for _, obj := range objs {
 		var ppi v1alpha1.PrePullImage
 		if err := v1alpha1.FromUnstructured(obj, &ppi); err != nil {
 			continue
 		}
+		present[ppi.Namespace+"/"+ppi.Name] = true
 		phases[ppi.Status.Phase]++
 		for _, n := range ppi.Status.Nodes {
 			switch n.Phase {
@@ -43,6 +46,7 @@ func (c *controller) reconcileImages(ctx context.Context) error {
 		}
 		errs = append(errs, c.reconcileImage(ctx, ppi.Namespace, ppi.Name))
 	}
+	c.sweepGone(present)
 	for _, p := range []v1alpha1.ImagePhase{v1alpha1.ImagePending, v1alpha1.ImageInProgress, v1alpha1.ImageCompleted, v1alpha1.ImageFailed} {
 		c.metrics.images.WithLabelValues(string(p)).Set(float64(phases[p]))
 	}
@@ -99,6 +103,15 @@ func (c *controller) reconcileImage(ctx context.Context, namespace, name string)
 		return err
 	}
 	c.start(ctx, &ppi, spec, &plan)
+	if ppi.Spec.Mode == v1alpha1.ModeJob {
+		live := map[string]bool{}
+		for _, n := range plan.Status.Nodes {
+			if n.Phase == v1alpha1.NodePulling {
+				live[job.Name(&ppi, n.Node, n.Attempts)] = true
+			}
+		}
+		c.sweep(namespace+"/"+name, live)
+	}
 	if !plan.Wake.IsZero() {
 		c.wake.at(namespace, name, plan.Wake)
 	}

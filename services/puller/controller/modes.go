@@ -98,7 +98,7 @@ func (c *controller) startJob(ctx context.Context, ppi *v1alpha1.PrePullImage, s
 		return fmt.Errorf("node %s is not in the resources bucket", s.Node)
 	}
 	name := job.Name(ppi, s.Node, s.Attempt)
-	if err := c.hold(ctx, name, limits(ppi, spec, s.Node)); err != nil {
+	if err := c.hold(ctx, ppi.Namespace+"/"+ppi.Name, name, limits(ppi, spec, s.Node)); err != nil {
 		return err
 	}
 	j, err := c.builder.Build(ctx, job.Input{
@@ -115,13 +115,14 @@ func (c *controller) startJob(ctx context.Context, ppi *v1alpha1.PrePullImage, s
 	return nil
 }
 
-// hold takes (or adopts) the slots of the Job name, owned by the name so
-// any replica can renew and free them.
-func (c *controller) hold(ctx context.Context, name string, ls []slots.Limit) error {
+// hold takes (or adopts) the slots of the Job name of the PrePullImage
+// ppi (namespace/name), owned by the Job's name so any replica can renew
+// and free them.
+func (c *controller) hold(ctx context.Context, ppi, name string, ls []slots.Limit) error {
 	c.mu.Lock()
-	h, ok := c.held[name]
+	cur, ok := c.held[name]
 	c.mu.Unlock()
-	if ok && h.Err() == nil {
+	if ok && cur.h.Err() == nil {
 		return nil
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -132,22 +133,46 @@ func (c *controller) hold(ctx context.Context, name string, ls []slots.Limit) er
 	}
 	c.mu.Lock()
 	if old, ok := c.held[name]; ok {
-		old.Abandon()
+		old.h.Abandon()
 	}
-	c.held[name] = h
+	c.held[name] = heldJob{h: h, ppi: ppi}
 	c.mu.Unlock()
 	return nil
+}
+
+// heldJob is the slots held here for a running pull Job.
+type heldJob struct {
+	h   *slots.Held
+	ppi string // namespace/name
+}
+
+// sweep frees the slots held here for Jobs of ppi (namespace/name) that
+// are not running by its status (live: the Jobs of its Pulling nodes):
+// another replica saw them end.
+func (c *controller) sweep(ppi string, live map[string]bool) {
+	c.mu.Lock()
+	var done []*slots.Held
+	for name, hj := range c.held {
+		if hj.ppi == ppi && !live[name] {
+			done = append(done, hj.h)
+			delete(c.held, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range done {
+		h.Release()
+	}
 }
 
 // free frees the slots of the Job name: those held here, else (ls given)
 // those another replica held, adopted and freed at once.
 func (c *controller) free(ctx context.Context, name string, ls []slots.Limit) {
 	c.mu.Lock()
-	h, ok := c.held[name]
+	hj, ok := c.held[name]
 	delete(c.held, name)
 	c.mu.Unlock()
 	if ok {
-		h.Release()
+		hj.h.Release()
 		return
 	}
 	if ls == nil {
@@ -212,7 +237,7 @@ func (c *controller) observeJob(ctx context.Context, ppi *v1alpha1.PrePullImage,
 			return pull.Attempt{Done: true, Failed: true, Message: m}, nil
 		}
 	}
-	if err := c.hold(ctx, name, limits(ppi, spec, n.Node)); err != nil {
+	if err := c.hold(ctx, ppi.Namespace+"/"+ppi.Name, name, limits(ppi, spec, n.Node)); err != nil {
 		var full *slots.FullError
 		if !errors.As(err, &full) {
 			return pull.Attempt{}, err
@@ -236,4 +261,20 @@ func (c *controller) deleteJobs(ctx context.Context, ppi *v1alpha1.PrePullImage)
 		}
 	}
 	return nil
+}
+
+// sweepGone frees the slots held here for Jobs of PrePullImages that are
+// gone (present: those that exist, by namespace/name).
+func (c *controller) sweepGone(present map[string]bool) {
+	c.mu.Lock()
+	var gone []string
+	for _, hj := range c.held {
+		if !present[hj.ppi] {
+			gone = append(gone, hj.ppi)
+		}
+	}
+	c.mu.Unlock()
+	for _, ppi := range gone {
+		c.sweep(ppi, nil)
+	}
 }
