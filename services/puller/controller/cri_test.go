@@ -2,11 +2,13 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,6 +108,53 @@ func TestCRIMode(t *testing.T) {
 		return nil
 	})
 	wantOrders(t, r, 4)
+
+	// Deleted, the PrePullImage is held until its pull status is gone.
+	// (The nodes report the images, so none is made again.)
+	for _, node := range []string{"worker-1", "worker-5"} {
+		r.reportImages(t, node, web.Ref, migrate.Ref)
+	}
+	pulls, err := r.bus.JS.KeyValue(context.Background(), msg.BucketPulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := msg.PullStatusKey("shop", ppi.Name, "worker-1")
+	if _, err := pulls.Get(context.Background(), key); err != nil {
+		t.Fatalf("pull status %s before the deletion: %v", key, err)
+	}
+	if err := r.kube.Client.Resource(v1alpha1.ImageResource).Namespace("shop").Delete(context.Background(), ppi.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, func() error {
+		if got := r.images(t, "shop"); len(got) != 0 {
+			return fmt.Errorf("%d PrePullImages left", len(got))
+		}
+		return nil
+	})
+	for _, node := range []string{"worker-1", "worker-5"} {
+		if _, err := pulls.Get(context.Background(), msg.PullStatusKey("shop", ppi.Name, node)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("pull status of %s after the finalizer: %v, want it gone", node, err)
+		}
+	}
+	if v := testkit.CounterValue(t, r.envs[0].Registry, "weft_puller_pulls_total") + testkit.CounterValue(t, r.envs[1].Registry, "weft_puller_pulls_total"); v < 4 {
+		t.Errorf("weft_puller_pulls_total %v over both replicas, want at least 4 (2 started, 2 Pulled)", v)
+	}
+}
+
+// reportImages sets the images a node's kubelet reports.
+func (r *rig) reportImages(t *testing.T, node string, images ...string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := r.kube.Clientset.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, im := range images {
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{im}, SizeBytes: 1 << 20})
+	}
+	if _, err := r.kube.Clientset.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // wantOrders checks that n pull orders were ever stored.

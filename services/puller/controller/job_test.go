@@ -196,7 +196,6 @@ func TestJobMode(t *testing.T) {
 // testTTL: a Completed PrePullImage goes after its policy's TTL, and is
 // not made again once its node reports the image.
 func testTTL(t *testing.T, r *rig) {
-	ctx := context.Background()
 	r.policy(t, "short", v1alpha1.PrePullPolicySpec{
 		Workloads: v1alpha1.WorkloadSelector{Namespaces: []string{"ttl"}, Selector: selectAll()},
 		Mode:      v1alpha1.ModeJob,
@@ -211,15 +210,7 @@ func testTTL(t *testing.T, r *rig) {
 	if !slices.Equal(ppi.Spec.Nodes, []string{"worker-1"}) {
 		t.Errorf("nodes %v, want worker-1", ppi.Spec.Nodes)
 	}
-	// The kubelet reports the image on the node.
-	n, err := r.kube.Clientset.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{image}, SizeBytes: 1 << 20})
-	if _, err := r.kube.Clientset.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	r.reportImages(t, "worker-1", image)
 	testkit.Eventually(t, time.Minute, func() error {
 		if got := r.images(t, "ttl"); len(got) != 0 {
 			return fmt.Errorf("%d PrePullImages in ttl; the TTL is over", len(got))
