@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 )
 
@@ -25,11 +26,25 @@ type Types struct {
 	Jobs         string
 }
 
-// DefaultTypes are the type names weft.yaml's puller section adds.
+// DefaultTypes are the type names weft.yaml's puller section adds
+// (config.PullerTypes).
 var DefaultTypes = Types{
-	Deployments: "deployments", StatefulSets: "statefulsets", DaemonSets: "daemonsets",
-	Nodes: "nodes", Namespaces: "namespaces", Policies: "prepullpolicies",
-	Images: "prepullimages", Jobs: "pulljobs",
+	Deployments: config.PullerDeployments, StatefulSets: config.PullerStatefulSets, DaemonSets: config.PullerDaemonSets,
+	Nodes: config.PullerNodes, Namespaces: config.PullerNamespaces, Policies: config.PullerPolicies,
+	Images: config.PullerImages, Jobs: config.PullerJobs,
+}
+
+// FromConfig is the controller's configuration from weft.yaml's puller
+// section (cfg.Puller must be set); kube and dyn reach the API server.
+func FromConfig(cfg *config.Config, kube kubernetes.Interface, dyn dynamic.Interface) (Config, error) {
+	p := cfg.Puller
+	if p == nil {
+		return Config{}, errors.New("weft.yaml has no puller section")
+	}
+	return Config{
+		Source: p.Source, Types: DefaultTypes, HelperImage: p.HelperImage, HelperBinary: p.HelperBinary,
+		Kube: kube, Dynamic: dyn, Resync: p.Resync.D(),
+	}, nil
 }
 
 func (t Types) all() []string {

@@ -92,7 +92,10 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"agent", "--node", "n1", "--parallel", "0"}, 2, "--parallel must be >= 1"},
 		{[]string{"agent", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"agent", "-h"}, 0, "-cri-socket"},
-		{[]string{"-h"}, 0, "agent   carry out the pull orders"},
+		{[]string{"-h"}, 0, "carry out the pull orders of one node"},
+		{[]string{"controller", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"controller", "extra"}, 2, `unexpected arguments ["extra"]`},
+		{[]string{"controller", "-h"}, 0, "-config"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
