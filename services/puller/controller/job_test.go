@@ -78,7 +78,10 @@ func (k *kubelet) finish(ctx context.Context, pod *corev1.Pod) {
 	node := pod.Annotations[job.AnnotationNode]
 	pod.Status.Phase = corev1.PodSucceeded
 	state := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
-	if k.fail[node] {
+	k.mu.Lock()
+	fail := k.fail[node]
+	k.mu.Unlock()
+	if fail {
 		pod.Status.Phase = corev1.PodFailed
 		state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: pullError}}
 	}
@@ -150,6 +153,9 @@ func TestJobMode(t *testing.T) {
 		t.Errorf("Warm condition %+v", c)
 	}
 	seen, maxLive := k.seen()
+	k.mu.Lock()
+	k.jobs = map[string]string{}
+	k.mu.Unlock()
 	want := map[string]string{
 		job.Name(&ppi, "worker-1", 1): "worker-1#1",
 		job.Name(&ppi, "worker-2", 1): "worker-2#1",
@@ -189,6 +195,29 @@ func TestJobMode(t *testing.T) {
 	})
 	if got := r.images(t, "bad"); len(got) != 0 {
 		t.Errorf("an invalid policy made PrePullImages: %v", got)
+	}
+
+	// The Deployment's image changes: a PrePullImage for the new image
+	// replaces the old one.
+	k.mu.Lock()
+	k.fail["worker-2"] = false
+	k.mu.Unlock()
+	d, err := r.kube.Clientset.AppsV1().Deployments("shop").Get(context.Background(), "api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Template.Spec.Containers[0].Image = "registry.example.com/api:2"
+	if _, err := r.kube.Clientset.AppsV1().Deployments("shop").Update(context.Background(), d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := r.onlyImage(t, "shop", 2*time.Minute, func(p *v1alpha1.PrePullImage) error {
+		if p.Name == ppi.Name {
+			return fmt.Errorf("still the old PrePullImage")
+		}
+		return phaseIs(v1alpha1.ImageCompleted)(p)
+	})
+	if next.Spec.Images[0].Image != "registry.example.com/api:2" {
+		t.Errorf("images %+v", next.Spec.Images)
 	}
 	testTTL(t, r)
 }

@@ -140,6 +140,9 @@ func (c *controller) reconcileWorkload(ctx context.Context, typ, namespace, name
 	}
 	c.env.Log.DebugContext(ctx, "workload selected", "workload", namespace+"/"+name, "policy", p.name, "nodes", len(allNodes), "lacking", lacking)
 	ppiName := workload.Name(w, workload.ImageSetHash(images))
+	if err := c.deleteSuperseded(ctx, w, ppiName); err != nil {
+		return err
+	}
 	cur, err := c.objs.get(ctx, c.cfg.Types.Images, namespace, ppiName)
 	if err != nil {
 		return err
@@ -151,6 +154,29 @@ func (c *controller) reconcileWorkload(ctx context.Context, typ, namespace, name
 		return nil
 	}
 	return c.createImage(ctx, w, p, ppiName, images, lacking)
+}
+
+// deleteSuperseded deletes the PrePullImages of w other than current: the
+// workload no longer uses their images.
+func (c *controller) deleteSuperseded(ctx context.Context, w *workload.Workload, current string) error {
+	objs, err := c.objs.list(ctx, c.cfg.Types.Images)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		var ppi v1alpha1.PrePullImage
+		if err := v1alpha1.FromUnstructured(obj, &ppi); err != nil {
+			continue
+		}
+		if ppi.Namespace != w.Namespace || ppi.Name == current || ppi.Spec.Workload.UID != string(w.UID) || ppi.DeletionTimestamp != nil {
+			continue
+		}
+		c.env.Log.InfoContext(ctx, "PrePullImage superseded by the workload's new images; deleting it", "prepullimage", ppi.Namespace+"/"+ppi.Name, "by", current)
+		if err := c.deleteImage(ctx, &ppi); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // createImage creates the PrePullImage of w; one that exists is done.
