@@ -74,6 +74,7 @@ type controller struct {
 	builder *job.Builder
 	metrics *metrics
 	wake    *wakeups
+	locks   keyLocks
 
 	mu   sync.Mutex
 	held map[string]heldJob // by Job name

@@ -57,20 +57,45 @@ func (c *controller) reconcileImages(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// imageLocks serializes this replica's looks at one PrePullImage (changes,
-// outcomes and timers arrive together).
-var imageLocks sync.Map
+// keyLocks serialize a replica's looks at one PrePullImage (changes,
+// outcomes and timers arrive together); a key's lock exists while it is
+// held or waited for.
+type keyLocks struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
 
-func lockImage(namespace, name string) func() {
-	v, _ := imageLocks.LoadOrStore(namespace+"/"+name, &sync.Mutex{})
-	mu := v.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
+type keyLock struct {
+	mu      sync.Mutex
+	waiting int
+}
+
+func (k *keyLocks) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l, ok := k.locks[key]
+	if !ok {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.waiting++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.waiting--; l.waiting == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // reconcileImage takes the next step of one PrePullImage.
 func (c *controller) reconcileImage(ctx context.Context, namespace, name string) error {
-	defer lockImage(namespace, name)()
+	defer c.locks.lock(namespace + "/" + name)()
 	obj, err := c.objs.get(ctx, c.cfg.Types.Images, namespace, name)
 	if err != nil || obj == nil {
 		return err

@@ -116,3 +116,22 @@ func TestLacking(t *testing.T) {
 		t.Errorf("Lacking with a node selector matching none = %v, %v", got, err)
 	}
 }
+
+// A DaemonSet's pods tolerate what the DaemonSet controller gives them: a
+// cordoned node is eligible for it, not for a Deployment.
+func TestLackingDaemonSet(t *testing.T) {
+	cordoned := node("cordoned")
+	cordoned.Spec.Unschedulable = true
+	for kind, want := range map[string]string{"DaemonSet": "cordoned", "Deployment": ""} {
+		obj := deployment(nil)
+		obj["kind"] = kind
+		w, err := workload.Decode(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := workload.Lacking(w, []corev1.Node{cordoned}, nil)
+		if err != nil || strings.Join(got, ",") != want {
+			t.Errorf("%s: Lacking = %v, %v; want %q", kind, got, err, want)
+		}
+	}
+}
