@@ -133,6 +133,28 @@ type PullOrder struct {
 	PullSecrets []SecretRef `json:"pullSecrets,omitempty"`
 	// Deadline ends the pull: an order not carried out by then is failed.
 	Deadline time.Time `json:"deadline"`
+	// Limits are the policy's limits on pulls at once, for an agent that
+	// holds slots (ClusterSlotScope, NodeSlotScope, RegistrySlotScope)
+	// while it pulls; absent: none given.
+	Limits *PullLimits `json:"limits,omitempty"`
+}
+
+// PullLimits are the most pulls at once in the cluster, on one node and
+// from one registry host (a PrePullPolicy's spec.limits).
+type PullLimits struct {
+	Cluster     int `json:"cluster"`
+	PerNode     int `json:"perNode"`
+	PerRegistry int `json:"perRegistry"`
+}
+
+func (l *PullLimits) check() error {
+	if l == nil {
+		return nil
+	}
+	if l.Cluster < 1 || l.PerNode < 1 || l.PerRegistry < 1 {
+		return fmt.Errorf("%w: limits %d/%d/%d (cluster/perNode/perRegistry) must each be at least 1", ErrInvalid, l.Cluster, l.PerNode, l.PerRegistry)
+	}
+	return nil
 }
 
 func (PullOrder) Schema() string { return SchemaPullOrder }
@@ -145,6 +167,9 @@ func (o PullOrder) Validate() error {
 	}
 	if o.Deadline.IsZero() {
 		return fmt.Errorf("%w: deadline is missing", ErrInvalid)
+	}
+	if err := o.Limits.check(); err != nil {
+		return err
 	}
 	for i, s := range o.PullSecrets {
 		if s.Namespace == "" || s.Name == "" {

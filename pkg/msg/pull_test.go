@@ -18,7 +18,8 @@ func pullTarget() msg.PullTarget {
 
 func TestPullMessagesRoundTrip(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	order := msg.PullOrder{PullTarget: pullTarget(), Mode: msg.PullModeCRI, PullSecrets: []msg.SecretRef{{Namespace: "shop", Name: "regcred"}}, Deadline: at}
+	order := msg.PullOrder{PullTarget: pullTarget(), Mode: msg.PullModeCRI, PullSecrets: []msg.SecretRef{{Namespace: "shop", Name: "regcred"}}, Deadline: at,
+		Limits: &msg.PullLimits{Cluster: 10, PerNode: 2, PerRegistry: 4}}
 	pulled := msg.Pulled{PullTarget: pullTarget(), Outcome: msg.PullOutcomePulled, ImageRef: "sha256:ab", Digest: "registry.example.com:5000/shop/web@sha256:cd", Size: 42, Duration: time.Second, At: at}
 	status := msg.PullStatus{Namespace: "shop", Name: "web", UID: "u-1", Node: "n1", At: at}
 	status.Set(msg.ImagePull{Image: "a", Phase: msg.PullPulled, Attempts: 1})
@@ -50,7 +51,8 @@ func TestPullMessagesRoundTrip(t *testing.T) {
 	// The order flattens its target: a reader sees namespace, name, image
 	// and node at the top, and secrets by reference only.
 	data, _ := msg.Encode(order)
-	for _, want := range []string{`"image":"registry.example.com:5000/shop/web:1.2"`, `"attempt":1`, `"pullSecrets":[{"namespace":"shop","name":"regcred"}]`} {
+	for _, want := range []string{`"image":"registry.example.com:5000/shop/web:1.2"`, `"attempt":1`, `"pullSecrets":[{"namespace":"shop","name":"regcred"}]`,
+		`"limits":{"cluster":10,"perNode":2,"perRegistry":4}`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("order %s lacks %s", data, want)
 		}
@@ -81,6 +83,7 @@ func TestPullMessagesInvalid(t *testing.T) {
 		{"order without deadline", order(func(o *msg.PullOrder) { o.Deadline = time.Time{} }), "deadline is missing"},
 		{"order secret without namespace", order(func(o *msg.PullOrder) { o.PullSecrets = []msg.SecretRef{{Name: "x"}} }), "pullSecrets[0]"},
 		{"order secret of another namespace", order(func(o *msg.PullOrder) { o.PullSecrets = []msg.SecretRef{{Namespace: "kube-system", Name: "x"}} }), "kube-system/x is not in the PrePullImage's namespace shop"},
+		{"order limit 0", order(func(o *msg.PullOrder) { o.Limits = &msg.PullLimits{Cluster: 1, PerNode: 0, PerRegistry: 1} }), "limits 1/0/1"},
 		{"pulled unknown outcome", pulled(func(p *msg.Pulled) { p.Outcome = "maybe" }), `outcome "maybe"`},
 		{"failed without error", pulled(func(p *msg.Pulled) { p.Outcome = msg.PullOutcomeFailed }), "needs an error"},
 		{"status unknown phase", msg.PullStatus{Namespace: "a", Name: "b", UID: "c", Node: "d", Phase: "Done"}, `phase "Done"`},

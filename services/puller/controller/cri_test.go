@@ -62,6 +62,10 @@ func TestCRIMode(t *testing.T) {
 		Containers:     []corev1.Container{{Name: "web", Image: web.Ref}},
 	})
 	r.deployment(t, "shop", "other", nil, corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: web.Ref}}})
+	orders, err := r.bus.NC.SubscribeSync(msg.PullAll)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.start(t, "controller-1")
 	r.start(t, "controller-2")
 	agentFor("worker-1")
@@ -88,6 +92,18 @@ func TestCRIMode(t *testing.T) {
 		}
 	}
 	wantOrders(t, r, 2) // two images, one node, one attempt, two replicas
+	// Orders carry the policy's limits (the defaults) for the agent.
+	m, err := orders.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o msg.PullOrder
+	if err := msg.Decode(m.Data, &o); err != nil {
+		t.Fatal(err)
+	}
+	if want := (msg.PullLimits{Cluster: 10, PerNode: 2, PerRegistry: 4}); o.Limits == nil || *o.Limits != want || o.Node != "worker-1" || o.Attempt != 1 {
+		t.Errorf("order %+v limits %+v, want worker-1 attempt 1 with %+v", o.PullTarget, o.Limits, want)
+	}
 
 	testkit.Eventually(t, time.Minute, func() error {
 		p := r.policyStatus(t, "web")

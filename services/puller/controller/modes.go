@@ -63,6 +63,7 @@ func (c *controller) order(ctx context.Context, ppi *v1alpha1.PrePullImage, spec
 			PullTarget: msg.PullTarget{Namespace: ppi.Namespace, Name: ppi.Name, UID: string(ppi.UID),
 				Image: image, Node: s.Node, Attempt: int(s.Attempt)},
 			Mode: msg.PullModeCRI, PullSecrets: secrets, Deadline: deadline,
+			Limits: &msg.PullLimits{Cluster: int(spec.Limits.Cluster), PerNode: int(spec.Limits.PerNode), PerRegistry: int(spec.Limits.PerRegistry)},
 		}
 		if _, err := bus.Publish(ctx, c.env.JS, msg.PullSubject(s.Node), o.ID(), o); err != nil {
 			return err
