@@ -280,13 +280,18 @@ func (c *controller) reconcilePolicy(ctx context.Context, obj map[string]any) er
 		c.metrics.workloads.WithLabelValues(p.Name).Set(float64(n))
 	} else {
 		c.metrics.workloads.DeleteLabelValues(p.Name)
-		c.env.Log.WarnContext(ctx, "invalid PrePullPolicy: it selects nothing", "policy", p.Name,
-			"reason", meta(p.Status.Conditions, v1alpha1.ConditionValid))
 	}
 	if reflect.DeepEqual(before, policyStatusJSON(p.Status)) {
 		return nil
 	}
-	return c.updatePolicyStatus(ctx, &p)
+	if err := c.updatePolicyStatus(ctx, &p); err != nil {
+		return err
+	}
+	if !valid {
+		c.env.Log.WarnContext(ctx, "invalid PrePullPolicy: it selects nothing", "policy", p.Name,
+			"reason", meta(p.Status.Conditions, v1alpha1.ConditionValid))
+	}
+	return nil
 }
 
 // countSelected counts the workloads p selects.
