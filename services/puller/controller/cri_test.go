@@ -20,6 +20,7 @@ import (
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/controller"
 	"github.com/weftio/weft/services/puller/cri"
+	"github.com/weftio/weft/services/puller/workload"
 )
 
 // TestCRIMode runs two controller replicas and the real node agent on a
@@ -62,6 +63,25 @@ func TestCRIMode(t *testing.T) {
 		Containers:     []corev1.Container{{Name: "web", Image: web.Ref}},
 	})
 	r.deployment(t, "shop", "other", nil, corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: web.Ref}}})
+	// An earlier PrePullImage of the same name left its pull status of
+	// worker-1 (an order of its carried out after its finalizer ran): it
+	// must not pass for this one's.
+	name := "deployment-web-" + workload.ImageSetHash(v1alpha1.ContainerImages(&d.Spec.Template.Spec))
+	stale := msg.PullStatus{Namespace: "shop", Name: name, UID: "an-earlier-uid", Node: "worker-1", At: time.Now().UTC()}
+	for _, im := range []string{web.Ref, migrate.Ref} {
+		stale.Set(msg.ImagePull{Image: im, Phase: msg.PullPulled, Attempts: 1})
+	}
+	pulls, err := r.bus.JS.KeyValue(context.Background(), msg.BucketPulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := msg.Encode(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pulls.Put(context.Background(), msg.PullStatusKey("shop", name, "worker-1"), data); err != nil {
+		t.Fatal(err)
+	}
 	orders, err := r.bus.NC.SubscribeSync(msg.PullAll)
 	if err != nil {
 		t.Fatal(err)
@@ -129,10 +149,6 @@ func TestCRIMode(t *testing.T) {
 	// (The nodes report the images, so none is made again.)
 	for _, node := range []string{"worker-1", "worker-5"} {
 		r.reportImages(t, node, web.Ref, migrate.Ref)
-	}
-	pulls, err := r.bus.JS.KeyValue(context.Background(), msg.BucketPulls)
-	if err != nil {
-		t.Fatal(err)
 	}
 	key := msg.PullStatusKey("shop", ppi.Name, "worker-1")
 	if _, err := pulls.Get(context.Background(), key); err != nil {
