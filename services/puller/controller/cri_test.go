@@ -88,6 +88,14 @@ func TestCRIMode(t *testing.T) {
 	}
 	r.start(t, "controller-1")
 	r.start(t, "controller-2")
+	// No agent runs yet: the stale status must not complete the node.
+	r.onlyImage(t, "shop", time.Minute, phaseIs(v1alpha1.ImageInProgress))
+	for range 20 {
+		if p := r.images(t, "shop"); len(p) == 1 && p[0].Status.Phase != v1alpha1.ImageInProgress {
+			t.Fatalf("phase %s with no agent running: %s", p[0].Status.Phase, nodeSummary(&p[0]))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	agentFor("worker-1")
 
 	ppi := r.onlyImage(t, "shop", 2*time.Minute, phaseIs(v1alpha1.ImageCompleted))
