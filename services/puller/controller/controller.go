@@ -76,8 +76,9 @@ type controller struct {
 	wake    *wakeups
 	locks   keyLocks
 
-	mu   sync.Mutex
-	held map[string]heldJob // by Job name
+	mu       sync.Mutex
+	held     map[string]heldJob // by Job name
+	policies map[string]bool    // policies seen by the last look at all
 }
 
 // Run runs the controller until ctx is done.

@@ -255,11 +255,26 @@ func (c *controller) reconcilePolicies(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	names := map[string]bool{}
 	for _, obj := range objs {
+		names[(&unstructured.Unstructured{Object: obj}).GetName()] = true
 		errs = append(errs, c.reconcilePolicy(ctx, obj))
 	}
+	c.forgetPolicies(names)
 	errs = append(errs, c.reconcileWorkloads(ctx))
 	return errors.Join(errs...)
+}
+
+// forgetPolicies drops the workload gauges of policies that are gone.
+func (c *controller) forgetPolicies(present map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name := range c.policies {
+		if !present[name] {
+			c.metrics.workloads.DeleteLabelValues(name)
+		}
+	}
+	c.policies = present
 }
 
 func (c *controller) reconcilePolicy(ctx context.Context, obj map[string]any) error {
