@@ -124,35 +124,67 @@ func (c *controller) reconcileImage(ctx context.Context, namespace, name string)
 		c.env.Log.InfoContext(ctx, "PrePullImage completed and its TTL is over; deleting it", "prepullimage", namespace+"/"+name, "ttl", spec.TTL.Duration)
 		return c.deleteImage(ctx, &ppi)
 	}
-	if err := c.ended(ctx, &ppi, spec, plan.Ended); err != nil {
+	if err := c.step(ctx, &ppi, spec, &plan); err != nil {
 		return err
-	}
-	c.start(ctx, &ppi, spec, &plan)
-	if ppi.Spec.Mode == v1alpha1.ModeJob {
-		live := map[string]bool{}
-		for _, n := range plan.Status.Nodes {
-			if n.Phase == v1alpha1.NodePulling {
-				live[job.Name(&ppi, n.Node, n.Attempts)] = true
-			}
-		}
-		c.sweep(namespace+"/"+name, live)
 	}
 	if !plan.Wake.IsZero() {
 		c.wake.at(namespace, name, plan.Wake)
 	}
-	if reflect.DeepEqual(statusJSON(ppi.Status), statusJSON(plan.Status)) {
-		return nil
+	return nil
+}
+
+// step carries plan out. The new status is written first, with the
+// resourceVersion read, so that of replicas acting on one state only the
+// one whose write lands acts: it claims the attempts it starts (pull
+// Jobs hold their slots before), then starts them; an attempt that
+// cannot start is written back as Pending. Ended attempts are counted and
+// free their slots, and the Jobs of failed attempts are deleted, once
+// the status recording them landed.
+func (c *controller) step(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) error {
+	if ppi.Spec.Mode == v1alpha1.ModeJob {
+		c.holdSlots(ctx, ppi, spec, plan)
 	}
-	next := ppi
-	next.Status = plan.Status
-	if err := c.updateStatus(ctx, &next); err != nil {
+	next, err := c.writeStatus(ctx, ppi, plan.Status)
+	if err != nil || next == nil {
 		return err
 	}
-	if next.Status.Phase != ppi.Status.Phase {
-		c.env.Log.InfoContext(ctx, "PrePullImage "+string(next.Status.Phase), "prepullimage", namespace+"/"+name,
-			"pulled", next.Status.NodesPulled, "failed", next.Status.NodesFailed, "nodes", next.Status.NodesTotal)
+	if deferred := c.start(ctx, next, spec, plan); deferred {
+		if next, err = c.writeStatus(ctx, next, plan.Status); err != nil || next == nil {
+			return err
+		}
 	}
-	return nil
+	c.ended(ctx, next, spec, plan.Ended)
+	if ppi.Spec.Mode != v1alpha1.ModeJob {
+		return nil
+	}
+	live := map[string]bool{}
+	for _, n := range plan.Status.Nodes {
+		if n.Phase == v1alpha1.NodePulling {
+			live[job.Name(next, n.Node, n.Attempts)] = true
+		}
+	}
+	c.sweep(ppi.Namespace+"/"+ppi.Name, live)
+	return c.deleteFailedJobs(ctx, next, plan.Status.Nodes)
+}
+
+// writeStatus writes status as ppi's, unless it is what ppi has, and
+// returns ppi as written (ppi itself when nothing was written; nil when it
+// is gone).
+func (c *controller) writeStatus(ctx context.Context, ppi *v1alpha1.PrePullImage, status v1alpha1.PrePullImageStatus) (*v1alpha1.PrePullImage, error) {
+	if reflect.DeepEqual(statusJSON(ppi.Status), statusJSON(status)) {
+		return ppi, nil
+	}
+	next := *ppi
+	next.Status = status
+	written, err := c.updateStatus(ctx, &next)
+	if err != nil || written == nil {
+		return nil, err
+	}
+	if written.Status.Phase != ppi.Status.Phase {
+		c.env.Log.InfoContext(ctx, "PrePullImage "+string(written.Status.Phase), "prepullimage", ppi.Namespace+"/"+ppi.Name,
+			"pulled", written.Status.NodesPulled, "failed", written.Status.NodesFailed, "nodes", written.Status.NodesTotal)
+	}
+	return written, nil
 }
 
 // statusJSON is a status as it is stored, for comparison (times at the

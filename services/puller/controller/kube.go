@@ -40,20 +40,26 @@ func (c *controller) update(ctx context.Context, ppi *v1alpha1.PrePullImage) err
 	return nil
 }
 
-// updateStatus writes ppi's status through the status subresource.
-func (c *controller) updateStatus(ctx context.Context, ppi *v1alpha1.PrePullImage) error {
+// updateStatus writes ppi's status through the status subresource and
+// returns the PrePullImage as the API server has it then (nil when it is
+// gone).
+func (c *controller) updateStatus(ctx context.Context, ppi *v1alpha1.PrePullImage) (*v1alpha1.PrePullImage, error) {
 	u, err := v1alpha1.ToUnstructured(ppi)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.ImageResource).Namespace(ppi.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
+	out, err := c.cfg.Dynamic.Resource(v1alpha1.ImageResource).Namespace(ppi.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("update the status of PrePullImage %s/%s: %w", ppi.Namespace, ppi.Name, err)
+		return nil, fmt.Errorf("update the status of PrePullImage %s/%s: %w", ppi.Namespace, ppi.Name, err)
 	}
-	return nil
+	var written v1alpha1.PrePullImage
+	if err := v1alpha1.FromUnstructured(out.Object, &written); err != nil {
+		return nil, err
+	}
+	return &written, nil
 }
 
 // updatePolicyStatus writes p's status through the status subresource.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -24,10 +25,31 @@ import (
 // the order not published) is tried again.
 const retryStart = 2 * time.Second
 
-// start starts the attempts plan says are due; one that cannot start is
-// deferred in plan, with the reason as the node's message.
-func (c *controller) start(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) {
-	for _, s := range append([]pull.Start(nil), plan.Start...) {
+// holdSlots takes the slots of the pull Jobs plan starts; an attempt
+// without them is deferred in plan, with the reason as the node's
+// message.
+func (c *controller) holdSlots(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) {
+	for _, s := range slices.Clone(plan.Start) {
+		err := c.hold(ctx, ppi.Namespace+"/"+ppi.Name, job.Name(ppi, s.Node, s.Attempt), limits(ppi, spec, s.Node))
+		var full *slots.FullError
+		switch {
+		case err == nil:
+		case errors.As(err, &full):
+			plan.Defer(s.Node, fmt.Sprintf("waiting for a free slot: all %d of %s are held", full.N, full.Scope), c.cfg.Now().Add(retryStart))
+			c.env.Log.DebugContext(ctx, "pull attempt waits for a slot", "prepullimage", ppi.Namespace+"/"+ppi.Name, "node", s.Node, "scope", full.Scope)
+		default:
+			plan.Defer(s.Node, "the attempt could not start: "+err.Error(), c.cfg.Now().Add(retryStart))
+			c.env.Log.WarnContext(ctx, "pull attempt could not take its slots; will retry", "prepullimage", ppi.Namespace+"/"+ppi.Name, "node", s.Node, "err", err)
+		}
+	}
+}
+
+// start starts the attempts plan says are due, claimed by the status
+// written; one that cannot start is deferred in plan (start reports
+// whether any was), with the reason as the node's message.
+func (c *controller) start(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) bool {
+	deferred := false
+	for _, s := range slices.Clone(plan.Start) {
 		var err error
 		if ppi.Spec.Mode == v1alpha1.ModeJob {
 			err = c.startJob(ctx, ppi, spec, s)
@@ -35,19 +57,16 @@ func (c *controller) start(ctx context.Context, ppi *v1alpha1.PrePullImage, spec
 			err = c.order(ctx, ppi, spec, s)
 		}
 		log := c.env.Log.With("prepullimage", ppi.Namespace+"/"+ppi.Name, "node", s.Node, "attempt", s.Attempt, "mode", ppi.Spec.Mode)
-		var full *slots.FullError
-		switch {
-		case err == nil:
-			c.metrics.pulls.WithLabelValues(string(ppi.Spec.Mode), "started").Inc()
-			log.InfoContext(ctx, "pull attempt started")
-		case errors.As(err, &full):
-			plan.Defer(s.Node, fmt.Sprintf("waiting for a free slot: all %d of %s are held", full.N, full.Scope), c.cfg.Now().Add(retryStart))
-			log.DebugContext(ctx, "pull attempt waits for a slot", "scope", full.Scope)
-		default:
+		if err != nil {
+			deferred = true
 			plan.Defer(s.Node, "the attempt could not start: "+err.Error(), c.cfg.Now().Add(retryStart))
 			log.WarnContext(ctx, "pull attempt could not start; will retry", "err", err)
+			continue
 		}
+		c.metrics.pulls.WithLabelValues(string(ppi.Spec.Mode), "started").Inc()
+		log.InfoContext(ctx, "pull attempt started")
 	}
+	return deferred
 }
 
 // order publishes attempt s's pull orders, one per image, to the node's
@@ -89,7 +108,8 @@ func limits(ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, node s
 	return out
 }
 
-// startJob holds the attempt's slots and creates its pull Job.
+// startJob creates the attempt's pull Job (its slots are held); on
+// failure the slots are freed.
 func (c *controller) startJob(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, s pull.Start) error {
 	node, err := c.objs.node(ctx, c.cfg.Types.Nodes, s.Node)
 	if err != nil {
@@ -99,9 +119,6 @@ func (c *controller) startJob(ctx context.Context, ppi *v1alpha1.PrePullImage, s
 		return fmt.Errorf("node %s is not in the resources bucket", s.Node)
 	}
 	name := job.Name(ppi, s.Node, s.Attempt)
-	if err := c.hold(ctx, ppi.Namespace+"/"+ppi.Name, name, limits(ppi, spec, s.Node)); err != nil {
-		return err
-	}
 	j, err := c.builder.Build(ctx, job.Input{
 		Owner: ppi, Node: node, Attempt: s.Attempt, Settings: spec.Job,
 		Workload: &corev1.PodSpec{ServiceAccountName: ppi.Spec.ServiceAccountName, ImagePullSecrets: ppi.Spec.ImagePullSecrets},
@@ -186,8 +203,8 @@ func (c *controller) free(ctx context.Context, name string, ls []slots.Limit) {
 	}
 }
 
-// ended settles attempts that ended: metrics, slots, the failed Job.
-func (c *controller) ended(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, ended []pull.Ended) error {
+// ended counts attempts that ended and frees their Jobs' slots.
+func (c *controller) ended(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, ended []pull.Ended) {
 	for _, e := range ended {
 		phase := v1alpha1.NodePulled
 		if e.Failed {
@@ -197,15 +214,30 @@ func (c *controller) ended(ctx context.Context, ppi *v1alpha1.PrePullImage, spec
 		c.metrics.duration.WithLabelValues(string(ppi.Spec.Mode)).Observe(e.Duration.Seconds())
 		c.env.Log.InfoContext(ctx, "pull attempt ended", "prepullimage", ppi.Namespace+"/"+ppi.Name, "node", e.Node,
 			"attempt", e.Attempt, "failed", e.Failed, "duration", e.Duration)
-		if ppi.Spec.Mode != v1alpha1.ModeJob {
+		if ppi.Spec.Mode == v1alpha1.ModeJob {
+			c.free(ctx, job.Name(ppi, e.Node, e.Attempt), limits(ppi, spec, e.Node))
+		}
+	}
+}
+
+// deleteFailedJobs deletes the Job of each node's last attempt when that
+// attempt failed (the node waits for its next attempt, or failed for
+// good), as the status says.
+func (c *controller) deleteFailedJobs(ctx context.Context, ppi *v1alpha1.PrePullImage, nodes []v1alpha1.NodeStatus) error {
+	for _, n := range nodes {
+		if n.Attempts == 0 || (n.Phase != v1alpha1.NodePending && n.Phase != v1alpha1.NodeFailed) {
 			continue
 		}
-		name := job.Name(ppi, e.Node, e.Attempt)
-		c.free(ctx, name, limits(ppi, spec, e.Node))
-		if e.Failed {
-			if err := c.deleteJob(ctx, ppi.Namespace, name); err != nil {
-				return err
-			}
+		name := job.Name(ppi, n.Node, n.Attempts)
+		obj, err := c.objs.get(ctx, c.cfg.Types.Jobs, ppi.Namespace, name)
+		if err != nil {
+			return err
+		}
+		if obj == nil {
+			continue
+		}
+		if err := c.deleteJob(ctx, ppi.Namespace, name); err != nil {
+			return err
 		}
 	}
 	return nil
