@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -56,18 +57,22 @@ func compare(a, b string) int {
 }
 
 // policyFor is the first valid policy by name that selects w, or nil.
-func (c *controller) policyFor(ctx context.Context, w *workload.Workload, policies []policy) (*policy, error) {
-	nsLabels, err := c.namespaceLabels(ctx, w.Namespace)
-	if err != nil {
-		return nil, err
+func (c *controller) policyFor(ctx context.Context, v *view, w *workload.Workload) (*policy, error) {
+	nsLabels, ok := v.nsLabels[w.Namespace]
+	if !ok {
+		var err error
+		if nsLabels, err = c.namespaceLabels(ctx, w.Namespace); err != nil {
+			return nil, err
+		}
+		v.nsLabels[w.Namespace] = nsLabels
 	}
-	for i := range policies {
-		ok, err := workload.Selects(&policies[i].spec, w, nsLabels)
+	for i := range v.policies {
+		ok, err := workload.Selects(&v.policies[i].spec, w, nsLabels)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			return &policies[i], nil
+			return &v.policies[i], nil
 		}
 	}
 	return nil, nil
@@ -87,9 +92,44 @@ func (c *controller) namespaceLabels(ctx context.Context, name string) (map[stri
 	return labels, nil
 }
 
+// view is what looks at workloads read once: the valid policies, the
+// Nodes, the PrePullImages and namespaces' labels.
+type view struct {
+	policies []policy
+	nodes    []corev1.Node
+	images   []v1alpha1.PrePullImage
+	nsLabels map[string]map[string]string
+}
+
+func (c *controller) readView(ctx context.Context) (*view, error) {
+	v := &view{nsLabels: map[string]map[string]string{}}
+	var err error
+	if v.policies, err = c.validPolicies(ctx); err != nil {
+		return nil, err
+	}
+	if v.nodes, err = c.objs.nodes(ctx, c.cfg.Types.Nodes); err != nil {
+		return nil, err
+	}
+	objs, err := c.objs.list(ctx, c.cfg.Types.Images)
+	if err != nil {
+		return nil, err
+	}
+	for _, obj := range objs {
+		var ppi v1alpha1.PrePullImage
+		if err := v1alpha1.FromUnstructured(obj, &ppi); err == nil {
+			v.images = append(v.images, ppi)
+		}
+	}
+	return v, nil
+}
+
 // reconcileWorkloads looks at every workload (a policy, node or namespace
 // changed).
 func (c *controller) reconcileWorkloads(ctx context.Context) error {
+	v, err := c.readView(ctx)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, typ := range c.cfg.Types.workloads() {
 		objs, err := c.objs.list(ctx, typ)
@@ -98,8 +138,7 @@ func (c *controller) reconcileWorkloads(ctx context.Context) error {
 			continue
 		}
 		for _, obj := range objs {
-			u := unstructured.Unstructured{Object: obj}
-			errs = append(errs, c.reconcileWorkload(ctx, typ, u.GetNamespace(), u.GetName()))
+			errs = append(errs, c.workloadStep(ctx, v, typ, obj))
 		}
 	}
 	return errors.Join(errs...)
@@ -111,39 +150,42 @@ func (c *controller) reconcileWorkload(ctx context.Context, typ, namespace, name
 	if err != nil || obj == nil {
 		return err
 	}
+	v, err := c.readView(ctx)
+	if err != nil {
+		return err
+	}
+	return c.workloadStep(ctx, v, typ, obj)
+}
+
+// workloadStep makes or extends the PrePullImage of the workload obj.
+func (c *controller) workloadStep(ctx context.Context, v *view, typ string, obj map[string]any) error {
 	w, err := workload.Decode(obj)
 	if err != nil {
-		c.env.Log.WarnContext(ctx, "a workload that does not decode is ignored", "type", typ, "workload", namespace+"/"+name, "err", err)
+		u := unstructured.Unstructured{Object: obj}
+		c.env.Log.WarnContext(ctx, "a workload that does not decode is ignored", "type", typ, "workload", u.GetNamespace()+"/"+u.GetName(), "err", err)
 		return nil
 	}
 	images := w.Images()
 	if w.Deleting || len(images) == 0 {
 		return nil
 	}
-	policies, err := c.validPolicies(ctx)
-	if err != nil {
-		return err
-	}
-	p, err := c.policyFor(ctx, w, policies)
+	id := w.Namespace + "/" + w.Name
+	p, err := c.policyFor(ctx, v, w)
 	if err != nil || p == nil {
-		c.env.Log.DebugContext(ctx, "no valid policy selects the workload", "workload", namespace+"/"+name, "policies", len(policies), "err", err)
+		c.env.Log.DebugContext(ctx, "no valid policy selects the workload", "workload", id, "policies", len(v.policies), "err", err)
 		return err
 	}
-	allNodes, err := c.objs.nodes(ctx, c.cfg.Types.Nodes)
+	lacking, err := workload.Lacking(w, v.nodes, p.spec.NodeSelector)
 	if err != nil {
-		return err
-	}
-	lacking, err := workload.Lacking(w, allNodes, p.spec.NodeSelector)
-	if err != nil {
-		c.env.Log.WarnContext(ctx, "no node can be chosen for a workload", "workload", namespace+"/"+name, "err", err)
+		c.env.Log.WarnContext(ctx, "no node can be chosen for a workload", "workload", id, "err", err)
 		return nil
 	}
-	c.env.Log.DebugContext(ctx, "workload selected", "workload", namespace+"/"+name, "policy", p.name, "nodes", len(allNodes), "lacking", lacking)
+	c.env.Log.DebugContext(ctx, "workload selected", "workload", id, "policy", p.name, "nodes", len(v.nodes), "lacking", lacking)
 	ppiName := workload.Name(w, workload.ImageSetHash(images))
-	if err := c.deleteSuperseded(ctx, w, ppiName); err != nil {
+	if err := c.deleteSuperseded(ctx, v, w, ppiName); err != nil {
 		return err
 	}
-	cur, err := c.objs.get(ctx, c.cfg.Types.Images, namespace, ppiName)
+	cur, err := c.objs.get(ctx, c.cfg.Types.Images, w.Namespace, ppiName)
 	if err != nil {
 		return err
 	}
@@ -158,21 +200,14 @@ func (c *controller) reconcileWorkload(ctx context.Context, typ, namespace, name
 
 // deleteSuperseded deletes the PrePullImages of w other than current: the
 // workload no longer uses their images.
-func (c *controller) deleteSuperseded(ctx context.Context, w *workload.Workload, current string) error {
-	objs, err := c.objs.list(ctx, c.cfg.Types.Images)
-	if err != nil {
-		return err
-	}
-	for _, obj := range objs {
-		var ppi v1alpha1.PrePullImage
-		if err := v1alpha1.FromUnstructured(obj, &ppi); err != nil {
-			continue
-		}
+func (c *controller) deleteSuperseded(ctx context.Context, v *view, w *workload.Workload, current string) error {
+	for i := range v.images {
+		ppi := &v.images[i]
 		if ppi.Namespace != w.Namespace || ppi.Name == current || ppi.Spec.Workload.UID != string(w.UID) || ppi.DeletionTimestamp != nil {
 			continue
 		}
 		c.env.Log.InfoContext(ctx, "PrePullImage superseded by the workload's new images; deleting it", "prepullimage", ppi.Namespace+"/"+ppi.Name, "by", current)
-		if err := c.deleteImage(ctx, &ppi); err != nil {
+		if err := c.deleteImage(ctx, ppi); err != nil {
 			return err
 		}
 	}
@@ -254,11 +289,15 @@ func (c *controller) reconcilePolicies(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	set, err := c.readWorkloads(ctx)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	names := map[string]bool{}
 	for _, obj := range objs {
 		names[(&unstructured.Unstructured{Object: obj}).GetName()] = true
-		errs = append(errs, c.reconcilePolicy(ctx, obj))
+		errs = append(errs, c.reconcilePolicy(ctx, obj, set))
 	}
 	c.forgetPolicies(names)
 	errs = append(errs, c.reconcileWorkloads(ctx))
@@ -277,7 +316,7 @@ func (c *controller) forgetPolicies(present map[string]bool) {
 	c.policies = present
 }
 
-func (c *controller) reconcilePolicy(ctx context.Context, obj map[string]any) error {
+func (c *controller) reconcilePolicy(ctx context.Context, obj map[string]any, set *workloadSet) error {
 	var p v1alpha1.PrePullPolicy
 	if err := v1alpha1.FromUnstructured(obj, &p); err != nil {
 		c.env.Log.WarnContext(ctx, "a policy that does not decode is ignored", "err", err)
@@ -287,12 +326,8 @@ func (c *controller) reconcilePolicy(ctx context.Context, obj map[string]any) er
 	valid := v1alpha1.SetValid(&p)
 	p.Status.Workloads = 0
 	if valid {
-		n, err := c.countSelected(ctx, &p)
-		if err != nil {
-			return err
-		}
-		p.Status.Workloads = n
-		c.metrics.workloads.WithLabelValues(p.Name).Set(float64(n))
+		p.Status.Workloads = set.count(&p.Spec)
+		c.metrics.workloads.WithLabelValues(p.Name).Set(float64(p.Status.Workloads))
 	} else {
 		c.metrics.workloads.DeleteLabelValues(p.Name)
 	}
@@ -309,31 +344,46 @@ func (c *controller) reconcilePolicy(ctx context.Context, obj map[string]any) er
 	return nil
 }
 
-// countSelected counts the workloads p selects.
-func (c *controller) countSelected(ctx context.Context, p *v1alpha1.PrePullPolicy) (int32, error) {
-	spec := p.Spec
-	spec.Default()
-	var n int32
+// workloadSet is every workload, with its namespace's labels.
+type workloadSet struct {
+	workloads []*workload.Workload
+	nsLabels  map[string]map[string]string
+}
+
+func (c *controller) readWorkloads(ctx context.Context) (*workloadSet, error) {
+	set := &workloadSet{nsLabels: map[string]map[string]string{}}
 	for _, typ := range c.cfg.Types.workloads() {
 		objs, err := c.objs.list(ctx, typ)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		for _, obj := range objs {
 			w, err := workload.Decode(obj)
 			if err != nil {
 				continue
 			}
-			nsLabels, err := c.namespaceLabels(ctx, w.Namespace)
-			if err != nil {
-				return 0, err
-			}
-			if ok, _ := workload.Selects(&spec, w, nsLabels); ok {
-				n++
+			set.workloads = append(set.workloads, w)
+			if _, ok := set.nsLabels[w.Namespace]; !ok {
+				if set.nsLabels[w.Namespace], err = c.namespaceLabels(ctx, w.Namespace); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
-	return n, nil
+	return set, nil
+}
+
+// count is how many workloads the policy spec selects.
+func (s *workloadSet) count(spec *v1alpha1.PrePullPolicySpec) int32 {
+	d := *spec
+	d.Default()
+	var n int32
+	for _, w := range s.workloads {
+		if ok, _ := workload.Selects(&d, w, s.nsLabels[w.Namespace]); ok {
+			n++
+		}
+	}
+	return n
 }
 
 func meta(conds []metav1.Condition, typ string) string {
