@@ -15,10 +15,12 @@
 //
 // Several replicas run at once: every action is idempotent. PrePullImages
 // and Jobs have deterministic names (AlreadyExists is done), updates carry
-// the resourceVersion read (a conflict is retried on the next look), pull
-// orders carry msg.PullTarget.ID as Nats-Msg-Id (replicas publishing one
-// order store it once), and the slots of pull Jobs are owned by the Job's
-// name, so any replica adopts, renews and frees them.
+// the resourceVersion read (a conflict is retried on the next look), an
+// attempt is claimed in the status before it starts (only the replica
+// whose write lands starts it), pull orders carry msg.PullTarget.ID as
+// Nats-Msg-Id (replicas publishing one order store it once), and the
+// slots of pull Jobs are owned by the Job's name, so any replica adopts,
+// renews and frees them.
 //
 // Workloads (reconcileWorkload): the first valid policy by name selecting
 // a workload decides; a workload whose images some eligible node does not
@@ -28,10 +30,11 @@
 // of workloads it selects.
 //
 // Pulls (reconcileImage): package pull decides; mode cri publishes one
-// msg.PullOrder per image to the node's agent, mode job holds one slot of
-// each limit (cluster, node, registry hosts) and creates the node's pull
-// Job (package job). Finished attempts free slots; a failed Job is deleted
-// and retried after the backoff. Completed PrePullImages are deleted after
+// msg.PullOrder per image (with the policy's limits) to the node's agent,
+// mode job holds one slot of each limit (cluster, node, registry hosts)
+// and creates the node's pull Job (package job). Finished attempts free
+// slots; a failed attempt's Job is deleted and the attempt retried after
+// the backoff. Completed PrePullImages are deleted after
 // the policy's TTL. The finalizer deletes the Jobs and the weft-pulls keys
 // of a PrePullImage being deleted.
 package controller
