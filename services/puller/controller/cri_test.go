@@ -82,6 +82,17 @@ func TestCRIMode(t *testing.T) {
 	if _, err := pulls.Put(context.Background(), msg.PullStatusKey("shop", name, "worker-1"), data); err != nil {
 		t.Fatal(err)
 	}
+	// A PrePullImage that is gone left its pull status (an order carried
+	// out after its finalizer ran): it is collected.
+	orphan := msg.PullStatus{Namespace: "shop", Name: "gone", UID: "gone-uid", Node: "worker-1", At: time.Now().UTC()}
+	orphan.Set(msg.ImagePull{Image: web.Ref, Phase: msg.PullPulled, Attempts: 1})
+	if data, err = msg.Encode(orphan); err != nil {
+		t.Fatal(err)
+	}
+	orphanKey := msg.PullStatusKey("shop", "gone", "worker-1")
+	if _, err := pulls.Put(context.Background(), orphanKey, data); err != nil {
+		t.Fatal(err)
+	}
 	orders, err := r.bus.NC.SubscribeSync(msg.PullAll)
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +131,12 @@ func TestCRIMode(t *testing.T) {
 		}
 	}
 	wantOrders(t, r, 2) // two images, one node, one attempt, two replicas
+	testkit.Eventually(t, time.Minute, func() error {
+		if _, err := pulls.Get(context.Background(), orphanKey); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("the pull status of a PrePullImage that is gone: %v, want it collected", err)
+		}
+		return nil
+	})
 	// Orders carry the policy's limits (the defaults) for the agent.
 	m, err := orders.NextMsg(10 * time.Second)
 	if err != nil {

@@ -21,6 +21,13 @@ import (
 // reconcileImages looks at every PrePullImage and refreshes the gauges of
 // PrePullImages by phase and of active and queued pulls.
 func (c *controller) reconcileImages(ctx context.Context) error {
+	// The pull status keys are listed before the PrePullImages: a key's
+	// PrePullImage was in the bucket before its orders went out, so one
+	// missing from the later listing is gone.
+	keys, err := c.pullStatusKeys(ctx)
+	if err != nil {
+		return err
+	}
 	objs, err := c.objs.list(ctx, c.cfg.Types.Images)
 	if err != nil {
 		return err
@@ -47,6 +54,7 @@ func (c *controller) reconcileImages(ctx context.Context) error {
 		errs = append(errs, c.reconcileImage(ctx, ppi.Namespace, ppi.Name))
 	}
 	c.sweepGone(present)
+	errs = append(errs, c.collectPullStatus(ctx, keys, present))
 	for _, p := range []v1alpha1.ImagePhase{v1alpha1.ImagePending, v1alpha1.ImageInProgress, v1alpha1.ImageCompleted, v1alpha1.ImageFailed} {
 		c.metrics.images.WithLabelValues(string(p)).Set(float64(phases[p]))
 	}
@@ -295,6 +303,47 @@ func (c *controller) deletePullStatus(ctx context.Context, ppi *v1alpha1.PrePull
 		}
 	}
 	return nil
+}
+
+// pullStatusKeys lists the keys of the pull status bucket.
+func (c *controller) pullStatusKeys(ctx context.Context) ([]string, error) {
+	lister, err := c.pulls.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", msg.BucketPulls, err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	_ = lister.Stop() // the channel closed: the listing is complete
+	return keys, nil
+}
+
+// collectPullStatus deletes the pull status keys of PrePullImages that
+// are gone (present: those that exist, by namespace/name): an order
+// carried out after its PrePullImage's finalizer ran leaves one.
+func (c *controller) collectPullStatus(ctx context.Context, keys []string, present map[string]bool) error {
+	var errs []error
+	for _, k := range keys {
+		ns, name, _, err := msg.ParsePullStatusKey(k)
+		if err != nil || present[ns+"/"+name] {
+			continue
+		}
+		e, err := c.pulls.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := c.pulls.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			errs = append(errs, fmt.Errorf("delete the pull status %s of a PrePullImage that is gone: %w", k, err))
+			continue
+		}
+		c.env.Log.InfoContext(ctx, "pull status of a PrePullImage that is gone deleted", "key", k)
+	}
+	return errors.Join(errs...)
 }
 
 // onJob looks at the PrePullImage that owns a pull Job.
