@@ -36,7 +36,8 @@
 // slots; a failed attempt's Job is deleted and the attempt retried after
 // the backoff. Completed PrePullImages are deleted after
 // the policy's TTL. The finalizer deletes the Jobs and the weft-pulls keys
-// of a PrePullImage being deleted.
+// of a PrePullImage being deleted; the resync deletes weft-pulls keys of
+// PrePullImages that are gone (an order carried out after the finalizer).
 package controller
 
 import (
