@@ -49,6 +49,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
@@ -220,10 +221,15 @@ func (c *controller) onPulled(ctx context.Context, m jetstream.Msg) error {
 
 // retryable makes a failed step (a conflict, an API server or bucket that
 // did not answer) a retry soon: the message is handled again and the
-// state read again.
+// state read again. A conflict is msg.ErrBusy (logged as no failure).
 func retryable(err error) error {
 	if err == nil || msg.IsPermanent(err) {
 		return err
+	}
+	if apierrors.IsConflict(err) {
+		// Another replica wrote first: no failure, the next look reads
+		// what it wrote.
+		err = fmt.Errorf("%w: %w", msg.ErrBusy, err)
 	}
 	return msg.Retry(err, 500*time.Millisecond)
 }
