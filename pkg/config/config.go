@@ -48,6 +48,8 @@ type Config struct {
 	WatchedResources map[string]Resource `json:"watched_resources"`
 	// Targets are the outputs, by name.
 	Targets map[string]Target `json:"targets"`
+	// Puller configures the puller's controller (nil: not used).
+	Puller *Puller `json:"puller,omitempty"`
 
 	// Dir is the folder of the file; relative paths were resolved against it.
 	Dir string `json:"-"`
@@ -473,6 +475,7 @@ func (c *Config) resolve(p string) string {
 }
 
 func (c *Config) defaults() {
+	c.pullerDefaults()
 	if c.WatchedResourcesIgnoreFields == nil {
 		c.WatchedResourcesIgnoreFields = []string{"metadata.managedFields"}
 	}
@@ -637,6 +640,7 @@ func (c *Config) check(ps *problems) {
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
 	}
+	c.checkPuller(ps)
 }
 
 // checkTarget reports the problems of one target.

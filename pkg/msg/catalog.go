@@ -30,7 +30,7 @@ func Catalog() []Entry {
 		{APIStatus, "core request", SchemaStatusReport, "status of every source and target"},
 		{FetchSubject("<source>"), "core request", SchemaFetch + " → " + SchemaFetchReply, "the full body of an object a Kubernetes source keeps on demand (`store: on-demand`)"},
 		{DLQSubject("<service>"), "stream subject", SchemaDeadLetter, "a message a service could not decode or handle, with the reason"},
-		{join("pull", "<node>"), "stream subject (work queue)", SchemaPullOrder, "pull one image onto one node (PrePullImage, image, attempt, pull secrets by name only, deadline); taken by that node's agent; node escaped as in keys"},
+		{join("pull", "<node>"), "stream subject (work queue)", SchemaPullOrder, "pull one image onto one node (PrePullImage, image, attempt, pull secrets by name only, deadline, the policy's limits); taken by that node's agent; node escaped as in keys"},
 		{join("pulled", "<node>"), "stream subject", SchemaPulled, "outcome of a pull order: pulled, present or failed, image id and digest, size, the registry's or runtime's error"},
 		{StreamChanges, "stream", "", strings.Join(streamSubjects(StreamChanges), ", ")},
 		{StreamRenders, "stream", "", strings.Join(streamSubjects(StreamRenders), ", ")},

@@ -6,6 +6,8 @@ require (
 	github.com/distribution/reference v0.6.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/weftio/weft/pkg/config v0.0.0
+	github.com/weftio/weft/pkg/kubeclient v0.0.0
 	github.com/weftio/weft/pkg/msg v0.0.0
 	github.com/weftio/weft/pkg/svc v0.0.0
 	github.com/weftio/weft/pkg/testkit v0.0.0
@@ -21,6 +23,7 @@ require (
 )
 
 require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -31,6 +34,7 @@ require (
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
+	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -104,6 +108,8 @@ require (
 )
 
 replace (
+	github.com/weftio/weft/pkg/config => ../../pkg/config
+	github.com/weftio/weft/pkg/kubeclient => ../../pkg/kubeclient
 	github.com/weftio/weft/pkg/msg => ../../pkg/msg
 	github.com/weftio/weft/pkg/svc => ../../pkg/svc
 	github.com/weftio/weft/pkg/testkit => ../../pkg/testkit

@@ -1,6 +1,9 @@
-// Command weft-puller runs the puller's parts. `weft-puller agent --node
-// <name>` is the node agent: it carries out the node's pull orders through
-// the container runtime's CRI socket (see package agent).
+// Command weft-puller runs the puller's parts. `weft-puller controller`
+// turns PrePullPolicies and their workloads into PrePullImages, pull
+// orders and pull Jobs, on weft.yaml's puller section (see package
+// controller). `weft-puller agent --node <name>` is the node agent: it
+// carries out the node's pull orders through the container runtime's CRI
+// socket (see package agent).
 //
 // Exit codes: 0 success (and -h), 1 failed, 2 bad command line.
 package main
@@ -33,7 +36,8 @@ var errUsage = errors.New("usage")
 const usage = `usage: weft-puller <command> [flags]
 
 commands:
-  agent   carry out the pull orders of one node through its container runtime (CRI)
+  controller  turn policies and workloads into PrePullImages, pull orders and pull Jobs (weft.yaml's puller section)
+  agent       carry out the pull orders of one node through its container runtime (CRI)
 
 weft-puller <command> -h lists the command's flags.
 `
@@ -46,6 +50,8 @@ func run(args []string, stderr io.Writer) error {
 	switch args[0] {
 	case "agent":
 		return runAgent(args[1:], stderr)
+	case "controller":
+		return runController(args[1:], stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stderr, usage)
 		return flag.ErrHelp

@@ -103,7 +103,10 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"agent", "-h"}, 0, "-nats-tls-ca", nil},
 		{[]string{"agent", "-h"}, 0, "-provision", nil},
 		{[]string{"agent", "--node", "n1", "--nats-user", "u"}, 2, "--nats-user and --nats-password go together", nil},
-		{[]string{"-h"}, 0, "agent   carry out the pull orders", nil},
+		{[]string{"-h"}, 0, "carry out the pull orders of one node", nil},
+		{[]string{"controller", "--bogus"}, 2, "flag provided but not defined: -bogus", nil},
+		{[]string{"controller", "extra"}, 2, `unexpected arguments ["extra"]`, nil},
+		{[]string{"controller", "-h"}, 0, "-config", nil},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {

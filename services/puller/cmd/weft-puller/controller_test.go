@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/puller/api/v1alpha1"
+)
+
+// TestControllerCommand runs the real watcher (weft-watcher) and
+// `weft-puller controller` on one weft.yaml whose puller section names a
+// kubernetes source and adds no watched type by hand: the watcher watches
+// the types the section adds, and a selected Deployment gets its
+// PrePullImage, targeting the Ready node that matches its nodeSelector.
+func TestControllerCommand(t *testing.T) {
+	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
+	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
+	kube := testkit.Kube(t)
+	kube.InstallCRDs(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"))
+	b := testkit.NATS(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "weft.yaml")
+	err := os.WriteFile(cfg, fmt.Appendf(nil, `sources:
+  - name: cluster
+    type: kubernetes
+    kubeconfig: %s
+puller:
+  source: cluster
+  helper_image: ghcr.io/weftio/weft:test
+  resync: 2s
+`, kube.Kubeconfig), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cs := kube.Clientset
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []struct {
+		name string
+		pool string
+	}{{"web-1", "web"}, {"db-1", "db"}} {
+		node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"pool": n.pool}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		if node, err = cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The node lifecycle controller (not running) lifts the not-ready
+		// taint of a Ready node.
+		node.Spec.Taints = nil
+		if _, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "all"},
+		Spec: v1alpha1.PrePullPolicySpec{Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.Client.Resource(v1alpha1.PolicyResource).Create(ctx, &unstructured.Unstructured{Object: policy}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"pool": "web"},
+					Containers:   []corev1.Container{{Name: "web", Image: "registry.example.com/web:1"}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	w := testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t))
+	c := testkit.StartProcess(t, puller, "controller", "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t), "--log-level", "debug")
+	testkit.Eventually(t, 2*time.Minute, func() error {
+		for _, p := range []*testkit.Process{w, c} {
+			if done, err := p.Exited(); done {
+				t.Fatalf("a process exited: %v\n%s", err, p.Output())
+			}
+		}
+		list, err := kube.Client.Resource(v1alpha1.ImageResource).Namespace("shop").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d PrePullImages", len(list.Items))
+		}
+		var ppi v1alpha1.PrePullImage
+		if err := v1alpha1.FromUnstructured(list.Items[0].Object, &ppi); err != nil {
+			return err
+		}
+		if !slices.Equal(ppi.Spec.Nodes, []string{"web-1"}) || ppi.Spec.Mode != v1alpha1.ModeCRI || ppi.Status.Phase != v1alpha1.ImageInProgress {
+			return fmt.Errorf("PrePullImage nodes %v mode %s phase %s", ppi.Spec.Nodes, ppi.Spec.Mode, ppi.Status.Phase)
+		}
+		return nil
+	})
+}
