@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -233,7 +234,11 @@ func (a *apiServer) run(t *testing.T, c check) {
 	defer cancel()
 	var err error
 	for {
-		err = c.do(ctx, client)
+		if e := c.do(ctx, client); e != nil && ctx.Err() != nil && err != nil {
+			break // the deadline's error: keep the last real one
+		} else {
+			err = e
+		}
 		switch {
 		case c.allowed && err == nil:
 			return
@@ -255,13 +260,53 @@ func (a *apiServer) run(t *testing.T, c check) {
 	}
 }
 
-// applyRBAC creates the ServiceAccounts, roles and bindings of objs for real.
+// applyRBAC creates the ServiceAccounts, roles and bindings of objs for
+// real, and waits until the authorizer grants every binding's subjects the
+// first rule of its role: from then on, a refusal is the roles' answer, not
+// a binding not seen yet.
 func (a *apiServer) applyRBAC(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
+	roles := map[string][]rbacv1.PolicyRule{}
+	var bindings []*rbacv1.ClusterRoleBinding
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 			a.create(t, o, false)
+		}
+		switch o.GetKind() {
+		case "ClusterRole", "Role":
+			roles[o.GetKind()+"/"+o.GetName()] = typed[rbacv1.ClusterRole](t, o).Rules
+		case "ClusterRoleBinding", "RoleBinding":
+			bindings = append(bindings, typed[rbacv1.ClusterRoleBinding](t, o))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	for _, b := range bindings {
+		rules := roles[b.RoleRef.Kind+"/"+b.RoleRef.Name]
+		if len(rules) == 0 {
+			t.Fatalf("binding %s: role %s %s is not in the build or has no rule", b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+		}
+		r := rules[0]
+		res, sub, _ := strings.Cut(r.Resources[0], "/")
+		for _, s := range b.Subjects {
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   "system:serviceaccount:" + s.Namespace + ":" + s.Name,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + s.Namespace, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: b.Namespace, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: res, Subresource: sub,
+				},
+			}}
+			for {
+				got, err := a.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+				if err == nil && got.Status.Allowed {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("binding %s: %s is not granted %s %s/%s: %v", b.Name, review.Spec.User, r.Verbs[0], r.APIGroups[0], r.Resources[0], err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
 	}
 }
@@ -386,7 +431,7 @@ func testRBAC(t *testing.T, a *apiServer, builds map[string][]*unstructured.Unst
 			if u, err = r.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
-			_ = unstructured.SetNestedField(u.Object, "Pulling", "status", "phase")
+			_ = unstructured.SetNestedField(u.Object, "InProgress", "status", "phase")
 			if _, err := r.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
@@ -397,7 +442,8 @@ func testRBAC(t *testing.T, a *apiServer, builds map[string][]*unstructured.Unst
 			if err != nil {
 				return err
 			}
-			return c.cs.BatchV1().Jobs(appNS).Delete(ctx, j.Name, metav1.DeleteOptions{})
+			bg := metav1.DeletePropagationBackground
+			return c.cs.BatchV1().Jobs(appNS).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
 		}},
 		{"weft-puller-controller", "get a workload's ServiceAccount", true, func(ctx context.Context, c as) error {
 			_, err := c.cs.CoreV1().ServiceAccounts(appNS).Get(ctx, appSA, metav1.GetOptions{})
