@@ -3,6 +3,7 @@ module github.com/weftio/weft/deploy/k8s
 go 1.26.0
 
 require (
+	github.com/nats-io/nats.go v1.55.0
 	github.com/weftio/weft/pkg/config v0.0.0
 	github.com/weftio/weft/pkg/testkit v0.0.0
 	k8s.io/api v0.37.0
@@ -51,7 +52,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
-	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
