@@ -2,14 +2,14 @@
 # the tests need (see deps) when it is missing.
 SHELL := /bin/bash
 GO ?= go
-MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft hack/chaos
+MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft deploy/k8s hack/chaos
 CONFIG ?= examples/quickstart/weft.yaml
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 BENCH ?= .
 # VERSION is what `weft --version` prints for a `make build` binary.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: run build test deps lint bench fuzz tidy chaos chaos-short
+.PHONY: run build test deps lint bench fuzz tidy chaos chaos-short image
 
 ## run: weft in one process (embedded NATS on 127.0.0.1:4222) on the quickstart;
 ## with haproxy installed, also HAProxy on 127.0.0.1:18080 and echo backends.
@@ -32,6 +32,20 @@ build:
 	@# static (no libc, no loader): pull Jobs run it inside distroless and scratch images
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/weft-noop ./services/puller/cmd/weft-noop
 	$(GO) build -o bin/weft-puller ./services/puller/cmd/weft-puller
+
+## image: weft's two images from the Dockerfile, with docker (a running
+## daemon) or podman: $(IMAGE):$(IMAGE_TAG) (distroless, every binary) and
+## $(IMAGE)-haproxy:$(IMAGE_TAG) (the same on the official haproxy image, for
+## weft-validator and weft up). Not part of `make test`.
+IMAGE ?= ghcr.io/weftio/weft
+IMAGE_TAG ?= $(or $(VERSION),dev)
+image:
+	@if docker info >/dev/null 2>&1; then engine=docker; \
+	elif command -v podman >/dev/null 2>&1; then engine=podman; \
+	else echo "make image: no container engine can build here (docker has no daemon, podman is not installed); the images build where one can: docker build --target weft . and docker build --target weft-haproxy ."; exit 1; fi; \
+	set -e; \
+	$$engine build --target weft --build-arg VERSION=$(VERSION) -t $(IMAGE):$(IMAGE_TAG) .; \
+	$$engine build --target weft-haproxy --build-arg VERSION=$(VERSION) -t $(IMAGE)-haproxy:$(IMAGE_TAG) .
 
 ## deps: what the tests need from the system: the Debian packages of the
 ## real programs they run (haproxy; redis-server for the redis source;
