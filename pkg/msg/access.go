@@ -148,20 +148,24 @@ func Accesses() []Access {
 			},
 		}, configFollower),
 		{
-			Role: RolePullerController, What: "the puller's controller and rollout gate (in progress: the row is its design): publishes pull orders, follows their outcomes, keeps the pulls bucket and the slots of its limits",
-			Publish:   []string{PullAll, DLQSubject("puller-controller")},
-			Consumers: []Consumer{{Stream: StreamPulled, Name: "puller-controller", Filters: []string{PulledAll}}},
-			KVRead:    []string{BucketResources},
+			Role: RolePullerController, What: "weft-puller controller (not yet run under its own user in a test): follows the changes of its watched types and the pull outcomes, publishes pull orders, keeps the pulls bucket and the slots of its pull Jobs",
+			Publish: []string{PullAll, DLQSubject("puller-controller")},
+			Consumers: []Consumer{
+				// Several filter subjects (one per watched type): created without a filter in the subject.
+				{Stream: StreamChanges, Name: "puller-changes", Filters: []string{ChangeAll, SyncAll}},
+				{Stream: StreamPulled, Name: "puller-pulled", Filters: []string{PulledAll}},
+			},
+			KVRead: []string{BucketResources},
 			KVWrite: []KVWrite{
 				{BucketPulls, []string{">"}},
 				{BucketLeases, []string{"slot.>"}},
 			},
 		},
 		{
-			Role: RolePullerAgent, What: "weft-puller agent: takes its node's pull orders, records and publishes their outcomes",
+			Role: RolePullerAgent, What: "weft-puller agent: takes its node's pull orders, records and publishes their outcomes, holds the slots of the limits its pulls run under",
 			Publish:   []string{PulledAll, DLQSubject("puller-agent")},
 			Consumers: []Consumer{{Stream: StreamPulls, Name: "*", Filters: []string{join("pull", "*")}}},
-			KVWrite:   []KVWrite{{BucketPulls, []string{">"}}},
+			KVWrite:   []KVWrite{{BucketPulls, []string{">"}}, {BucketLeases, []string{"slot.>"}}},
 		},
 		{
 			Role: RoleAuditor, What: "people and tools that watch: nats sub 'weft.>', weft status; publishes nothing",
