@@ -114,8 +114,10 @@ func runGate(args []string, stderr io.Writer) error {
 // ready once the view has read the resources bucket (the certificate is
 // loaded before anything is served).
 func (c gateConfig) run(ctx context.Context, env svc.Env, cfg *config.Config) error {
-	env.Health.Pending(gateCheck)
-	defer env.Health.Set(gateCheck, errors.New("the gate stopped"))
+	// One check, replaced as the gate goes: not ready until the serving
+	// certificate is loaded and the view has read the bucket.
+	env.Health.Func(gateCheck, func() error { return errors.New("the gate is starting") })
+	defer env.Health.Func(gateCheck, func() error { return errors.New("the gate stopped") })
 	if cfg.Puller == nil {
 		return errors.New("weft.yaml has no puller section: the gate reads the puller's types")
 	}
