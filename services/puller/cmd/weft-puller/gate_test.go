@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/gate"
@@ -217,5 +218,45 @@ current-context: c
 		if !strings.Contains(p.Output(), want) {
 			t.Errorf("output does not say %q:\n%s", want, p.Output())
 		}
+	}
+}
+
+// TestGateTypes: the gate reads the puller's types, and the Pod type that
+// holds every gated pod in full; a Pod type limited to a namespace, to
+// other labels or to metadata does not.
+func TestGateTypes(t *testing.T) {
+	pod := func(ns, sel, store string) config.Resource {
+		return config.Resource{APIVersion: "v1", Kind: "Pod", Namespace: ns, LabelSelector: sel, Store: store}
+	}
+	cases := []struct {
+		name  string
+		types map[string]config.Resource
+		pods  string // "": refused
+	}{
+		{"gated pods", map[string]config.Resource{"gated": pod("", gate.Label, config.StoreFull)}, "gated"},
+		{"one namespace's pods besides", map[string]config.Resource{"haproxy": pod("weft-system", "app=haproxy", config.StoreFull), "gated": pod("", "weft.io/gated", config.StoreFull)}, "gated"},
+		{"every pod, and the gated ones", map[string]config.Resource{"all": pod("", "", config.StoreFull), "z_gated": pod("", gate.Label, config.StoreFull)}, "z_gated"},
+		{"every pod", map[string]config.Resource{"all": pod("", "", config.StoreFull)}, "all"},
+		{"one namespace only", map[string]config.Resource{"haproxy": pod("weft-system", "", config.StoreFull)}, ""},
+		{"other labels only", map[string]config.Resource{"haproxy": pod("", "app=haproxy", config.StoreFull)}, ""},
+		{"metadata only", map[string]config.Resource{"gated": pod("", gate.Label, config.StoreOnDemand)}, ""},
+		{"no pods", nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			types, bucket, err := gateTypes(&config.Config{WatchedResources: tc.types})
+			if tc.pods == "" {
+				if err == nil || !strings.Contains(err.Error(), "label_selector "+gate.Label) {
+					t.Fatalf("err %v, want one naming the type to add", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bucket.Pods != tc.pods || bucket.Policies != config.PullerPolicies || bucket.Images != config.PullerImages || types.Policies != config.PullerPolicies {
+				t.Fatalf("types %+v, bucket types %+v; want pods %s", types, bucket, tc.pods)
+			}
+		})
 	}
 }
