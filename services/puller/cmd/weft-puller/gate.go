@@ -29,7 +29,7 @@ const (
 	// gateCheck is the readiness check of the gate: the view has read the
 	// resources bucket and the serving certificate is loaded.
 	gateCheck = "gate"
-	// DefaultReleaseInterval is how often the release looks at every
+	// defaultReleaseInterval is how often the release looks at every
 	// gated pod without a gate timing out sooner.
 	defaultReleaseInterval = 5 * time.Second
 )
