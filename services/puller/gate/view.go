@@ -200,6 +200,14 @@ func (v *View) watch(ctx context.Context) error {
 	}
 }
 
+// Ready reports whether the view has read the bucket's current objects:
+// until it has, Decide answers ErrNotReady.
+func (v *View) Ready() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.state != nil
+}
+
 // notify wakes every Decide waiting for a change; v.mu is held.
 func (v *View) notify() {
 	close(v.changed)

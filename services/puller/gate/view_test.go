@@ -214,6 +214,16 @@ func TestViewNotReady(t *testing.T) {
 	if _, err := v.Decide(context.Background(), pod("shop", nil, nil)); !errors.Is(err, gate.ErrNotReady) {
 		t.Fatalf("err %v, want ErrNotReady", err)
 	}
+	if v.Ready() {
+		t.Fatal("ready before reading the bucket")
+	}
+	testkit.Run(t, v.Run)
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if !v.Ready() {
+			return errors.New("not ready after reading the empty bucket")
+		}
+		return nil
+	})
 	startView(t, bus)
 }
 

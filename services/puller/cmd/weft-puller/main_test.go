@@ -107,6 +107,16 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"controller", "--bogus"}, 2, "flag provided but not defined: -bogus", nil},
 		{[]string{"controller", "extra"}, 2, `unexpected arguments ["extra"]`, nil},
 		{[]string{"controller", "-h"}, 0, "-config", nil},
+		{[]string{"gate", "-h"}, 0, "-tls-cert", nil},
+		{[]string{"gate", "-h"}, 0, "-webhook-listen", nil},
+		{[]string{"gate", "-h"}, 0, "-kubeconfig", nil},
+		{[]string{"gate", "-h"}, 0, "-nats-nkey", nil},
+		{[]string{"gate", "--bogus"}, 2, "flag provided but not defined: -bogus", nil},
+		{[]string{"gate", "extra"}, 2, `unexpected arguments ["extra"]`, nil},
+		{[]string{"gate", "--release-interval", "0s"}, 2, "--release-interval must be positive", nil},
+		{[]string{"gate", "--tls-cert", ""}, 2, "--tls-cert and --tls-key (or WEFT_TLS_CERT and WEFT_TLS_KEY) are required", nil},
+		{[]string{"gate"}, 2, `WEFT_RELEASE_INTERVAL="soon" is not a duration`, []string{"WEFT_RELEASE_INTERVAL=soon"}},
+		{[]string{"-h"}, 0, "the rollout gate", nil},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
