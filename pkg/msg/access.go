@@ -147,8 +147,8 @@ func Accesses() []Access {
 				{BucketLeases, []string{DeployLeaseKey("*", "*")}},
 			},
 		}, configFollower),
-		{
-			Role: RolePullerController, What: "weft-puller controller (not yet run under its own user in a test): follows the changes of its watched types and the pull outcomes, publishes pull orders, keeps the pulls bucket and the slots of its pull Jobs",
+		merge(Access{
+			Role: RolePullerController, What: "weft-puller controller and gate (not yet run under their own user in a test): follow the changes of its watched types and the pull outcomes, publish pull orders, keep the pulls bucket and the slots of pull Jobs, gate new pods",
 			Publish: []string{PullAll, DLQSubject("puller-controller")},
 			Consumers: []Consumer{
 				// Several filter subjects (one per watched type): created without a filter in the subject.
@@ -160,7 +160,7 @@ func Accesses() []Access {
 				{BucketPulls, []string{">"}},
 				{BucketLeases, []string{"slot.>"}},
 			},
-		},
+		}, configFollower),
 		{
 			Role: RolePullerAgent, What: "weft-puller agent: takes its node's pull orders, records and publishes their outcomes, holds the slots of the limits its pulls run under",
 			Publish:   []string{PulledAll, DLQSubject("puller-agent")},
