@@ -171,6 +171,15 @@ replace github.com/weftio/weft/pkg/testkit => ../../pkg/testkit
 
 replace github.com/haproxytech/go-method-gen => github.com/haproxytech/go-method-gen v0.1.1
 
-require github.com/weftio/weft/pkg/haproxycfg v0.0.0 // indirect
+require (
+	github.com/distribution/reference v0.6.0 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/weftio/weft/pkg/haproxycfg v0.0.0 // indirect
+	k8s.io/component-helpers v0.37.0 // indirect
+)
 
 replace github.com/weftio/weft/pkg/haproxycfg => ../../pkg/haproxycfg
+
+require github.com/weftio/weft/services/puller v0.0.0
+
+replace github.com/weftio/weft/services/puller => ../../services/puller

@@ -13,8 +13,11 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/host"
 	"github.com/weftio/weft/services/deployer"
+	pullercontroller "github.com/weftio/weft/services/puller/controller"
 	"github.com/weftio/weft/services/renderer"
 	"github.com/weftio/weft/services/validator"
 	"github.com/weftio/weft/services/watcher"
@@ -55,6 +58,17 @@ var Services = []host.Service{
 	{Name: renderer.Service, Run: renderer.Run},
 	{Name: validator.Service, Run: validator.Run},
 	{Name: deployer.Service, Run: deployer.Run},
+	{Name: pullercontroller.Service, Run: runPullerController},
+}
+
+// runPullerController runs the puller's controller when weft.yaml has a
+// puller section and nothing otherwise (a nil return leaves the other
+// services running). The node agent is not run here: it runs per node.
+func runPullerController(ctx context.Context, env svc.Env, cfg *config.Config) error {
+	if cfg.Puller == nil {
+		return nil
+	}
+	return pullercontroller.RunConfig(ctx, env, cfg)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
