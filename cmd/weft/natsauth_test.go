@@ -23,6 +23,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/liveconfig"
 	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
+	pullercontroller "github.com/weftio/weft/services/puller/controller"
 )
 
 // violations collects the errors the server sends connections (a refused
@@ -98,6 +99,9 @@ func TestEveryServiceOnItsOwnUser(t *testing.T) {
 	// its flags give, with its role's nkey and nothing provisioned.
 	for _, sv := range Services {
 		role := msg.Role(sv.Name)
+		if sv.Name == pullercontroller.Service {
+			role = msg.RolePullerController // weft-puller controller's user
+		}
 		if _, err := msg.AccessOf(role); err != nil {
 			t.Fatalf("service %s has no role: %v", sv.Name, err)
 		}
