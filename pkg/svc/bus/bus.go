@@ -101,6 +101,10 @@ func (o Options) check() error {
 	return nil
 }
 
+// interruptedRedelivery is how soon a message whose handling the shutdown
+// interrupted is delivered again.
+const interruptedRedelivery = 500 * time.Millisecond
+
 // Handler handles one JetStream message.
 type Handler func(ctx context.Context, m jetstream.Msg) error
 
@@ -113,9 +117,13 @@ func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {
 	if d.Action != msg.Ack && ctx.Err() != nil {
 		// The process is stopping: the handler was interrupted, its error
 		// is no verdict on the message. It is handled again, by this
-		// process's successor or another replica, at once.
+		// process's successor or another replica, shortly: the short
+		// delay lets the stopped iterator's unsubscribe reach the server
+		// first (nats.go sends it from another goroutine), or the server
+		// could hand the message straight back to this process's pull
+		// request, where nobody takes it until AckWait runs out.
 		o.Log.InfoContext(ctx, "handling interrupted by the shutdown; left for redelivery", "stage", o.Stage, "subject", m.Subject(), "err", err)
-		d = msg.Decision{Action: msg.Nak, Reason: "interrupted by the shutdown"}
+		d = msg.Decision{Action: msg.Nak, Delay: interruptedRedelivery, Reason: "interrupted by the shutdown"}
 	}
 	var settleErr error
 	switch d.Action {

@@ -174,7 +174,7 @@ func TestServeDeadLettersPermanentErrors(t *testing.T) {
 // TestConsumeInterruptedByTheShutdown: a handler that fails because its
 // context was cancelled (the process stopping) gave no verdict: the
 // message is not dead-lettered, no failure is logged, and the next
-// consumer gets it at once.
+// consumer gets it shortly after.
 func TestConsumeInterruptedByTheShutdown(t *testing.T) {
 	b := testkit.NATS(t)
 	env := testkit.NewEnv(t, b, "t")
