@@ -176,7 +176,7 @@ func (m *mirror) delete(ctx context.Context, key string) error {
 }
 
 // node creates a node; ready sets its Ready condition.
-func (r *rig) node(t *testing.T, name string, ready bool, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
+func (r *rig) node(t testing.TB, name string, ready bool, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
 	t.Helper()
 	ctx := context.Background()
 	n, err := r.kube.Clientset.CoreV1().Nodes().Create(ctx, &corev1.Node{
@@ -205,7 +205,7 @@ func (r *rig) node(t *testing.T, name string, ready bool, labels map[string]stri
 	return n
 }
 
-func (r *rig) namespace(t *testing.T, name string, labels map[string]string) {
+func (r *rig) namespace(t testing.TB, name string, labels map[string]string) {
 	t.Helper()
 	_, err := r.kube.Clientset.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 	if err != nil {
@@ -219,7 +219,7 @@ func (r *rig) namespace(t *testing.T, name string, labels map[string]string) {
 }
 
 // deployment creates a Deployment with the given pod spec.
-func (r *rig) deployment(t *testing.T, ns, name string, labels map[string]string, spec corev1.PodSpec) *appsv1.Deployment {
+func (r *rig) deployment(t testing.TB, ns, name string, labels map[string]string, spec corev1.PodSpec) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
@@ -236,7 +236,7 @@ func (r *rig) deployment(t *testing.T, ns, name string, labels map[string]string
 }
 
 // policy creates a PrePullPolicy.
-func (r *rig) policy(t *testing.T, name string, spec v1alpha1.PrePullPolicySpec) {
+func (r *rig) policy(t testing.TB, name string, spec v1alpha1.PrePullPolicySpec) {
 	t.Helper()
 	u, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec})
 	if err != nil {
