@@ -35,33 +35,59 @@ func (o objects) get(ctx context.Context, typ, namespace, name string) (map[stri
 	return r.Object, nil
 }
 
-// list returns every object of type typ, by key order.
+// list returns every object of type typ, by key order, in one read of
+// the bucket (lastValues).
 func (o objects) list(ctx context.Context, typ string) ([]map[string]any, error) {
-	lister, err := o.kv.ListKeysFiltered(ctx, msg.ResourcePrefix(o.source, typ)+"*.*")
+	last, err := lastValues(ctx, o.kv, msg.ResourcePrefix(o.source, typ)+"*.*")
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", typ, err)
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+	keys := make([]string, 0, len(last))
+	for k := range last {
+		if _, _, _, _, err := msg.ParseResourceKey(k); err == nil {
+			keys = append(keys, k)
+		}
 	}
-	_ = lister.Stop() // the channel closed: the listing is complete
 	sort.Strings(keys)
-	var out []map[string]any
+	out := make([]map[string]any, 0, len(keys))
 	for _, k := range keys {
-		_, _, ns, name, err := msg.ParseResourceKey(k)
-		if err != nil {
-			continue
+		var r msg.Resource
+		if err := msg.Decode(last[k], &r); err != nil {
+			return nil, fmt.Errorf("read %s: %w", k, err)
 		}
-		obj, err := o.get(ctx, typ, ns, name)
-		if err != nil {
-			return nil, err
-		}
-		if obj != nil {
-			out = append(out, obj)
-		}
+		out = append(out, r.Object)
 	}
 	return out, nil
+}
+
+// lastValues returns the value of every key of kv matching filter, by
+// key. It is one read of the bucket's stream (a watch of the keys, up to
+// the values they hold now), not a request per key: reading 200 Nodes, or
+// 200 nodes' pull status, costs the round trips of reading 2.
+func lastValues(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
+	w, err := kv.WatchFiltered(ctx, []string{filter})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	last := map[string][]byte{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return nil, errors.New("the bucket's watch ended before its last value")
+			case e == nil: // every key's value up to now is in
+				return last, nil
+			case e.Operation() != jetstream.KeyValuePut:
+				delete(last, e.Key())
+			default:
+				last[e.Key()] = e.Value()
+			}
+		}
+	}
 }
 
 // nodes returns every Node of type typ.
