@@ -222,10 +222,13 @@ func (c *controller) policySpec(ctx context.Context, ppi *v1alpha1.PrePullImage)
 	return &spec, nil
 }
 
-// observe reads the current attempt of every Pulling node.
+// observe reads the current attempt of every Pulling node: a pull Job's
+// from the resources bucket, an agent's from weft-pulls (every node's in
+// one read).
 func (c *controller) observe(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec) (map[string]pull.Attempt, error) {
 	out := map[string]pull.Attempt{}
 	images := workload.UniqueImages(ppi.Spec.Images)
+	var agents map[string][]byte // pull status by node
 	for _, n := range ppi.Status.Nodes {
 		if n.Phase != v1alpha1.NodePulling {
 			continue
@@ -237,7 +240,12 @@ func (c *controller) observe(ctx context.Context, ppi *v1alpha1.PrePullImage, sp
 		if ppi.Spec.Mode == v1alpha1.ModeJob {
 			a, err = c.observeJob(ctx, ppi, spec, n)
 		} else {
-			a, err = c.observeAgent(ctx, ppi, n, images)
+			if agents == nil {
+				if agents, err = c.agentStatus(ctx, ppi); err != nil {
+					return nil, err
+				}
+			}
+			a, err = observeAgent(ppi, n, images, agents[n.Node])
 		}
 		if err != nil {
 			return nil, err
@@ -247,17 +255,30 @@ func (c *controller) observe(ctx context.Context, ppi *v1alpha1.PrePullImage, sp
 	return out, nil
 }
 
-// observeAgent reads the node agent's status of the node's attempt.
-func (c *controller) observeAgent(ctx context.Context, ppi *v1alpha1.PrePullImage, n v1alpha1.NodeStatus, images []string) (pull.Attempt, error) {
-	e, err := c.pulls.Get(ctx, msg.PullStatusKey(ppi.Namespace, ppi.Name, n.Node))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+// agentStatus reads the node agents' pull status of every node of ppi, by
+// node.
+func (c *controller) agentStatus(ctx context.Context, ppi *v1alpha1.PrePullImage) (map[string][]byte, error) {
+	values, err := lastValues(ctx, c.pulls, msg.PullStatusPrefix(ppi.Namespace, ppi.Name)+"*")
+	if err != nil {
+		return nil, fmt.Errorf("read the pull status of %s/%s: %w", ppi.Namespace, ppi.Name, err)
+	}
+	out := make(map[string][]byte, len(values))
+	for k, v := range values {
+		if _, _, node, err := msg.ParsePullStatusKey(k); err == nil {
+			out[node] = v
+		}
+	}
+	return out, nil
+}
+
+// observeAgent reads the node agent's status (value, nil for none) of the
+// node's attempt.
+func observeAgent(ppi *v1alpha1.PrePullImage, n v1alpha1.NodeStatus, images []string, value []byte) (pull.Attempt, error) {
+	if value == nil {
 		return pull.Attempt{}, nil
 	}
-	if err != nil {
-		return pull.Attempt{}, fmt.Errorf("read the pull status of %s/%s on %s: %w", ppi.Namespace, ppi.Name, n.Node, err)
-	}
 	var st msg.PullStatus
-	if err := msg.Decode(e.Value(), &st); err != nil {
+	if err := msg.Decode(value, &st); err != nil {
 		return pull.Attempt{}, fmt.Errorf("pull status of %s/%s on %s: %w", ppi.Namespace, ppi.Name, n.Node, err)
 	}
 	if st.UID != string(ppi.UID) {
