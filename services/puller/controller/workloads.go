@@ -182,20 +182,18 @@ func (c *controller) workloadStep(ctx context.Context, v *view, typ string, obj 
 	}
 	c.env.Log.DebugContext(ctx, "workload selected", "workload", id, "policy", p.name, "nodes", len(v.nodes), "lacking", lacking)
 	ppiName := workload.Name(w, workload.ImageSetHash(images))
-	if err := c.deleteSuperseded(ctx, v, w, ppiName); err != nil {
-		return err
-	}
 	cur, err := c.objs.get(ctx, c.cfg.Types.Images, w.Namespace, ppiName)
-	if err != nil {
-		return err
+	switch {
+	case err != nil:
+	case cur != nil:
+		err = c.addNodes(ctx, cur, lacking)
+	case len(lacking) > 0:
+		err = c.createImage(ctx, w, p, ppiName, images, lacking)
 	}
-	if cur != nil {
-		return c.addNodes(ctx, cur, lacking)
-	}
-	if len(lacking) == 0 {
-		return nil
-	}
-	return c.createImage(ctx, w, p, ppiName, images, lacking)
+	// The superseded PrePullImages go after the current one is made (and
+	// when it could not be), so that its change comes first and its pulls
+	// do not wait behind their finalizers.
+	return errors.Join(err, c.deleteSuperseded(ctx, v, w, ppiName))
 }
 
 // deleteSuperseded deletes the PrePullImages of w other than current: the
