@@ -223,12 +223,17 @@ func (c *controller) policySpec(ctx context.Context, ppi *v1alpha1.PrePullImage)
 }
 
 // observe reads the current attempt of every Pulling node: a pull Job's
-// from the resources bucket, an agent's from weft-pulls (every node's in
-// one read).
+// from the resources bucket, an agent's from weft-pulls.
 func (c *controller) observe(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec) (map[string]pull.Attempt, error) {
 	out := map[string]pull.Attempt{}
 	images := workload.UniqueImages(ppi.Spec.Images)
 	var agents map[string][]byte // pull status by node
+	if ppi.Spec.Mode != v1alpha1.ModeJob {
+		var err error
+		if agents, err = c.agentStatus(ctx, ppi); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range ppi.Status.Nodes {
 		if n.Phase != v1alpha1.NodePulling {
 			continue
@@ -240,11 +245,6 @@ func (c *controller) observe(ctx context.Context, ppi *v1alpha1.PrePullImage, sp
 		if ppi.Spec.Mode == v1alpha1.ModeJob {
 			a, err = c.observeJob(ctx, ppi, spec, n)
 		} else {
-			if agents == nil {
-				if agents, err = c.agentStatus(ctx, ppi); err != nil {
-					return nil, err
-				}
-			}
 			a, err = observeAgent(ppi, n, images, agents[n.Node])
 		}
 		if err != nil {
@@ -255,14 +255,41 @@ func (c *controller) observe(ctx context.Context, ppi *v1alpha1.PrePullImage, sp
 	return out, nil
 }
 
-// agentStatus reads the node agents' pull status of every node of ppi, by
-// node.
+// readAllFrom is the number of nodes from which agentStatus reads every
+// key of a PrePullImage in one watch (a consumer made and deleted, about
+// the cost of five Gets on one server, more in a cluster) rather than a
+// Get per node.
+const readAllFrom = 16
+
+// agentStatus reads the node agents' pull status of ppi's Pulling nodes,
+// by node: with a Get each for a few, in one read of every key of ppi
+// for more, so that an outcome's look does not cost a request per node
+// still pulling.
 func (c *controller) agentStatus(ctx context.Context, ppi *v1alpha1.PrePullImage) (map[string][]byte, error) {
+	var pulling []string
+	for _, n := range ppi.Status.Nodes {
+		if n.Phase == v1alpha1.NodePulling {
+			pulling = append(pulling, n.Node)
+		}
+	}
+	out := make(map[string][]byte, len(pulling))
+	if len(pulling) < readAllFrom {
+		for _, node := range pulling {
+			e, err := c.pulls.Get(ctx, msg.PullStatusKey(ppi.Namespace, ppi.Name, node))
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read the pull status of %s/%s on %s: %w", ppi.Namespace, ppi.Name, node, err)
+			}
+			out[node] = e.Value()
+		}
+		return out, nil
+	}
 	values, err := lastValues(ctx, c.pulls, msg.PullStatusPrefix(ppi.Namespace, ppi.Name)+"*")
 	if err != nil {
 		return nil, fmt.Errorf("read the pull status of %s/%s: %w", ppi.Namespace, ppi.Name, err)
 	}
-	out := make(map[string][]byte, len(values))
 	for k, v := range values {
 		if _, _, node, err := msg.ParsePullStatusKey(k); err == nil {
 			out[node] = v
