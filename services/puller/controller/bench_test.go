@@ -73,7 +73,7 @@ type benchRig struct {
 	*rig
 	deploy *appsv1.Deployment
 	nodes  int
-	image  int // rounds so far: the next image's tag
+	image  int // images made so far: the last one's tag
 	probe  *probe
 }
 
@@ -131,6 +131,8 @@ func (r *benchRig) controllers(b *testing.B, replicas int) (stop func()) {
 	}
 }
 
+// measure runs b.N rounds on nodes nodes with replicas controller
+// replicas and reports their times and the reference's.
 func (r *benchRig) measure(b *testing.B, nodes, replicas int) {
 	defer r.controllers(b, replicas)()
 	// An untimed round first: the replicas are up and their start-up
