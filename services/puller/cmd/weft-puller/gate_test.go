@@ -13,7 +13,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
@@ -30,38 +29,16 @@ import (
 func TestGateCommand(t *testing.T) {
 	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
-	kube := testkit.Kube(t)
-	kube.InstallCRDs(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"))
+	kube := testkit.PullerCluster(t, testkit.PullerSetup{
+		CRDs:      filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"),
+		Namespace: "shop",
+		Watched:   gatedTypes,
+	})
 	hooks := kube.InstallWebhooks(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "puller", "gate-webhook.yaml"))
 	b := testkit.NATS(t)
-	cfg := filepath.Join(t.TempDir(), "weft.yaml")
-	err := os.WriteFile(cfg, fmt.Appendf(nil, `sources:
-  - name: cluster
-    type: kubernetes
-    kubeconfig: %s
-watched_resources:
-  puller_replicasets:
-    api_version: apps/v1
-    kind: ReplicaSet
-  puller_gated_pods:
-    api_version: v1
-    kind: Pod
-    label_selector: weft.io/gated
-puller:
-  source: cluster
-  helper_image: ghcr.io/weftio/weft:test
-`, kube.Kubeconfig), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := kube.Config
 	ctx := context.Background()
 	cs := kube.Clientset
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	policy, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gated"},
 		Spec: v1alpha1.PrePullPolicySpec{
 			Workloads:   v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "gate"}}},
@@ -71,9 +48,7 @@ puller:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.Client.Resource(v1alpha1.PolicyResource).Create(ctx, &unstructured.Unstructured{Object: policy}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube.Create(t, v1alpha1.PolicyResource, policy)
 	labels := map[string]string{"app": "db"}
 	sts, err := cs.AppsV1().StatefulSets("shop").Create(ctx, &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Labels: map[string]string{"prepull": "gate"}},
@@ -172,6 +147,17 @@ puller:
 		}
 	}
 }
+
+// gatedTypes are the watched types the gate needs beside the puller
+// section's: ReplicaSets, and the gated pods in full.
+const gatedTypes = `  puller_replicasets:
+    api_version: apps/v1
+    kind: ReplicaSet
+  puller_gated_pods:
+    api_version: v1
+    kind: Pod
+    label_selector: weft.io/gated
+`
 
 // TestGateWithoutCertificate: a gate whose certificate files are
 // missing exits saying which flags name them.
