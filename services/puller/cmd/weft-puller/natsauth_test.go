@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/natsauth"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/puller/api/v1alpha1"
+	"github.com/weftio/weft/services/puller/gate"
+)
+
+// TestControllerAndGateOnTheirOwnUsers runs `weft-puller controller` and
+// `weft-puller gate` each on its own NATS user of a real nats-server whose
+// users are what `weft nats-config` generates, with the watcher and the
+// validator on theirs, every one with --provision=false after the
+// provisioner made the streams: a job-mode policy's Deployment gets its
+// PrePullImage and pull Job, a cri-mode one's a pull order for its node,
+// a message the controller cannot decode is dead-lettered, the gate gates
+// a new pod and releases it, an edit of weft.yaml is checked and swapped
+// in by both, and neither the server nor any client saw an operation
+// refused.
+func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
+	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
+	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
+	validator := testkit.GoBuild(t, "github.com/weftio/weft/services/validator/cmd/weft-validator")
+	keys := t.TempDir()
+	users, err := natsauth.NKeyUsers(keys, msg.Roles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := natsauth.ServerConfig(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testkit.NATSServer(t, conf)
+	connect := func(role msg.Role) *testkit.Bus {
+		opts, err := natsauth.Client{NKey: natsauth.SeedFile(keys, role)}.Options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(srv.URL, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			t.Errorf("the server refused the test's %s connection: %v", role, err)
+		}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &testkit.Bus{NC: nc, JS: js, URL: srv.URL}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := natsauth.Provision(ctx, connect(msg.RoleProvisioner).JS, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(msg.RoleAdmin)
+
+	kube := testkit.PullerCluster(t, testkit.PullerSetup{
+		CRDs:      filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"),
+		Namespace: "shop",
+		Nodes:     map[string]map[string]string{"web-1": nil},
+		Watched:   gatedTypes,
+	})
+	hooks := kube.InstallWebhooks(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "puller", "gate-webhook.yaml"))
+	cs := kube.Clientset
+	for _, p := range []v1alpha1.PrePullPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a-job"}, Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeJob,
+			Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "job"}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b-cri"}, Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeCRI,
+			Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "cri"}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "c-gated"}, Spec: v1alpha1.PrePullPolicySpec{Gate: true, GateTimeout: &metav1.Duration{Duration: 2 * time.Second},
+			Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "gate"}}}}},
+	} {
+		obj, err := v1alpha1.ToUnstructured(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube.Create(t, v1alpha1.PolicyResource, obj)
+	}
+	for _, d := range []struct{ name, prepull string }{{"web", "job"}, {"api", "cri"}} {
+		labels := map[string]string{"app": d.name}
+		_, err := cs.AppsV1().Deployments("shop").Create(context.Background(), &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"prepull": d.prepull}},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: d.name, Image: "registry.example.com/" + d.name + ":1"}}},
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	dbLabels := map[string]string{"app": "db"}
+	sts, err := cs.AppsV1().StatefulSets("shop").Create(context.Background(), &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Labels: map[string]string{"prepull": "gate"}},
+		Spec: appsv1.StatefulSetSpec{
+			ServiceName: "db",
+			Selector:    &metav1.LabelSelector{MatchLabels: dbLabels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: dbLabels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Each process follows its own copy of weft.yaml: processes that
+	// follow one file all check an edit of it at once, and the validator
+	// restarting on it interrupts its answers to the others.
+	data, err := os.ReadFile(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs := map[string]string{}
+	as := func(name string, role msg.Role, args ...string) []string {
+		configs[name] = filepath.Join(t.TempDir(), "weft.yaml")
+		if err := os.WriteFile(configs[name], data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return append(args, "--config", configs[name], "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, role),
+			"--provision=false", "--listen", freeAddr(t))
+	}
+	procs := map[string]*testkit.Process{
+		"watcher":    testkit.StartProcess(t, watcher, as("watcher", msg.RoleWatcher)...),
+		"validator":  testkit.StartProcess(t, validator, as("validator", msg.RoleValidator, "--kinds", "template")...),
+		"controller": testkit.StartProcess(t, puller, as("controller", msg.RolePullerController, "controller", "--log-level", "debug")...),
+		"gate": testkit.StartProcess(t, puller, as("gate", msg.RolePullerGate, "gate", "--tls-cert", hooks.CertFile, "--tls-key", hooks.KeyFile,
+			"--webhook-listen", hooks.Addr, "--release-interval", "1s", "--log-level", "debug")...),
+	}
+	alive := func() {
+		for name, p := range procs {
+			if done, err := p.Exited(); done {
+				t.Fatalf("weft-%s exited: %v\n%s", name, err, p.Output())
+			}
+		}
+	}
+
+	// Mode job: a PrePullImage and a pull Job; mode cri: a pull order on
+	// the node's subject.
+	testkit.Eventually(t, 2*time.Minute, func() error {
+		alive()
+		list, err := kube.Client.Resource(v1alpha1.ImageResource).Namespace("shop").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		modes := map[v1alpha1.PullMode]int{}
+		for _, u := range list.Items {
+			var ppi v1alpha1.PrePullImage
+			if err := v1alpha1.FromUnstructured(u.Object, &ppi); err != nil {
+				return err
+			}
+			modes[ppi.Spec.Mode]++
+		}
+		if modes[v1alpha1.ModeJob] != 1 {
+			return fmt.Errorf("PrePullImages by mode %v, want one of mode job", modes)
+		}
+		jobs, err := cs.BatchV1().Jobs("shop").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(jobs.Items) != 1 {
+			return fmt.Errorf("%d pull Jobs, want one", len(jobs.Items))
+		}
+		return nil
+	})
+	testkit.Eventually(t, time.Minute, func() error {
+		alive()
+		s, err := admin.JS.Stream(context.Background(), msg.StreamPulls)
+		if err != nil {
+			return err
+		}
+		m, err := s.GetLastMsgForSubject(context.Background(), msg.PullSubject("web-1"))
+		if err != nil {
+			return fmt.Errorf("no pull order for web-1: %w", err)
+		}
+		var o msg.PullOrder
+		if err := msg.Decode(m.Data, &o); err != nil {
+			return err
+		}
+		if o.Mode != msg.PullModeCRI || o.Namespace != "shop" {
+			return fmt.Errorf("pull order %+v", o)
+		}
+		return nil
+	})
+
+	// A change the controller cannot decode is dead-lettered under its
+	// role's subject.
+	if _, err := admin.JS.Publish(context.Background(), msg.ChangeSubject("cluster", config.PullerPolicies), []byte("not a change")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, func() error {
+		alive()
+		s, err := admin.JS.Stream(context.Background(), msg.StreamDLQ)
+		if err != nil {
+			return err
+		}
+		m, err := s.GetLastMsgForSubject(context.Background(), msg.DLQSubject(string(msg.RolePullerController)))
+		if err != nil {
+			return fmt.Errorf("no dead letter of the controller: %w", err)
+		}
+		var dl msg.DeadLetter
+		if err := msg.Decode(m.Data, &dl); err != nil {
+			return err
+		}
+		if dl.Subject != msg.ChangeSubject("cluster", config.PullerPolicies) {
+			return fmt.Errorf("dead letter %+v", dl)
+		}
+		return nil
+	})
+
+	// The gate: a new pod of the gated StatefulSet is gated, then released
+	// after the policy's gateTimeout.
+	pod := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "db-0", Labels: dbLabels, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: new(true)}}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
+		}
+	}
+	testkit.Eventually(t, time.Minute, func() error {
+		alive()
+		p, err := cs.CoreV1().Pods("shop").Create(context.Background(), pod(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if !gate.Has(p) {
+			return errors.New("a pod of the gated StatefulSet is created without the gate")
+		}
+		return nil
+	})
+	created, err := cs.CoreV1().Pods("shop").Create(context.Background(), pod(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gate.Has(created) {
+		t.Fatalf("pod created with gates %v", created.Spec.SchedulingGates)
+	}
+	testkit.Eventually(t, time.Minute, func() error {
+		alive()
+		p, err := cs.CoreV1().Pods("shop").Get(context.Background(), "db-0", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if gate.Has(p) {
+			return fmt.Errorf("pod still gated: %v", p.Spec.SchedulingGates)
+		}
+		return nil
+	})
+
+	// An edit of weft.yaml: the process stores the candidate, asks the
+	// validator, records the verdict and restarts its services on it.
+	for _, name := range []string{"controller", "gate"} {
+		if err := os.WriteFile(configs[name], append(data, "\n# edited\n"...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, time.Minute, func() error {
+			alive()
+			if !strings.Contains(procs[name].Output(), "configuration changed; restarting services") {
+				return fmt.Errorf("weft-puller %s did not swap in the edited weft.yaml", name)
+			}
+			return nil
+		})
+	}
+
+	for name, p := range procs {
+		if out := p.Output(); strings.Contains(out, "NATS refused") || strings.Contains(out, "Permissions Violation") {
+			t.Errorf("the server refused weft-%s:\n%s", name, out)
+		}
+	}
+	if log := srv.LogText(); strings.Contains(log, "Violation") {
+		t.Fatalf("the server logged violations:\n%s", log)
+	}
+}
