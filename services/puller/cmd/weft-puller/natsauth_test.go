@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,7 +20,6 @@ import (
 	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
-	"github.com/weftio/weft/services/puller/gate"
 )
 
 // TestControllerAndGateOnTheirOwnUsers runs `weft-puller controller` and
@@ -81,20 +79,12 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 	})
 	hooks := kube.InstallWebhooks(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "puller", "gate-webhook.yaml"))
 	cs := kube.Clientset
-	for _, p := range []v1alpha1.PrePullPolicy{
-		{ObjectMeta: metav1.ObjectMeta{Name: "a-job"}, Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeJob,
+	createPolicies(t, kube,
+		v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a-job"}, Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeJob,
 			Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "job"}}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "b-cri"}, Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeCRI,
+		v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "b-cri"}, Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeCRI,
 			Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "cri"}}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "c-gated"}, Spec: v1alpha1.PrePullPolicySpec{Gate: true, GateTimeout: &metav1.Duration{Duration: 2 * time.Second},
-			Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "gate"}}}}},
-	} {
-		obj, err := v1alpha1.ToUnstructured(&p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kube.Create(t, v1alpha1.PolicyResource, obj)
-	}
+		gatedPolicy("gated"))
 	for _, d := range []struct{ name, prepull string }{{"web", "job"}, {"api", "cri"}} {
 		labels := map[string]string{"app": d.name}
 		_, err := cs.AppsV1().Deployments("shop").Create(context.Background(), &appsv1.Deployment{
@@ -111,21 +101,7 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dbLabels := map[string]string{"app": "db"}
-	sts, err := cs.AppsV1().StatefulSets("shop").Create(context.Background(), &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Labels: map[string]string{"prepull": "gate"}},
-		Spec: appsv1.StatefulSetSpec{
-			ServiceName: "db",
-			Selector:    &metav1.LabelSelector{MatchLabels: dbLabels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: dbLabels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := gatedDB(t, cs)
 
 	// Each process follows its own copy of weft.yaml: processes that
 	// follow one file all check an edit of it at once, and the validator
@@ -233,42 +209,7 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 
 	// The gate: a new pod of the gated StatefulSet is gated, then released
 	// after the policy's gateTimeout.
-	pod := func() *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "db-0", Labels: dbLabels, OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: new(true)}}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
-		}
-	}
-	testkit.Eventually(t, time.Minute, func() error {
-		alive()
-		p, err := cs.CoreV1().Pods("shop").Create(context.Background(), pod(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if !gate.Has(p) {
-			return errors.New("a pod of the gated StatefulSet is created without the gate")
-		}
-		return nil
-	})
-	created, err := cs.CoreV1().Pods("shop").Create(context.Background(), pod(), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !gate.Has(created) {
-		t.Fatalf("pod created with gates %v", created.Spec.SchedulingGates)
-	}
-	testkit.Eventually(t, time.Minute, func() error {
-		alive()
-		p, err := cs.CoreV1().Pods("shop").Get(context.Background(), "db-0", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if gate.Has(p) {
-			return fmt.Errorf("pod still gated: %v", p.Spec.SchedulingGates)
-		}
-		return nil
-	})
+	waitReleased(t, cs, createGated(t, cs, pod, alive).Name, alive)
 
 	// An edit of weft.yaml: the process stores the candidate, asks the
 	// validator, records the verdict and restarts its services on it.
