@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,40 +34,13 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
 	validator := testkit.GoBuild(t, "github.com/weftio/weft/services/validator/cmd/weft-validator")
-	keys := t.TempDir()
-	users, err := natsauth.NKeyUsers(keys, msg.Roles())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf, err := natsauth.ServerConfig(users)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := testkit.NATSServer(t, conf)
-	connect := func(role msg.Role) *testkit.Bus {
-		opts, err := natsauth.Client{NKey: natsauth.SeedFile(keys, role)}.Options()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc, err := nats.Connect(srv.URL, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			t.Errorf("the server refused the test's %s connection: %v", role, err)
-		}))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &testkit.Bus{NC: nc, JS: js, URL: srv.URL}
-	}
+	srv := testkit.NATSWithUsers(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := natsauth.Provision(ctx, connect(msg.RoleProvisioner).JS, 1, nil); err != nil {
+	if err := natsauth.Provision(ctx, srv.Connect(t, msg.RoleProvisioner).JS, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	admin := connect(msg.RoleAdmin)
+	admin := srv.Connect(t, msg.RoleAdmin)
 
 	kube := testkit.PullerCluster(t, testkit.PullerSetup{
 		CRDs:      filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"),
@@ -116,7 +87,7 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 		if err := os.WriteFile(configs[name], data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return append(args, "--config", configs[name], "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, role),
+		return append(args, "--config", configs[name], "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(srv.Keys, role),
 			"--provision=false", "--listen", freeAddr(t))
 	}
 	procs := map[string]*testkit.Process{
@@ -233,5 +204,10 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 	}
 	if log := srv.LogText(); strings.Contains(log, "Violation") {
 		t.Fatalf("the server logged violations:\n%s", log)
+	}
+	select {
+	case err := <-admin.Errs:
+		t.Fatalf("the server sent the test's connection: %v", err)
+	default:
 	}
 }
