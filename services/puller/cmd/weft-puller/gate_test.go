@@ -30,12 +30,7 @@ import (
 func TestGateCommand(t *testing.T) {
 	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
-	kube := testkit.PullerCluster(t, testkit.PullerSetup{
-		CRDs:      filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"),
-		Namespace: "shop",
-		Watched:   gatedTypes,
-	})
-	hooks := kube.InstallWebhooks(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "puller", "gate-webhook.yaml"))
+	kube, hooks := gateCluster(t, nil)
 	b := testkit.NATS(t)
 	cfg := kube.Config
 	ctx := context.Background()
@@ -184,6 +179,16 @@ func waitReleased(t *testing.T, cs kubernetes.Interface, name string, alive func
 		}
 		return nil
 	})
+}
+
+// gateCluster is the puller's test control plane (namespace shop, nodes)
+// with the shipped gate webhook installed, and a weft.yaml that watches
+// what the gate reads (gatedTypes).
+func gateCluster(t *testing.T, nodes map[string]map[string]string) (*testkit.PullerKube, *testkit.Webhooks) {
+	t.Helper()
+	deploy := filepath.Join("..", "..", "..", "..", "deploy", "k8s")
+	kube := testkit.PullerCluster(t, testkit.PullerSetup{CRDs: filepath.Join(deploy, "crds"), Namespace: "shop", Nodes: nodes, Watched: gatedTypes})
+	return kube, kube.InstallWebhooks(t, filepath.Join(deploy, "puller", "gate-webhook.yaml"))
 }
 
 // gatedTypes are the watched types the gate needs beside the puller

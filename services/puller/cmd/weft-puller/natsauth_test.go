@@ -42,13 +42,7 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 	}
 	admin := srv.Connect(t, msg.RoleAdmin)
 
-	kube := testkit.PullerCluster(t, testkit.PullerSetup{
-		CRDs:      filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"),
-		Namespace: "shop",
-		Nodes:     map[string]map[string]string{"web-1": nil},
-		Watched:   gatedTypes,
-	})
-	hooks := kube.InstallWebhooks(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "puller", "gate-webhook.yaml"))
+	kube, hooks := gateCluster(t, map[string]map[string]string{"web-1": nil})
 	cs := kube.Clientset
 	createPolicies(t, kube,
 		v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a-job"}, Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeJob,
