@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,50 +25,20 @@ import (
 // policy and a Deployment created through the API get a PrePullImage and
 // a pull Job for the workload's Ready node.
 func TestUpRunsThePullerController(t *testing.T) {
-	kube := testkit.Kube(t)
-	kube.InstallCRDs(t, filepath.Join("..", "..", "deploy", "k8s", "crds"))
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "weft.yaml")
-	err := os.WriteFile(cfg, fmt.Appendf(nil, `sources:
-  - name: cluster
-    type: kubernetes
-    kubeconfig: %s
-puller:
-  source: cluster
-  helper_image: ghcr.io/weftio/weft:test
-  resync: 2s
-`, kube.Kubeconfig), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := testkit.PullerCluster(t, testkit.PullerSetup{
+		CRDs:      filepath.Join("..", "..", "deploy", "k8s", "crds"),
+		Namespace: "shop",
+		Nodes:     map[string]map[string]string{"web-1": nil},
+	})
+	cfg := kube.Config
 	ctx := context.Background()
 	cs := kube.Clientset
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	if node, err = cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	node.Spec.Taints = nil // the node lifecycle controller (not running) would lift them
-	if _, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	policy, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "all"},
 		Spec: v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeJob, Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.Client.Resource(v1alpha1.PolicyResource).Create(ctx, &unstructured.Unstructured{Object: policy}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube.Create(t, v1alpha1.PolicyResource, policy)
 	_, err = cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: appsv1.DeploymentSpec{

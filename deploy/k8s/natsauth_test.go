@@ -25,9 +25,16 @@ import (
 // does: with the NATS URL its environment makes (the Secret's user and
 // password expanded into WEFT_NATS_URL as the kubelet expands $(VAR)),
 // aimed at the weft-nats Service. Each must be let in, and the same user
-// with a wrong password must not.
+// with a wrong password must not. Base, and the installation with every
+// component (the gate has a user of its own).
 func TestNATSCredentials(t *testing.T) {
-	objs := build(t, installations[0])
+	for _, in := range []installation{installations[0], installations[len(installations)-1]} {
+		t.Run(in.name, func(t *testing.T) { natsCredentials(t, in) })
+	}
+}
+
+func natsCredentials(t *testing.T, in installation) {
+	objs := build(t, in)
 	secrets := map[string]map[string]string{}
 	var natsContainer *corev1.Container
 	var clients []container

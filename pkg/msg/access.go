@@ -19,6 +19,7 @@ const (
 	RoleDeployer         Role = "deployer"
 	RolePullerController Role = "puller-controller"
 	RolePullerAgent      Role = "puller-agent"
+	RolePullerGate       Role = "puller-gate"
 	RoleAuditor          Role = "auditor"
 	RoleProvisioner      Role = "provisioner"
 	RoleAdmin            Role = "admin"
@@ -148,8 +149,8 @@ func Accesses() []Access {
 			},
 		}, configFollower),
 		merge(Access{
-			Role: RolePullerController, What: "weft-puller controller and gate (not yet run under their own user in a test): follow the changes of its watched types and the pull outcomes, publish pull orders, keep the pulls bucket and the slots of pull Jobs, gate new pods",
-			Publish: []string{PullAll, DLQSubject("puller-controller")},
+			Role: RolePullerController, What: "weft-puller controller: follows the changes of its watched types and the pull outcomes, publishes pull orders, keeps the pulls bucket and the slots of pull Jobs",
+			Publish: []string{PullAll, DLQSubject(string(RolePullerController))},
 			Consumers: []Consumer{
 				// Several filter subjects (one per watched type): created without a filter in the subject.
 				{Stream: StreamChanges, Name: "puller-changes", Filters: []string{ChangeAll, SyncAll}},
@@ -161,9 +162,13 @@ func Accesses() []Access {
 				{BucketLeases, []string{"slot.>"}},
 			},
 		}, configFollower),
+		merge(Access{
+			Role: RolePullerGate, What: "weft-puller gate: reads policies, workloads, PrePullImages and gated pods from the resources bucket to gate new pods and release them",
+			KVRead: []string{BucketResources},
+		}, configFollower),
 		{
 			Role: RolePullerAgent, What: "weft-puller agent: takes its node's pull orders, records and publishes their outcomes, holds the slots of the limits its pulls run under",
-			Publish:   []string{PulledAll, DLQSubject("puller-agent")},
+			Publish:   []string{PulledAll, DLQSubject(string(RolePullerAgent))},
 			Consumers: []Consumer{{Stream: StreamPulls, Name: "*", Filters: []string{join("pull", "*")}}},
 			KVWrite:   []KVWrite{{BucketPulls, []string{">"}}, {BucketLeases, []string{"slot.>"}}},
 		},

@@ -9,6 +9,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 )
 
 // NATSProcess is one nats-server process (NATSServerBinary) on 127.0.0.1
@@ -86,4 +92,64 @@ func NATSServer(t testing.TB, conf string) *NATSProcess {
 func (p *NATSProcess) LogText() string {
 	data, _ := os.ReadFile(p.Log)
 	return string(data)
+}
+
+// NATSUsers is a nats-server (NATSServer) with the users `weft
+// nats-config` generates: one nkey user per role of msg.Roles, each
+// allowed what its row of msg.Accesses says and refused the rest.
+type NATSUsers struct {
+	*NATSProcess
+	// Keys is the folder of the users' seeds (natsauth.SeedFile).
+	Keys string
+}
+
+// NATSWithUsers starts a NATSUsers; extra is added to the server's
+// configuration (tls, ...).
+func NATSWithUsers(t testing.TB, extra string) *NATSUsers {
+	t.Helper()
+	keys := t.TempDir()
+	users, err := natsauth.NKeyUsers(keys, msg.Roles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := natsauth.ServerConfig(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &NATSUsers{NATSProcess: NATSServer(t, conf+extra), Keys: keys}
+}
+
+// RoleConn is a connection of one role, and the errors the server sent it
+// (a refused publish or subscription arrives this way).
+type RoleConn struct {
+	*Bus
+	Errs chan error
+}
+
+// Connect connects as role, with more options; it is closed when the
+// test ends.
+func (u *NATSUsers) Connect(t testing.TB, role msg.Role, more ...nats.Option) *RoleConn {
+	t.Helper()
+	opts, err := natsauth.Client{NKey: natsauth.SeedFile(u.Keys, role)}.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &RoleConn{Errs: make(chan error, 100)}
+	opts = append(opts, nats.Name("weft "+string(role)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case c.Errs <- err:
+		default:
+		}
+	}))
+	nc, err := nats.Connect(u.URL, append(opts, more...)...)
+	if err != nil {
+		t.Fatalf("%s connects: %v", role, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Bus = &Bus{NC: nc, JS: js, URL: u.URL}
+	return c
 }

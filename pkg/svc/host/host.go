@@ -10,6 +10,10 @@
 // the services are restarted on it; otherwise the running configuration
 // stays and an ERROR record says why. Addresses the process listens on
 // are checked before anything starts (CheckAddrs).
+//
+// A binary with NoConfig (the puller's node agent) reads no configuration
+// file and embeds no NATS server: it takes only the connection settings,
+// and its services run once, with no configuration, until a signal.
 package host
 
 import (
@@ -38,6 +42,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
+	"github.com/weftio/weft/pkg/svc/envflag"
 	"github.com/weftio/weft/pkg/svc/health"
 	"github.com/weftio/weft/pkg/svc/liveconfig"
 	"github.com/weftio/weft/pkg/svc/natsauth"
@@ -80,25 +85,38 @@ type Settings struct {
 
 // Flags registers the settings on fs with their environment defaults.
 func (s *Settings) Flags(fs *flag.FlagSet, embeddedDefault bool) {
-	fs.StringVar(&s.Config, "config", env("WEFT_CONFIG", "weft.yaml"), "path of weft.yaml [WEFT_CONFIG]")
 	natsDefault := "nats://127.0.0.1:4222"
 	if embeddedDefault {
 		natsDefault = ""
 	}
-	fs.StringVar(&s.NATSURL, "nats-url", env("WEFT_NATS_URL", natsDefault), "NATS server URL; empty starts an embedded server [WEFT_NATS_URL]")
-	fs.StringVar(&s.Embedded, "nats-listen", env("WEFT_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS server address [WEFT_NATS_LISTEN]")
-	fs.StringVar(&s.DataDir, "data-dir", env("WEFT_DATA_DIR", ""), "embedded JetStream storage (default: .weft next to the config) [WEFT_DATA_DIR]")
-	fs.StringVar(&s.Listen, "listen", env("WEFT_LISTEN", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics [WEFT_LISTEN]")
-	fs.StringVar(&s.LogLevel, "log-level", env("WEFT_LOG_LEVEL", "info"), "debug, info, warn or error [WEFT_LOG_LEVEL]")
-	fs.IntVar(&s.Replicas, "replicas", envInt("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
-	fs.StringVar(&s.ConfigMap, "config-map", env("WEFT_CONFIG_MAP", ""), "take the configuration from this ConfigMap (<namespace>/<name>), validated before it goes live [WEFT_CONFIG_MAP]")
-	fs.StringVar(&s.ConfigKey, "config-key", env("WEFT_CONFIG_KEY", "weft.yaml"), "the ConfigMap key holding weft.yaml [WEFT_CONFIG_KEY]")
-	fs.BoolVar(&s.WatchConfig, "watch-config", envBool("WEFT_WATCH_CONFIG", true), "validate and swap in the configuration file when it changes on disk, as on SIGHUP [WEFT_WATCH_CONFIG]")
+	var env envflag.Defaults
+	s.connectionFlags(fs, &env, natsDefault, "NATS server URL; empty starts an embedded server [WEFT_NATS_URL]")
+	fs.StringVar(&s.Config, "config", env.String("WEFT_CONFIG", "weft.yaml"), "path of weft.yaml [WEFT_CONFIG]")
+	fs.StringVar(&s.Embedded, "nats-listen", env.String("WEFT_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS server address [WEFT_NATS_LISTEN]")
+	fs.StringVar(&s.DataDir, "data-dir", env.String("WEFT_DATA_DIR", ""), "embedded JetStream storage (default: .weft next to the config) [WEFT_DATA_DIR]")
+	fs.StringVar(&s.ConfigMap, "config-map", env.String("WEFT_CONFIG_MAP", ""), "take the configuration from this ConfigMap (<namespace>/<name>), validated before it goes live [WEFT_CONFIG_MAP]")
+	fs.StringVar(&s.ConfigKey, "config-key", env.String("WEFT_CONFIG_KEY", "weft.yaml"), "the ConfigMap key holding weft.yaml [WEFT_CONFIG_KEY]")
+	fs.BoolVar(&s.WatchConfig, "watch-config", env.Bool("WEFT_WATCH_CONFIG", true), "validate and swap in the configuration file when it changes on disk, as on SIGHUP [WEFT_WATCH_CONFIG]")
+	fs.StringVar(&s.EmbeddedConfig, "nats-server-config", env.String("WEFT_NATS_SERVER_CONFIG", ""), "nats-server configuration whose accounts and users (weft nats-config) the embedded server requires [WEFT_NATS_SERVER_CONFIG]")
+	fs.StringVar(&s.Kubeconfig, "kubeconfig", env.String("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
+}
+
+// ConnectionFlags registers the settings of a binary that reads no
+// weft.yaml and embeds no NATS server (Binary.NoConfig): --nats-url
+// (default nats://127.0.0.1:4222), its credentials and TLS, --listen,
+// --log-level, --replicas and --provision.
+func (s *Settings) ConnectionFlags(fs *flag.FlagSet) {
+	s.connectionFlags(fs, &envflag.Defaults{}, "nats://127.0.0.1:4222", "NATS server URL [WEFT_NATS_URL]")
+}
+
+func (s *Settings) connectionFlags(fs *flag.FlagSet, env *envflag.Defaults, natsDefault, natsUsage string) {
+	fs.StringVar(&s.NATSURL, "nats-url", env.String("WEFT_NATS_URL", natsDefault), natsUsage)
+	fs.StringVar(&s.Listen, "listen", env.String("WEFT_LISTEN", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics [WEFT_LISTEN]")
+	fs.StringVar(&s.LogLevel, "log-level", env.String("WEFT_LOG_LEVEL", "info"), "debug, info, warn or error [WEFT_LOG_LEVEL]")
+	fs.IntVar(&s.Replicas, "replicas", env.Int("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
 	s.NATS.Flags(fs)
-	s.SkipProvision = !envBool("WEFT_PROVISION", true)
+	s.SkipProvision = !env.Bool("WEFT_PROVISION", true)
 	fs.Var((*negated)(&s.SkipProvision), "provision", "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
-	fs.StringVar(&s.EmbeddedConfig, "nats-server-config", env("WEFT_NATS_SERVER_CONFIG", ""), "nats-server configuration whose accounts and users (weft nats-config) the embedded server requires [WEFT_NATS_SERVER_CONFIG]")
-	fs.StringVar(&s.Kubeconfig, "kubeconfig", env("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
 }
 
 // ConfigMapWatcher follows a ConfigMap key and proposes each new content
@@ -133,6 +151,15 @@ type Binary struct {
 	// configuration derived from the file); nil: Settings.Config is both.
 	ConfigFile string
 	ReadConfig func() ([]byte, error)
+	// NoConfig is a binary that reads no weft.yaml and embeds no NATS
+	// server (the puller's node agent): Main registers only the
+	// connection settings (Settings.ConnectionFlags), and Run connects,
+	// provisions, serves /healthz, /readyz and /metrics and runs the
+	// services once, with a nil configuration, until ctx is done or one
+	// of them fails. It leaves SIGHUP alone.
+	NoConfig bool
+	// Connection names the NATS connection; empty: "weft".
+	Connection string
 }
 
 // Main parses args and runs the binary's services until a signal. It
@@ -140,7 +167,11 @@ type Binary struct {
 func Main(b Binary, args []string) error {
 	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
 	var s Settings
-	s.Flags(fs, b.EmbeddedDefault)
+	if b.NoConfig {
+		s.ConnectionFlags(fs)
+	} else {
+		s.Flags(fs, b.EmbeddedDefault)
+	}
 	if b.Flags != nil {
 		b.Flags(fs)
 	}
@@ -161,6 +192,9 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		return fmt.Errorf("log level: %w", err)
 	}
 	log := telemetry.NewLogger(os.Stderr, level)
+	if b.NoConfig {
+		return runWithoutConfig(ctx, s, b, log)
+	}
 	var fileCfg *config.Config
 	var fileHash string
 	dir, _ := os.Getwd()
@@ -199,40 +233,11 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			log.Warn("the embedded NATS server listens beyond this machine and requires no users: anyone who reaches it can publish renders and deploy orders; give --nats-server-config (weft nats-config)", "addr", s.Embedded)
 		}
 	}
-	auth, err := s.NATS.Options()
+	env, reg, closeNATS, err := connect(ctx, s, url, b.Connection, log)
 	if err != nil {
 		return err
 	}
-	refused := make(chan error, 1)
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("weft"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log, refused)}, auth...)...)
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if !s.SkipProvision {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = natsauth.Provision(pctx, js, s.Replicas, refused)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tp := telemetry.NewTracerProvider()
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	checks := health.NewChecks()
-	checks.Func("nats", func() error {
-		if !nc.IsConnected() {
-			return errors.New("not connected to NATS")
-		}
-		return nil
-	})
-	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
+	defer closeNATS()
 	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
 	var configs <-chan *config.Config
@@ -251,7 +256,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		if b.ConfigMap != nil {
 			g.Go(func() error { return b.ConfigMap(gctx, env, s) })
 		}
-		checks.Pending("configuration")
+		env.Health.Pending("configuration")
 		if configs, err = liveconfig.Watch(gctx, env, dir); err != nil {
 			return err
 		}
@@ -266,19 +271,91 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			}
 		})
 	}
-	g.Go(func() error {
-		err := health.Serve(gctx, s.Listen, checks.Handler(gens), func(a net.Addr) {
-			log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
-		})
-		if err != nil {
-			return addrs[len(addrs)-1].IfTaken(err)
-		}
-		return nil
-	})
+	g.Go(func() error { return serveHealth(gctx, s, env, gens) })
 	g.Go(func() error { return runServices(gctx, env, gens, b.Services, configs) })
 	err = g.Wait()
 	log.Info("stopped", "err", err)
 	return err
+}
+
+// runWithoutConfig is Run for a binary with NoConfig: the services run
+// once, on no configuration.
+func runWithoutConfig(ctx context.Context, s Settings, b Binary, log *slog.Logger) error {
+	if s.NATSURL == "" {
+		return errors.New("--nats-url (or WEFT_NATS_URL) is required: this program embeds no NATS server")
+	}
+	if err := CheckAddrs(s.Addrs()...); err != nil {
+		return err
+	}
+	env, reg, closeNATS, err := connect(ctx, s, s.NATSURL, b.Connection, log)
+	if err != nil {
+		return err
+	}
+	defer closeNATS()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHealth(gctx, s, env, reg) })
+	g.Go(func() error { return runAll(gctx, env, b.Services, nil) })
+	err = g.Wait()
+	log.Info("stopped", "err", err)
+	return err
+}
+
+// connect connects to the NATS server at url as the settings say (name:
+// the connection's name, "" for "weft"), provisions the streams and
+// buckets unless told not to, and returns the services' environment, the
+// process's metrics registry, and what closes the connection.
+func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger) (svc.Env, *prometheus.Registry, func(), error) {
+	if name == "" {
+		name = "weft"
+	}
+	auth, err := s.NATS.Options()
+	if err != nil {
+		return svc.Env{}, nil, nil, err
+	}
+	refused := make(chan error, 1)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log, refused)}, auth...)...)
+	if err != nil {
+		return svc.Env{}, nil, nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return svc.Env{}, nil, nil, err
+	}
+	if !s.SkipProvision {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = natsauth.Provision(pctx, js, s.Replicas, refused)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return svc.Env{}, nil, nil, err
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tp := telemetry.NewTracerProvider()
+	checks := health.NewChecks()
+	checks.Func("nats", func() error {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	})
+	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
+	return env, reg, func() { _ = tp.Shutdown(context.Background()); nc.Close() }, nil
+}
+
+// serveHealth serves /healthz, /readyz and /metrics (what metrics gathers)
+// on the settings' --listen address until ctx is done.
+func serveHealth(ctx context.Context, s Settings, env svc.Env, metrics prometheus.Gatherer) error {
+	err := health.Serve(ctx, s.Listen, env.Health.Handler(metrics), func(a net.Addr) {
+		env.Log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
+	})
+	if err != nil {
+		addrs := s.Addrs()
+		return addrs[len(addrs)-1].IfTaken(err)
+	}
+	return nil
 }
 
 // prepend yields first, then what rest yields until it is closed or ctx
@@ -456,25 +533,4 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-func env(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
-	}
-	return def
-}
-
-func envBool(key string, def bool) bool {
-	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envInt(key string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(key)); err == nil {
-		return v
-	}
-	return def
 }

@@ -72,14 +72,14 @@ func TestClientOptionsRefuseMixedSettings(t *testing.T) {
 // TestRefusalIsLogged: a publish the server refuses is an ERROR record
 // naming the subject, not silence.
 func TestRefusalIsLogged(t *testing.T) {
-	s := startRoleServer(t, "")
+	s := testkit.NATSWithUsers(t, "")
 	var buf syncBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	opts, err := natsauth.Client{NKey: natsauth.SeedFile(s.keys, msg.RoleRenderer)}.Options()
+	opts, err := natsauth.Client{NKey: natsauth.SeedFile(s.Keys, msg.RoleRenderer)}.Options()
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.proc.URL, append(opts, natsauth.LogErrors(log, nil))...)
+	nc, err := nats.Connect(s.URL, append(opts, natsauth.LogErrors(log, nil))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,15 +193,15 @@ func TestTLS(t *testing.T) {
 	srvCert, srvKey := ca.issue(t, dir, "server", true)
 	cliCert, cliKey := ca.issue(t, dir, "client", false)
 	other := newCA(t, dir, "other")
-	s := startRoleServer(t, fmt.Sprintf("\ntls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n  timeout: 5\n}\n", srvCert, srvKey, ca.file))
-	seed := natsauth.SeedFile(s.keys, msg.RoleRenderer)
+	s := testkit.NATSWithUsers(t, fmt.Sprintf("\ntls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n  timeout: 5\n}\n", srvCert, srvKey, ca.file))
+	seed := natsauth.SeedFile(s.Keys, msg.RoleRenderer)
 
 	connect := func(c natsauth.Client) error {
 		opts, err := c.Options()
 		if err != nil {
 			return err
 		}
-		nc, err := nats.Connect(s.proc.URL, append(opts, nats.Timeout(5*time.Second), nats.MaxReconnects(0))...)
+		nc, err := nats.Connect(s.URL, append(opts, nats.Timeout(5*time.Second), nats.MaxReconnects(0))...)
 		if err != nil {
 			return err
 		}

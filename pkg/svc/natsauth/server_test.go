@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/natsauth"
@@ -39,69 +38,18 @@ func TestPermissionsFileIsGenerated(t *testing.T) {
 	}
 }
 
-// roleServer is a real nats-server with one nkey user per role.
-type roleServer struct {
-	proc *testkit.NATSProcess
-	keys string
-}
-
-func startRoleServer(t *testing.T, extra string) *roleServer {
-	t.Helper()
-	keys := t.TempDir()
-	users, err := natsauth.NKeyUsers(keys, msg.Roles())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf, err := natsauth.ServerConfig(users)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &roleServer{proc: testkit.NATSServer(t, conf+extra), keys: keys}
-}
-
-// conn is a connection of one role with the errors the server sent it.
-type conn struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	errs chan error
-}
-
-func (s *roleServer) connect(t *testing.T, role msg.Role, more ...nats.Option) *conn {
-	t.Helper()
-	opts, err := natsauth.Client{NKey: natsauth.SeedFile(s.keys, role)}.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &conn{errs: make(chan error, 100)}
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		select {
-		case c.errs <- err:
-		default:
-		}
-	}))
-	c.nc, err = nats.Connect(s.proc.URL, append(opts, more...)...)
-	if err != nil {
-		t.Fatalf("%s connects: %v", role, err)
-	}
-	t.Cleanup(c.nc.Close)
-	if c.js, err = jetstream.New(c.nc); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // refused publishes on subject and waits for the server's permissions
 // violation naming it.
-func (c *conn) refused(t *testing.T, subject string) {
+func refused(t *testing.T, c *testkit.RoleConn, subject string) {
 	t.Helper()
-	if err := c.nc.Publish(subject, []byte("forged")); err != nil {
+	if err := c.NC.Publish(subject, []byte("forged")); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.nc.Flush()
+	_ = c.NC.Flush()
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
-		case err := <-c.errs:
+		case err := <-c.Errs:
 			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
 				return
 			}
@@ -113,11 +61,11 @@ func (c *conn) refused(t *testing.T, subject string) {
 
 // published publishes on subject through JetStream: the stream's
 // acknowledgement proves the publish and the reply were allowed.
-func (c *conn) published(t *testing.T, subject string) {
+func published(t *testing.T, c *testkit.RoleConn, subject string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.js.Publish(ctx, subject, []byte("{}")); err != nil {
+	if _, err := c.JS.Publish(ctx, subject, []byte("{}")); err != nil {
 		t.Fatalf("publishing on %s: %v", subject, err)
 	}
 }
@@ -128,16 +76,16 @@ func (c *conn) published(t *testing.T, subject string) {
 // order and writes no other service's status, the renderer writes no
 // watched object, the auditor publishes nothing but reads everything.
 func TestRolePermissions(t *testing.T) {
-	s := startRoleServer(t, "")
-	admin := s.connect(t, msg.RoleAdmin)
+	s := testkit.NATSWithUsers(t, "")
+	admin := s.Connect(t, msg.RoleAdmin)
 	// The provisioner provisions; a service user cannot.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := msg.Provision(ctx, s.connect(t, msg.RoleProvisioner).js, 1); err != nil {
+	if err := msg.Provision(ctx, s.Connect(t, msg.RoleProvisioner).JS, 1); err != nil {
 		t.Fatalf("the provisioner provisions: %v", err)
 	}
-	s.connect(t, msg.RoleRenderer).refused(t, "$JS.API.STREAM.CREATE."+msg.StreamRenders)
-	s.connect(t, msg.RoleRenderer).refused(t, "$JS.API.STREAM.DELETE."+msg.StreamRenders)
+	refused(t, s.Connect(t, msg.RoleRenderer), "$JS.API.STREAM.CREATE."+msg.StreamRenders)
+	refused(t, s.Connect(t, msg.RoleRenderer), "$JS.API.STREAM.DELETE."+msg.StreamRenders)
 
 	refusals := []struct {
 		role    msg.Role
@@ -182,7 +130,7 @@ func TestRolePermissions(t *testing.T) {
 	}
 	for _, r := range refusals {
 		t.Run(string(r.role)+" refused "+r.subject, func(t *testing.T) {
-			s.connect(t, r.role).refused(t, r.subject)
+			refused(t, s.Connect(t, r.role), r.subject)
 		})
 	}
 
@@ -202,20 +150,20 @@ func TestRolePermissions(t *testing.T) {
 	}
 	for _, a := range allowed {
 		t.Run(string(a.role)+" publishes "+a.subject, func(t *testing.T) {
-			s.connect(t, a.role).published(t, a.subject)
+			published(t, s.Connect(t, a.role), a.subject)
 		})
 	}
 
 	t.Run("the auditor sees every message and reads the status bucket", func(t *testing.T) {
-		aud := s.connect(t, msg.RoleAuditor)
-		sub, err := aud.nc.SubscribeSync(msg.AllSubjects)
+		aud := s.Connect(t, msg.RoleAuditor)
+		sub, err := aud.NC.SubscribeSync(msg.AllSubjects)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := aud.nc.Flush(); err != nil {
+		if err := aud.NC.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		s.connect(t, msg.RoleRenderer).published(t, msg.RenderSubject("seen"))
+		published(t, s.Connect(t, msg.RoleRenderer), msg.RenderSubject("seen"))
 		m, err := sub.NextMsg(10 * time.Second)
 		if err != nil {
 			t.Fatalf("the auditor got nothing on %s: %v", msg.AllSubjects, err)
@@ -225,7 +173,7 @@ func TestRolePermissions(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		kv, err := aud.js.KeyValue(ctx, msg.BucketStatus)
+		kv, err := aud.JS.KeyValue(ctx, msg.BucketStatus)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,15 +190,15 @@ func TestRolePermissions(t *testing.T) {
 		if _, err := kv.Put(pctx, msg.RenderStatusKey("edge"), []byte("forged")); err == nil {
 			t.Fatal("the auditor wrote the status bucket")
 		}
-		e, err := admin.getStatus(ctx, msg.RenderStatusKey("edge"))
+		e, err := getStatus(ctx, admin, msg.RenderStatusKey("edge"))
 		if err != nil || string(e) != "{}" {
 			t.Fatalf("status %s after the auditor's write: %q %v", msg.RenderStatusKey("edge"), e, err)
 		}
 	})
 }
 
-func (c *conn) getStatus(ctx context.Context, key string) ([]byte, error) {
-	kv, err := c.js.KeyValue(ctx, msg.BucketStatus)
+func getStatus(ctx context.Context, c *testkit.RoleConn, key string) ([]byte, error) {
+	kv, err := c.JS.KeyValue(ctx, msg.BucketStatus)
 	if err != nil {
 		return nil, err
 	}

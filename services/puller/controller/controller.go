@@ -58,8 +58,13 @@ import (
 	"github.com/weftio/weft/services/puller/job"
 )
 
-// Service names the controller in logs, spans, metrics and its DLQ subject.
+// Service names the controller in logs and metrics (weft_puller_...).
 const Service = "puller"
+
+// busService names the controller's spans and its dead letters: they go
+// to its NATS role's subject, msg.DLQSubject("puller-controller"), the one
+// its user may publish to.
+const busService = string(msg.RolePullerController)
 
 // Durable consumers of every replica.
 const (
@@ -128,7 +133,7 @@ func Run(ctx context.Context, env svc.Env, cfg Config) error {
 	}
 	tracer := env.Tracer.Tracer(Service)
 	opts := func(stage string, renew bus.Renewal) bus.Options {
-		return bus.Options{Service: Service, Stage: stage, Log: env.Log, Tracer: tracer, Metrics: bm,
+		return bus.Options{Service: busService, Stage: stage, Log: env.Log, Tracer: tracer, Metrics: bm,
 			DLQ: env.JS, Renew: renew, Health: env.Health}
 	}
 	env.Log.Info("controller started", "source", cfg.Source, "types", cfg.Types.all(), "resync", cfg.Resync)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
@@ -26,58 +24,21 @@ import (
 func TestControllerCommand(t *testing.T) {
 	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
-	kube := testkit.Kube(t)
-	kube.InstallCRDs(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"))
+	kube := testkit.PullerCluster(t, testkit.PullerSetup{
+		CRDs:      filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"),
+		Namespace: "shop",
+		Nodes:     map[string]map[string]string{"web-1": {"pool": "web"}, "db-1": {"pool": "db"}},
+	})
 	b := testkit.NATS(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "weft.yaml")
-	err := os.WriteFile(cfg, fmt.Appendf(nil, `sources:
-  - name: cluster
-    type: kubernetes
-    kubeconfig: %s
-puller:
-  source: cluster
-  helper_image: ghcr.io/weftio/weft:test
-  resync: 2s
-`, kube.Kubeconfig), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := kube.Config
 	ctx := context.Background()
 	cs := kube.Clientset
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []struct {
-		name string
-		pool string
-	}{{"web-1", "web"}, {"db-1", "db"}} {
-		node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"pool": n.pool}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-		if node, err = cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		// The node lifecycle controller (not running) lifts the not-ready
-		// taint of a Ready node.
-		node.Spec.Taints = nil
-		if _, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	policy, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "all"},
 		Spec: v1alpha1.PrePullPolicySpec{Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.Client.Resource(v1alpha1.PolicyResource).Create(ctx, &unstructured.Unstructured{Object: policy}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube.Create(t, v1alpha1.PolicyResource, policy)
 	_, err = cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: appsv1.DeploymentSpec{

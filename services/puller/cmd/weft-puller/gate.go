@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/kubeclient"
 	"github.com/weftio/weft/pkg/svc"
+	"github.com/weftio/weft/pkg/svc/envflag"
 	"github.com/weftio/weft/pkg/svc/host"
 	"github.com/weftio/weft/services/puller/gate"
 	"github.com/weftio/weft/services/puller/gate/release"
@@ -42,19 +42,17 @@ type gateConfig struct {
 	WebhookListen string        // WEFT_WEBHOOK_LISTEN
 	Interval      time.Duration // WEFT_RELEASE_INTERVAL
 	Kubeconfig    string        // the common --kubeconfig (WEFT_KUBECONFIG)
-
-	envErrs []error
 }
 
-func (c *gateConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.TLSCert, "tls-cert", env("WEFT_TLS_CERT", "/etc/weft-gate-tls/tls.crt"), "the webhook's serving certificate (PEM, with its chain), read again when it changes [WEFT_TLS_CERT]")
-	fs.StringVar(&c.TLSKey, "tls-key", env("WEFT_TLS_KEY", "/etc/weft-gate-tls/tls.key"), "the serving certificate's key (PEM), read again when it changes [WEFT_TLS_KEY]")
-	fs.StringVar(&c.WebhookListen, "webhook-listen", env("WEFT_WEBHOOK_LISTEN", webhook.DefaultAddr), "address of the admission webhook (HTTPS, path "+webhook.DefaultPath+") [WEFT_WEBHOOK_LISTEN]")
-	fs.DurationVar(&c.Interval, "release-interval", c.envDuration("WEFT_RELEASE_INTERVAL", defaultReleaseInterval), "how often every gated pod is looked at (a gate timing out sooner is looked at then) [WEFT_RELEASE_INTERVAL]")
+func (c *gateConfig) flags(fs *flag.FlagSet, env *envflag.Defaults) {
+	fs.StringVar(&c.TLSCert, "tls-cert", env.String("WEFT_TLS_CERT", "/etc/weft-gate-tls/tls.crt"), "the webhook's serving certificate (PEM, with its chain), read again when it changes [WEFT_TLS_CERT]")
+	fs.StringVar(&c.TLSKey, "tls-key", env.String("WEFT_TLS_KEY", "/etc/weft-gate-tls/tls.key"), "the serving certificate's key (PEM), read again when it changes [WEFT_TLS_KEY]")
+	fs.StringVar(&c.WebhookListen, "webhook-listen", env.String("WEFT_WEBHOOK_LISTEN", webhook.DefaultAddr), "address of the admission webhook (HTTPS, path "+webhook.DefaultPath+") [WEFT_WEBHOOK_LISTEN]")
+	fs.DurationVar(&c.Interval, "release-interval", env.Duration("WEFT_RELEASE_INTERVAL", defaultReleaseInterval), "how often every gated pod is looked at (a gate timing out sooner is looked at then) [WEFT_RELEASE_INTERVAL]")
 }
 
-func (c gateConfig) check() error {
-	errs := append([]error(nil), c.envErrs...)
+func (c *gateConfig) check(host.Settings) error {
+	var errs []error
 	if c.TLSCert == "" || c.TLSKey == "" {
 		errs = append(errs, errors.New("--tls-cert and --tls-key (or WEFT_TLS_CERT and WEFT_TLS_KEY) are required: the API server calls the webhook over HTTPS"))
 	}
@@ -67,47 +65,20 @@ func (c gateConfig) check() error {
 	return errors.Join(errs...)
 }
 
-func (c *gateConfig) envDuration(key string, def time.Duration) time.Duration {
-	v, ok := os.LookupEnv(key)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		c.envErrs = append(c.envErrs, fmt.Errorf("%s=%q is not a duration (such as 10s)", key, v))
-		return def
-	}
-	return d
-}
-
 // runGate runs the rollout gate: the admission webhook adding the gate and
 // the release removing it, on weft.yaml's puller section, with the common
 // settings of every weft binary (--config, --nats-url, --listen, ...).
 func runGate(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet(gateName, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var s host.Settings
-	s.Flags(fs, false)
 	var c gateConfig
-	c.flags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	if err := c.check(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	s, err := command{name: gateName, flags: c.flags, check: c.check}.parse(args, stderr)
+	if err != nil {
+		return err
 	}
 	c.Kubeconfig = s.Kubeconfig
-	return host.Main(host.Binary{
+	return serve(s, host.Binary{
 		Name:     gateName,
-		Flags:    func(fs *flag.FlagSet) { new(gateConfig).flags(fs) },
 		Services: []host.Service{{Name: "puller-gate", Run: c.run}},
-	}, args)
+	})
 }
 
 // run serves the webhook and runs the release on cfg until ctx ends. It is

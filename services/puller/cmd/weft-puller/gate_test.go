@@ -13,7 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
@@ -30,65 +30,13 @@ import (
 func TestGateCommand(t *testing.T) {
 	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
-	kube := testkit.Kube(t)
-	kube.InstallCRDs(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"))
-	hooks := kube.InstallWebhooks(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "puller", "gate-webhook.yaml"))
+	kube, hooks := gateCluster(t, nil)
 	b := testkit.NATS(t)
-	cfg := filepath.Join(t.TempDir(), "weft.yaml")
-	err := os.WriteFile(cfg, fmt.Appendf(nil, `sources:
-  - name: cluster
-    type: kubernetes
-    kubeconfig: %s
-watched_resources:
-  puller_replicasets:
-    api_version: apps/v1
-    kind: ReplicaSet
-  puller_gated_pods:
-    api_version: v1
-    kind: Pod
-    label_selector: weft.io/gated
-puller:
-  source: cluster
-  helper_image: ghcr.io/weftio/weft:test
-`, kube.Kubeconfig), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := kube.Config
 	ctx := context.Background()
 	cs := kube.Clientset
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	policy, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gated"},
-		Spec: v1alpha1.PrePullPolicySpec{
-			Workloads:   v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "gate"}}},
-			Gate:        true,
-			GateTimeout: &metav1.Duration{Duration: 2 * time.Second},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.Client.Resource(v1alpha1.PolicyResource).Create(ctx, &unstructured.Unstructured{Object: policy}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	labels := map[string]string{"app": "db"}
-	sts, err := cs.AppsV1().StatefulSets("shop").Create(ctx, &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Labels: map[string]string{"prepull": "gate"}},
-		Spec: appsv1.StatefulSetSpec{
-			ServiceName: "db",
-			Selector:    &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	createPolicies(t, kube, gatedPolicy("gated"))
+	pod := gatedDB(t, cs)
 
 	listen := freeAddr(t)
 	w := testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t))
@@ -107,49 +55,14 @@ puller:
 		return err
 	})
 
-	// The API server calls a new webhook a moment after storing it, and
-	// the watcher writes the StatefulSet a moment after it was created:
-	// a dry run tells when both happened.
-	pod := func() *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "db-0", Labels: labels, OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: new(true)}}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
-		}
-	}
-	testkit.Eventually(t, time.Minute, func() error {
-		alive()
-		p, err := cs.CoreV1().Pods("shop").Create(ctx, pod(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if !gate.Has(p) {
-			return errors.New("a pod of the gated StatefulSet is created without the gate: the webhook is not called yet")
-		}
-		return nil
-	})
-	created, err := cs.CoreV1().Pods("shop").Create(ctx, pod(), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !gate.Has(created) || created.Labels[gate.Label] != "true" {
-		t.Fatalf("pod created with gates %v, labels %v", created.Spec.SchedulingGates, created.Labels)
+	created := createGated(t, cs, pod, alive)
+	if created.Labels[gate.Label] != "true" {
+		t.Fatalf("pod created with labels %v", created.Labels)
 	}
 	if d, err := gate.Parse(created); err != nil || d.Policy != "gated" || d.Workload.Name != "db" {
 		t.Fatalf("pod decision %+v, %v", d, err)
 	}
-
-	testkit.Eventually(t, time.Minute, func() error {
-		alive()
-		p, err := cs.CoreV1().Pods("shop").Get(ctx, "db-0", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if gate.Has(p) || p.Labels[gate.Label] != "" {
-			return fmt.Errorf("pod still gated: gates %v, labels %v", p.Spec.SchedulingGates, p.Labels)
-		}
-		return nil
-	})
+	waitReleased(t, cs, created.Name, alive)
 	testkit.Eventually(t, 30*time.Second, func() error {
 		evs, err := cs.CoreV1().Events("shop").List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -172,6 +85,122 @@ puller:
 		}
 	}
 }
+
+// createPolicies creates the policies.
+func createPolicies(t *testing.T, kube *testkit.PullerKube, policies ...v1alpha1.PrePullPolicy) {
+	t.Helper()
+	for _, p := range policies {
+		obj, err := v1alpha1.ToUnstructured(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube.Create(t, v1alpha1.PolicyResource, obj)
+	}
+}
+
+// gatedPolicy gates the workloads labelled prepull=gate for 2s.
+func gatedPolicy(name string) v1alpha1.PrePullPolicy {
+	return v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.PrePullPolicySpec{
+			Workloads:   v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "gate"}}},
+			Gate:        true,
+			GateTimeout: &metav1.Duration{Duration: 2 * time.Second},
+		}}
+}
+
+// gatedDB creates the StatefulSet shop/db, labelled prepull=gate, and
+// returns what makes a new pod db-0 of it.
+func gatedDB(t *testing.T, cs kubernetes.Interface) func() *corev1.Pod {
+	t.Helper()
+	labels := map[string]string{"app": "db"}
+	sts, err := cs.AppsV1().StatefulSets("shop").Create(context.Background(), &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Labels: map[string]string{"prepull": "gate"}},
+		Spec: appsv1.StatefulSetSpec{
+			ServiceName: "db",
+			Selector:    &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "shop", Labels: labels, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: new(true)}}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example.com/db:1"}}},
+		}
+	}
+}
+
+// createGated creates pod() once a dry run of it comes back gated (the API
+// server calls a new webhook a moment after storing it, and the watcher
+// writes the StatefulSet a moment after it was created), and checks that
+// it was created gated. alive ends the test when a process it runs died.
+func createGated(t *testing.T, cs kubernetes.Interface, pod func() *corev1.Pod, alive func()) *corev1.Pod {
+	t.Helper()
+	pods := cs.CoreV1().Pods(pod().Namespace)
+	testkit.Eventually(t, time.Minute, func() error {
+		alive()
+		p, err := pods.Create(context.Background(), pod(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if !gate.Has(p) {
+			return errors.New("a pod of the gated workload is created without the gate: the webhook is not called yet")
+		}
+		return nil
+	})
+	created, err := pods.Create(context.Background(), pod(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gate.Has(created) {
+		t.Fatalf("pod created with gates %v", created.Spec.SchedulingGates)
+	}
+	return created
+}
+
+// waitReleased waits until the gate and its label are removed from pod
+// shop/name.
+func waitReleased(t *testing.T, cs kubernetes.Interface, name string, alive func()) {
+	t.Helper()
+	testkit.Eventually(t, time.Minute, func() error {
+		alive()
+		p, err := cs.CoreV1().Pods("shop").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if gate.Has(p) || p.Labels[gate.Label] != "" {
+			return fmt.Errorf("pod still gated: gates %v, labels %v", p.Spec.SchedulingGates, p.Labels)
+		}
+		return nil
+	})
+}
+
+// gateCluster is the puller's test control plane (namespace shop, nodes)
+// with the shipped gate webhook installed, and a weft.yaml that watches
+// what the gate reads (gatedTypes).
+func gateCluster(t *testing.T, nodes map[string]map[string]string) (*testkit.PullerKube, *testkit.Webhooks) {
+	t.Helper()
+	deploy := filepath.Join("..", "..", "..", "..", "deploy", "k8s")
+	kube := testkit.PullerCluster(t, testkit.PullerSetup{CRDs: filepath.Join(deploy, "crds"), Namespace: "shop", Nodes: nodes, Watched: gatedTypes})
+	return kube, kube.InstallWebhooks(t, filepath.Join(deploy, "puller", "gate-webhook.yaml"))
+}
+
+// gatedTypes are the watched types the gate needs beside the puller
+// section's: ReplicaSets, and the gated pods in full.
+const gatedTypes = `  puller_replicasets:
+    api_version: apps/v1
+    kind: ReplicaSet
+  puller_gated_pods:
+    api_version: v1
+    kind: Pod
+    label_selector: weft.io/gated
+`
 
 // TestGateWithoutCertificate: a gate whose certificate files are
 // missing exits saying which flags name them.
