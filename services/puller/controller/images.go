@@ -149,7 +149,13 @@ func (c *controller) reconcileImage(ctx context.Context, namespace, name string)
 // free their slots, and the Jobs of failed attempts are deleted, once
 // the status recording them landed.
 func (c *controller) step(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) error {
-	if ppi.Spec.Mode == v1alpha1.ModeJob {
+	if ppi.Spec.Mode == v1alpha1.ModeJob && len(plan.Start) > 0 {
+		// No Job starts before the slots of those already running are
+		// held here: slots that lapsed while no replica ran are taken
+		// again by those Jobs first.
+		if err := c.keeper.wait(ctx); err != nil {
+			return err
+		}
 		c.holdSlots(ctx, ppi, spec, plan)
 	}
 	next, err := c.writeStatus(ctx, ppi, plan.Status)
