@@ -177,8 +177,13 @@ func (c *controller) step(ctx context.Context, ppi *v1alpha1.PrePullImage, spec 
 			live[job.Name(next, n.Node, n.Attempts)] = true
 		}
 	}
+	started := map[string]bool{}
+	for _, s := range plan.Start {
+		started[s.Node] = true
+	}
+	resumed := c.resumeJobs(ctx, next, spec, started)
 	c.sweep(ppi.Namespace+"/"+ppi.Name, live)
-	return c.deleteFailedJobs(ctx, next, plan.Status.Nodes)
+	return errors.Join(resumed, c.deleteFailedJobs(ctx, next, plan.Status.Nodes))
 }
 
 // writeStatus writes status as ppi's, unless it is what ppi has, and

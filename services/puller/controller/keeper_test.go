@@ -11,8 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/controller"
@@ -180,4 +182,72 @@ func slotKeys(leases jetstream.KeyValue) ([]string, error) {
 	}
 	_ = lister.Stop() // the channel closed: the listing is complete
 	return keys, nil
+}
+
+// TestClaimedAttemptWithoutJobResumes: a replica that dies after its
+// status write claimed a pull attempt (the node Pulling, attempt 1) and
+// before it created the attempt's Job leaves no Job behind. The next
+// replica to look creates that Job (holding its slots), and the node is
+// Pulled in that same attempt, long before the attempt's timeout.
+func TestClaimedAttemptWithoutJobResumes(t *testing.T) {
+	const ttl = 2 * time.Second
+	r := newRig(t, testkit.WithControllerManager())
+	k := &holdingKubelet{r: r}
+	testkit.Run(t, k.run)
+	r.namespace(t, "shop", nil)
+	r.node(t, "worker-1", true, nil)
+	r.policy(t, "one", v1alpha1.PrePullPolicySpec{
+		Workloads: v1alpha1.WorkloadSelector{Namespaces: []string{"shop"}, Selector: selectAll()},
+		Mode:      v1alpha1.ModeJob,
+		Limits:    v1alpha1.Limits{Cluster: 1, PerNode: 1, PerRegistry: 1},
+		Job:       v1alpha1.JobSettings{Timeout: dur(10 * time.Minute)},
+	})
+	// The test holds the only cluster slot: the first replica makes the
+	// PrePullImage but starts nothing.
+	leases, err := r.bus.JS.KeyValue(context.Background(), msg.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := slots.New(leases, r.bus.JS, slots.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := s.Acquire(context.Background(), "blocker", slots.Limit{Scope: msg.ClusterSlotScope, N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := r.startReplica(t, "controller-1", time.Hour, ttl)
+	r.deployment(t, "shop", "web", nil, corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example.com/web:1"}}})
+	ppi := r.onlyImage(t, "shop", time.Minute, func(p *v1alpha1.PrePullImage) error {
+		if len(p.Status.Nodes) != 1 || !strings.Contains(p.Status.Nodes[0].Message, "waiting for a free slot") {
+			return fmt.Errorf("nodes %s, want waiting for a free slot", nodeSummary(p))
+		}
+		return nil
+	})
+	stop()
+	// What the replica leaves when it dies right after its claim landed.
+	started := metav1.NewTime(time.Now().Add(-time.Minute))
+	ppi.Status.Nodes[0] = v1alpha1.NodeStatus{Node: "worker-1", Phase: v1alpha1.NodePulling, Attempts: 1, StartTime: &started}
+	ppi.Status.Phase = v1alpha1.ImageInProgress
+	u, err := v1alpha1.ToUnstructured(&ppi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.kube.Client.Resource(v1alpha1.ImageResource).Namespace("shop").UpdateStatus(context.Background(), &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	blocker.Release()
+
+	r.startReplica(t, "controller-2", time.Hour, ttl)
+	done := r.onlyImage(t, "shop", time.Minute, phaseIs(v1alpha1.ImageCompleted))
+	if n := done.Status.Nodes[0]; n.Phase != v1alpha1.NodePulled || n.Attempts != 1 {
+		t.Errorf("node %+v, want Pulled in the claimed attempt", n)
+	}
+	jobs, err := r.kube.Clientset.BatchV1().Jobs("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 1 || jobs.Items[0].Name != job.Name(&ppi, "worker-1", 1) {
+		t.Errorf("%d Jobs, want only the claimed attempt's %s", len(jobs.Items), job.Name(&ppi, "worker-1", 1))
+	}
 }
