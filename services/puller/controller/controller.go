@@ -17,7 +17,10 @@
 // and Jobs have deterministic names (AlreadyExists is done), updates carry
 // the resourceVersion read (a conflict is retried on the next look), an
 // attempt is claimed in the status before it starts (only the replica
-// whose write lands starts it), pull orders carry msg.PullTarget.ID as
+// whose write lands starts it; a claimed attempt whose pull Job is not in
+// the resources bucket some seconds later, its replica having died before
+// creating it, gets it from the next look: resumeJobs), pull orders carry
+// msg.PullTarget.ID as
 // Nats-Msg-Id (replicas publishing one order store it once), and the
 // slots of pull Jobs are owned by the Job's name, so any replica adopts,
 // renews and frees them.
