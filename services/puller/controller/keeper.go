@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/job"
@@ -18,6 +20,9 @@ import (
 // ErrNotKept: the replica has not yet held the slots of the pull Jobs
 // already running (its first keeping pass did not end), so it starts none.
 var ErrNotKept = errors.New("the slots of the running pull Jobs are not held yet")
+
+// listTimeout bounds a keeping pass's listing of the pull Jobs.
+const listTimeout = 10 * time.Second
 
 // keptWait bounds how long a look that would start a pull Job waits for
 // the first keeping pass before it is retried.
@@ -90,9 +95,14 @@ func (c *controller) keepLoop(ctx context.Context) {
 // showed before and no longer does. A Job held here that the bucket never
 // showed is being started: its PrePullImage's look frees it (sweep).
 func (c *controller) keepPass(ctx context.Context) error {
-	objs, err := c.objs.list(ctx, c.cfg.Types.Jobs)
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	objs, bad, err := c.objs.scan(lctx, c.cfg.Types.Jobs)
+	cancel()
 	if err != nil {
 		return err
+	}
+	for _, err := range bad {
+		c.env.Log.WarnContext(ctx, "a pull Job in the resources bucket cannot be read; its slots are not kept", "err", err)
 	}
 	running := map[string]bool{}
 	ended := map[string]bool{}
@@ -194,4 +204,37 @@ func ownerImage(j *batchv1.Job) string {
 		}
 	}
 	return ""
+}
+
+// scan returns every object of type typ as the bucket holds it, read in
+// one pass over the bucket's stream (one watch, not one read per key), and
+// the values it could not decode (bad), which it leaves out. A listing
+// cut short is an error, never a shorter list: a Job missing from it
+// would pass for one gone.
+func (o objects) scan(ctx context.Context, typ string) (out []map[string]any, bad []error, err error) {
+	w, err := o.kv.WatchFiltered(ctx, []string{msg.ResourcePrefix(o.source, typ) + "*.*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", typ, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("list %s: %w", typ, ctx.Err())
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return nil, nil, fmt.Errorf("list %s: the watch ended before the listing did", typ)
+			case e == nil:
+				// Every value held when the watch began was delivered.
+				return out, bad, nil
+			}
+			var r msg.Resource
+			if err := msg.Decode(e.Value(), &r); err != nil {
+				bad = append(bad, fmt.Errorf("%s: %w", e.Key(), err))
+				continue
+			}
+			out = append(out, r.Object)
+		}
+	}
 }
