@@ -137,13 +137,18 @@ func (c *controller) keepPass(ctx context.Context) error {
 			continue
 		}
 		node := j.Annotations[job.AnnotationNode]
-		if err := c.hold(ctx, key, j.Name, limits(il.ppi, il.spec, node)); err != nil {
-			var full *slots.FullError
-			if !errors.As(err, &full) {
-				errs = append(errs, fmt.Errorf("hold the slots of pull Job %s/%s: %w", j.Namespace, j.Name, err))
-				continue
-			}
+		err := c.hold(ctx, key, j.Name, limits(il.ppi, il.spec, node))
+		switch {
+		case err == nil:
+		case errors.Is(err, slots.ErrFull):
 			c.env.Log.WarnContext(ctx, "a running pull Job's slot was taken by another", "job", j.Namespace+"/"+j.Name, "err", err)
+		case errors.Is(err, slots.ErrInvalid):
+			// Asking again cannot help: say so, and let the pass count.
+			c.env.Log.WarnContext(ctx, "a running pull Job's slots cannot be held", "job", j.Namespace+"/"+j.Name, "err", err)
+		default:
+			// Unanswered: the pass fails, and a replica whose first pass
+			// failed starts no Job.
+			errs = append(errs, fmt.Errorf("hold the slots of pull Job %s/%s: %w", j.Namespace, j.Name, err))
 		}
 	}
 	c.mu.Lock()
