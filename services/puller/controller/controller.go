@@ -20,10 +20,9 @@
 // whose write lands starts it; a claimed attempt whose pull Job is not in
 // the resources bucket some seconds later, its replica having died before
 // creating it, gets it from the next look: resumeJobs), pull orders carry
-// msg.PullTarget.ID as
-// Nats-Msg-Id (replicas publishing one order store it once), and the
-// slots of pull Jobs are owned by the Job's name, so any replica adopts,
-// renews and frees them.
+// msg.PullTarget.ID as Nats-Msg-Id (replicas publishing one order store
+// it once), and the slots of pull Jobs are owned by the Job's name, so
+// any replica adopts, renews and frees them.
 //
 // Workloads (reconcileWorkload): the first valid policy by name selecting
 // a workload decides; a workload whose images some eligible node does not
@@ -47,10 +46,12 @@
 // frees the copies it holds of Jobs that ended or left the bucket. So
 // the slots of a running Job are renewed while any replica runs, and a
 // replica starts no pull Job before its first pass ended: the Jobs
-// already running hold their slots before new ones are looked for. Completed PrePullImages are deleted after
-// the policy's TTL. The finalizer deletes the Jobs and the weft-pulls keys
-// of a PrePullImage being deleted; the resync deletes weft-pulls keys of
-// PrePullImages that are gone (an order carried out after the finalizer).
+// already running hold their slots before new ones are looked for.
+//
+// Completed PrePullImages are deleted after the policy's TTL. The
+// finalizer deletes the Jobs and the weft-pulls keys of a PrePullImage
+// being deleted; the resync deletes weft-pulls keys of PrePullImages that
+// are gone (an order carried out after the finalizer).
 package controller
 
 import (
