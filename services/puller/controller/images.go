@@ -147,7 +147,9 @@ func (c *controller) reconcileImage(ctx context.Context, namespace, name string)
 // Jobs hold their slots before), then starts them; an attempt that
 // cannot start is written back as Pending. Ended attempts are counted and
 // free their slots, and the Jobs of failed attempts are deleted, once
-// the status recording them landed.
+// the status recording them landed. Pull Jobs start only once the
+// keeping pass holds those already running, and claimed attempts whose
+// Job was never created get it (resumeJobs).
 func (c *controller) step(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) error {
 	if ppi.Spec.Mode == v1alpha1.ModeJob && len(plan.Start) > 0 {
 		// No Job starts before the slots of those already running are
