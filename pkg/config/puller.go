@@ -3,6 +3,8 @@ package config
 import (
 	"reflect"
 	"time"
+
+	"github.com/weftio/weft/pkg/msg"
 )
 
 // Puller configures the puller's controller (`weft-puller controller`):
@@ -25,6 +27,10 @@ type Puller struct {
 	// Resync is how often the controller looks at everything again
 	// without a change (default 1m).
 	Resync Duration `json:"resync,omitempty"`
+	// SlotTTL is how long the slot of a pull Job outlives the last
+	// renewal of its holders (default 10s, at most msg.LeaseTTL): how
+	// soon the slots of Jobs that no replica looks after come back.
+	SlotTTL Duration `json:"slot_ttl,omitempty"`
 }
 
 // Defaults of the puller section.
@@ -113,6 +119,9 @@ func (c *Config) checkPuller(ps *problems) {
 	}
 	if p.Resync < 0 {
 		ps.add(f.k("resync"), "must not be negative")
+	}
+	if p.SlotTTL < 0 || p.SlotTTL.D() > msg.LeaseTTL {
+		ps.add(f.k("slot_ttl"), "must be in (0, %v], got %v", msg.LeaseTTL, p.SlotTTL.D())
 	}
 	for _, name := range sortedKeys(PullerTypes()) {
 		if !reflect.DeepEqual(c.WatchedResources[name], PullerTypes()[name]) {

@@ -43,7 +43,7 @@ func FromConfig(cfg *config.Config, kube kubernetes.Interface, dyn dynamic.Inter
 	}
 	return Config{
 		Source: p.Source, Types: DefaultTypes, HelperImage: p.HelperImage, HelperBinary: p.HelperBinary,
-		Kube: kube, Dynamic: dyn, Resync: p.Resync.D(),
+		Kube: kube, Dynamic: dyn, Resync: p.Resync.D(), SlotTTL: p.SlotTTL.D(),
 	}, nil
 }
 

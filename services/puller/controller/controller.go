@@ -17,10 +17,12 @@
 // and Jobs have deterministic names (AlreadyExists is done), updates carry
 // the resourceVersion read (a conflict is retried on the next look), an
 // attempt is claimed in the status before it starts (only the replica
-// whose write lands starts it), pull orders carry msg.PullTarget.ID as
-// Nats-Msg-Id (replicas publishing one order store it once), and the
-// slots of pull Jobs are owned by the Job's name, so any replica adopts,
-// renews and frees them.
+// whose write lands starts it; a claimed attempt whose pull Job is not in
+// the resources bucket some seconds later, its replica having died before
+// creating it, gets it from the next look: resumeJobs), pull orders carry
+// msg.PullTarget.ID as Nats-Msg-Id (replicas publishing one order store
+// it once), and the slots of pull Jobs are owned by the Job's name, so
+// any replica adopts, renews and frees them.
 //
 // Workloads (reconcileWorkload): the first valid policy by name selecting
 // a workload decides; a workload whose images some eligible node does not
@@ -34,10 +36,22 @@
 // mode job holds one slot of each limit (cluster, node, registry hosts)
 // and creates the node's pull Job (package job). Finished attempts free
 // slots; a failed attempt's Job is deleted and the attempt retried after
-// the backoff. Completed PrePullImages are deleted after
-// the policy's TTL. The finalizer deletes the Jobs and the weft-pulls keys
-// of a PrePullImage being deleted; the resync deletes weft-pulls keys of
-// PrePullImages that are gone (an order carried out after the finalizer).
+// the backoff.
+//
+// The slots of a running pull Job outlive the replica that started it:
+// every replica keeps them (keepLoop). A pass at start and every third of
+// the slot TTL lists the pull Jobs in the resources bucket and holds the
+// slots of each one running, adopting them by the Job's name (or taking
+// them again when they lapsed: every replica was gone for a TTL), and
+// frees the copies it holds of Jobs that ended or left the bucket. So
+// the slots of a running Job are renewed while any replica runs, and a
+// replica starts no pull Job before its first pass ended: the Jobs
+// already running hold their slots before new ones are looked for.
+//
+// Completed PrePullImages are deleted after the policy's TTL. The
+// finalizer deletes the Jobs and the weft-pulls keys of a PrePullImage
+// being deleted; the resync deletes weft-pulls keys of PrePullImages that
+// are gone (an order carried out after the finalizer).
 package controller
 
 import (
@@ -85,6 +99,7 @@ type controller struct {
 	metrics *metrics
 	wake    *wakeups
 	locks   keyLocks
+	keeper  *keeper
 
 	mu       sync.Mutex
 	held     map[string]heldJob // by Job name
@@ -142,6 +157,7 @@ func Run(ctx context.Context, env svc.Env, cfg Config) error {
 	g.Go(func() error { return bus.Consume(ctx, pulled, c.onPulled, opts("pulled", renewPulled)) })
 	g.Go(func() error { c.resyncLoop(ctx); return nil })
 	g.Go(func() error { c.wake.run(ctx); return nil })
+	g.Go(func() error { c.keepLoop(ctx); return nil })
 	return g.Wait()
 }
 
@@ -168,7 +184,9 @@ func newController(ctx context.Context, env svc.Env, cfg Config) (*controller, e
 	slotOpts := []slots.Option{slots.WithObserver(func(scope string, delta int) {
 		c.metrics.slots.WithLabelValues(scope).Add(float64(delta))
 	})}
+	ttl := slots.DefaultTTL
 	if cfg.SlotTTL > 0 {
+		ttl = cfg.SlotTTL
 		slotOpts = append(slotOpts, slots.WithTTL(cfg.SlotTTL))
 	}
 	if c.slots, err = slots.New(leases, env.JS, slotOpts...); err != nil {
@@ -176,6 +194,7 @@ func newController(ctx context.Context, env svc.Env, cfg Config) (*controller, e
 	}
 	c.builder = &job.Builder{HelperImage: cfg.HelperImage, HelperBinary: cfg.HelperBinary, ServiceAccounts: kubeServiceAccounts{cfg.Kube}}
 	c.wake = newWakeups(c.onWake)
+	c.keeper = newKeeper(ttl)
 	return c, nil
 }
 

@@ -147,9 +147,17 @@ func (c *controller) reconcileImage(ctx context.Context, namespace, name string)
 // Jobs hold their slots before), then starts them; an attempt that
 // cannot start is written back as Pending. Ended attempts are counted and
 // free their slots, and the Jobs of failed attempts are deleted, once
-// the status recording them landed.
+// the status recording them landed. Pull Jobs start only once the
+// keeping pass holds those already running, and claimed attempts whose
+// Job was never created get it (resumeJobs).
 func (c *controller) step(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) error {
-	if ppi.Spec.Mode == v1alpha1.ModeJob {
+	if ppi.Spec.Mode == v1alpha1.ModeJob && len(plan.Start) > 0 {
+		// No Job starts before the slots of those already running are
+		// held here: slots that lapsed while no replica ran are taken
+		// again by those Jobs first.
+		if err := c.keeper.wait(ctx); err != nil {
+			return err
+		}
 		c.holdSlots(ctx, ppi, spec, plan)
 	}
 	next, err := c.writeStatus(ctx, ppi, plan.Status)
@@ -171,8 +179,13 @@ func (c *controller) step(ctx context.Context, ppi *v1alpha1.PrePullImage, spec 
 			live[job.Name(next, n.Node, n.Attempts)] = true
 		}
 	}
+	started := map[string]bool{}
+	for _, s := range plan.Start {
+		started[s.Node] = true
+	}
+	resumed := c.resumeJobs(ctx, next, spec, started)
 	c.sweep(ppi.Namespace+"/"+ppi.Name, live)
-	return c.deleteFailedJobs(ctx, next, plan.Status.Nodes)
+	return errors.Join(resumed, c.deleteFailedJobs(ctx, next, plan.Status.Nodes))
 }
 
 // writeStatus writes status as ppi's, unless it is what ppi has, and
