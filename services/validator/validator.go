@@ -271,6 +271,12 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 			}
 		}
 		reply.Duration = time.Since(start)
+		if err != nil && ctx.Err() != nil {
+			// Stopping: a check cut short is no answer. The requester,
+			// hearing nothing, asks again and another replica (or this
+			// process's successor) answers.
+			return err
+		}
 		v.m.checks.WithLabelValues(c.Name()).Observe(reply.Duration.Seconds())
 		if err != nil {
 			reply.Error = err.Error()

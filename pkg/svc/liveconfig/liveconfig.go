@@ -121,7 +121,12 @@ func judge(ctx context.Context, env svc.Env, cand msg.Config, st msg.ConfigStatu
 }
 
 // validate parses the candidate here (cheap, and a YAML error needs no
-// round trip) and then asks the validator's template kind.
+// round trip) and then asks the validator's template kind. An answer that
+// is no verdict (the kind did not answer, or could not decide: a validator
+// stopping, a candidate it could not read yet) is asked again, a few times,
+// before what the kinds said is taken as the candidate's problems: several
+// processes proposing the same text at once, or a validator restarting on
+// the very edit it is asked about, must not reject a good configuration.
 func validate(ctx context.Context, env svc.Env, cand msg.Config, timeout time.Duration) ([]msg.Problem, error) {
 	if _, err := config.Parse([]byte(cand.YAML), "/"); err != nil {
 		return parseProblems(err), nil
@@ -130,17 +135,25 @@ func validate(ctx context.Context, env svc.Env, cand msg.Config, timeout time.Du
 	if err != nil {
 		return nil, fmt.Errorf("liveconfig: %w", err)
 	}
-	data, err := msg.Encode(cand)
-	if err != nil {
+	if err := storeCandidate(ctx, obs, cand); err != nil {
 		return nil, err
 	}
-	if _, err := obs.PutBytes(ctx, msg.ConfigObject(cand.Hash), data); err != nil {
-		return nil, fmt.Errorf("liveconfig: store candidate: %w", err)
-	}
-	res, err := gather.Validate(ctx, env.NC, msg.ValidateSubject(msg.ConfigTarget),
-		msg.ValidateRequest{Target: msg.ConfigTarget, ConfigHash: cand.Hash}, []string{config.KindTemplate}, timeout)
-	if err != nil {
-		return nil, fmt.Errorf("liveconfig: validate: %w", err)
+	var res gather.Result
+	for try := 0; ; try++ {
+		res, err = gather.Validate(ctx, env.NC, msg.ValidateSubject(msg.ConfigTarget),
+			msg.ValidateRequest{Target: msg.ConfigTarget, ConfigHash: cand.Hash}, []string{config.KindTemplate}, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("liveconfig: validate: %w", err)
+		}
+		if res.Decided(0) || try+1 >= undecidedTries {
+			break
+		}
+		env.Log.InfoContext(ctx, "no verdict on the configuration yet; asking again", "hash", cand.Hash, "undecided", res.Undecided())
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(undecidedDelay << try):
+		}
 	}
 	var problems []msg.Problem
 	for _, k := range res.Missing {
@@ -157,6 +170,34 @@ func validate(ctx context.Context, env svc.Env, cand msg.Config, timeout time.Du
 		}
 	}
 	return problems, nil
+}
+
+// How often, and after how long (doubling), a candidate without a verdict
+// is asked about again.
+const (
+	undecidedTries = 5
+	undecidedDelay = 250 * time.Millisecond
+)
+
+// storeCandidate puts cand in the object store for the validator to read,
+// unless it is there already: its name is its content's hash, and storing
+// it again while another process's validator reads it would replace the
+// chunks under that read.
+func storeCandidate(ctx context.Context, obs jetstream.ObjectStore, cand msg.Config) error {
+	name := msg.ConfigObject(cand.Hash)
+	if info, err := obs.GetInfo(ctx, name); err == nil && !info.Deleted {
+		return nil
+	} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("liveconfig: look up candidate: %w", err)
+	}
+	data, err := msg.Encode(cand)
+	if err != nil {
+		return err
+	}
+	if _, err := obs.PutBytes(ctx, name, data); err != nil {
+		return fmt.Errorf("liveconfig: store candidate: %w", err)
+	}
+	return nil
 }
 
 // Watch yields the active configuration now (if any) and each later one,
