@@ -182,7 +182,14 @@ const ProvisionCallTimeout = 5 * time.Second
 // ProvisionOption configures Provision.
 type ProvisionOption func(*provisionOptions) error
 
-type provisionOptions struct{ callTimeout time.Duration }
+type provisionOptions struct {
+	callTimeout time.Duration
+	// sites: the hub's (WithSites); site, hubDomain, siteTargets: a
+	// site's leaf node (AtSite).
+	sites           []string
+	site, hubDomain string
+	siteTargets     []string
+}
 
 // WithCallTimeout bounds each JetStream API request of Provision.
 func WithCallTimeout(d time.Duration) ProvisionOption {
@@ -195,7 +202,8 @@ func WithCallTimeout(d time.Duration) ProvisionOption {
 	}
 }
 
-// Provision creates or updates every stream, bucket and object store. Every
+// Provision creates or updates every stream, bucket and object store (with
+// the sources of a hub's sites, WithSites, or of a site, AtSite). Every
 // service calls it at start, so any of them can come up first. Each creation
 // is one request with its own timeout, retried with backoff until it
 // succeeds or ctx is done; an error JetStream gives as final (a replica count
@@ -213,6 +221,7 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 	}
 	var errs []error
 	for _, c := range Streams(replicas) {
+		c.Sources = o.sources(c.Name)
 		errs = append(errs, provisionOne(ctx, o.callTimeout, "stream "+c.Name, func(ctx context.Context) error {
 			_, err := js.CreateOrUpdateStream(ctx, c)
 			return err
@@ -220,13 +229,17 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 	}
 	for _, c := range KeyValues(replicas) {
 		errs = append(errs, provisionOne(ctx, o.callTimeout, "bucket "+c.Bucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, KVStreamConfig(c))
+			sc := KVStreamConfig(c)
+			sc.Sources = o.sources(sc.Name)
+			_, err := js.CreateOrUpdateStream(ctx, sc)
 			return err
 		}))
 	}
 	for _, c := range ObjectStores(replicas) {
 		errs = append(errs, provisionOne(ctx, o.callTimeout, "object store "+c.Bucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, ObjectStreamConfig(c))
+			sc := ObjectStreamConfig(c)
+			sc.Sources = o.sources(sc.Name)
+			_, err := js.CreateOrUpdateStream(ctx, sc)
 			return err
 		}))
 	}
