@@ -49,6 +49,12 @@
 // repairs drift. Certificates and files holding a private key are
 // delivered 0600, or with deploy.mode when it gives others nothing. The
 // deployer also answers weft.api.status.
+//
+// A deployer delivers only the targets of its site (svc.Env.Site; empty:
+// the hub): verdicts on the targets of other sites are left to their
+// deployers. A site's deployer runs on its leaf node's JetStream, which
+// sources its targets' verdicts, validation statuses and the bundles from
+// the hub (msg.AtSite); its statuses name the site.
 package deployer
 
 import (
@@ -110,6 +116,9 @@ type deployer struct {
 	leases    jetstream.KeyValue // deploy leases: one replica applies to an instance at a time
 	bundles   jetstream.ObjectStore
 	instances instanceSet
+	// elsewhere: the targets other sites' deployers deliver, by site
+	// ("" is the hub).
+	elsewhere map[string]string
 }
 
 // Run delivers bundles until ctx is done.
@@ -118,7 +127,10 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return err
 	}
 	env = env.For(Service)
-	d := &deployer{env: env, cfg: cfg, instances: instanceSet{by: map[string][]*instance{}}}
+	if err := cfg.CheckSite(env.Site); err != nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	d := &deployer{env: env, cfg: cfg, instances: instanceSet{by: map[string][]*instance{}}, elsewhere: map[string]string{}}
 	var err error
 	if d.m, err = newMetrics(env.Registry); err != nil {
 		return err
@@ -137,6 +149,10 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	}
 	consumers := map[string]string{}
 	for _, name := range cfg.TargetNames() {
+		if site := cfg.Targets[name].Deploy.Site; site != env.Site {
+			d.elsewhere[name] = site
+			continue
+		}
 		ins, err := newInstances(name, cfg.Targets[name])
 		if err != nil {
 			return err
@@ -169,7 +185,7 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	verdicts := stage("verdicts")
 	verdicts.Renew = renewOrders
 	g.Go(func() error { return bus.Consume(ctx, orders, d.onVerdict, verdicts) })
-	for _, name := range cfg.TargetNames() {
+	for _, name := range cfg.SiteTargets(env.Site) {
 		ins, _ := d.instances.of(name)
 		for _, in := range ins {
 			g.Go(func() error { return d.consume(ctx, in, stage("orders")) })
@@ -202,6 +218,10 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	ins, ok := d.instances.of(v.Target)
+	if site, there := d.elsewhere[v.Target]; !ok && there {
+		d.env.Log.DebugContext(ctx, "verdict on a target of another site; left to its deployer", "target", v.Target, "site", site)
+		return nil
+	}
 	if !ok {
 		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
 	}
@@ -289,6 +309,9 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 		return err
 	}
 	ins, ok := d.instances.of(name)
+	if site, there := d.elsewhere[name]; !ok && there {
+		return msg.Permanent(fmt.Errorf("target %q is delivered by the deployer of %s", name, siteName(site)))
+	}
 	if !ok {
 		return msg.Permanent(fmt.Errorf("unknown target %q", name))
 	}
@@ -498,6 +521,7 @@ func (d *deployer) readStatus(ctx context.Context, in *instance) (msg.DeployStat
 }
 
 func (d *deployer) writeStatus(ctx context.Context, st msg.DeployStatus, rev uint64) error {
+	st.Site = d.env.Site
 	if _, err := msg.StoreStatus(ctx, d.status, msg.DeployStatusKey(st.Target, st.Instance), st, rev); err != nil {
 		return msg.Retry(err, 200*time.Millisecond)
 	}
@@ -518,4 +542,12 @@ func (d *deployer) onStatus(ctx context.Context, m *nats.Msg) error {
 		return err
 	}
 	return m.RespondMsg(out)
+}
+
+// siteName names a site for people ("" is the hub).
+func siteName(site string) string {
+	if site == "" {
+		return "the hub"
+	}
+	return "site " + site
 }

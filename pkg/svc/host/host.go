@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
 	"github.com/weftio/weft/pkg/svc/health"
@@ -76,6 +77,10 @@ type Settings struct {
 	// file whose accounts and users (weft nats-config) the embedded server
 	// requires; its listen address and storage stay weft's.
 	EmbeddedConfig string
+	// Site (WEFT_SITE, --site on the binaries that serve a site) runs
+	// the process at that site of weft.yaml's sites, on its leaf node:
+	// provisioned to source from the hub, delivering the site's targets.
+	Site string
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -99,6 +104,11 @@ func (s *Settings) Flags(fs *flag.FlagSet, embeddedDefault bool) {
 	fs.Var((*negated)(&s.SkipProvision), "provision", "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
 	fs.StringVar(&s.EmbeddedConfig, "nats-server-config", env("WEFT_NATS_SERVER_CONFIG", ""), "nats-server configuration whose accounts and users (weft nats-config) the embedded server requires [WEFT_NATS_SERVER_CONFIG]")
 	fs.StringVar(&s.Kubeconfig, "kubeconfig", env("WEFT_KUBECONFIG", ""), "kubeconfig for --config-map (empty: in-cluster or $KUBECONFIG) [WEFT_KUBECONFIG]")
+}
+
+// SiteFlag registers --site [WEFT_SITE] on fs.
+func (s *Settings) SiteFlag(fs *flag.FlagSet) {
+	fs.StringVar(&s.Site, "site", env("WEFT_SITE", ""), "run at this site of weft.yaml's sites, on the site's NATS leaf node: deliver only its targets (empty: the hub) [WEFT_SITE]")
 }
 
 // ConfigMapWatcher follows a ConfigMap key and proposes each new content
@@ -125,6 +135,8 @@ type Binary struct {
 	ConfigMap ConfigMapWatcher
 	// Flags registers the binary's own flags, beside the common ones.
 	Flags func(fs *flag.FlagSet)
+	// Sites: the binary can run at a site (--site).
+	Sites bool
 	// Reload delivers the requests to read the configuration file again;
 	// nil: Run listens for SIGHUP itself.
 	Reload <-chan os.Signal
@@ -141,6 +153,9 @@ func Main(b Binary, args []string) error {
 	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
 	var s Settings
 	s.Flags(fs, b.EmbeddedDefault)
+	if b.Sites {
+		s.SiteFlag(fs)
+	}
 	if b.Flags != nil {
 		b.Flags(fs)
 	}
@@ -172,6 +187,11 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			return err
 		}
 		fileCfg, fileHash, dir = cfg, liveconfig.Hash(string(data)), cfg.Dir
+		if err := cfg.CheckSite(s.Site); err != nil {
+			return err
+		}
+	} else if s.Site != "" {
+		return fmt.Errorf("--site %s needs its configuration from a file (--config), not a ConfigMap: the leaf node is provisioned from it", s.Site)
 	}
 	reload := b.Reload
 	if reload == nil {
@@ -215,7 +235,11 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	}
 	if !s.SkipProvision {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = natsauth.Provision(pctx, js, s.Replicas, refused)
+		var opts []msg.ProvisionOption
+		if fileCfg != nil {
+			opts = fileCfg.ProvisionOptions(s.Site)
+		}
+		err = natsauth.Provision(pctx, js, s.Replicas, refused, opts...)
 		cancel()
 		if err != nil {
 			return err
@@ -232,7 +256,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		}
 		return nil
 	})
-	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
+	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName(), Site: s.Site}
 	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
 	var configs <-chan *config.Config
