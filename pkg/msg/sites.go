@@ -34,8 +34,12 @@ import (
 const DefaultHubDomain = "hub"
 
 // LeafDeny lists the subjects a site's leaf connection must neither import
-// nor export (leafnodes.remotes[].deny_imports and deny_exports).
-var LeafDeny = []string{AllSubjects, "$KV.>", "$O.>"}
+// nor export (leafnodes.remotes[].deny_imports and deny_exports): weft's
+// subjects, buckets and stores, and acknowledgements, since a consumer
+// named alike on both sides (deployer-orders) would take the other side's
+// acknowledgements as its own. Sourcing needs none of them: its consumers
+// acknowledge nothing.
+var LeafDeny = []string{AllSubjects, "$KV.>", "$O.>", "$JS.ACK.>"}
 
 // SiteSilence is how long the hub may hear nothing from a site's sourcing
 // (heartbeats come every second) before the site is shown unreachable.
