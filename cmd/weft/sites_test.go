@@ -138,6 +138,20 @@ func TestSiteOverLeafNode(t *testing.T) {
 	if err := siteHas("g2"); err != nil {
 		t.Fatalf("the site lost its last bundle while cut off: %v", err)
 	}
+	// The site's deployer works on its own JetStream meanwhile: a file
+	// removed behind its back is delivered again on a trigger, from the
+	// last bundle the site has.
+	siteNC, siteJS := connect(t, site.URL)
+	defer siteNC.Close()
+	beforeCut := deployedVersions(t, siteJS, "edge")
+	if err := os.Remove(filepath.Join(siteOut, "maps", "hosts.map")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := siteNC.Request(msg.TriggerDeploySubject("edge"), nil, 10*time.Second)
+	if err != nil || string(reply.Data) != "queued" {
+		t.Fatalf("trigger at the site: %v %v", reply, err)
+	}
+	waitFor(t, "the site repairs its files while cut off", func() error { return siteHas("g2") })
 
 	// Restore: the site catches up with the hub's last accepted bundle.
 	link.Restore()
@@ -152,15 +166,20 @@ func TestSiteOverLeafNode(t *testing.T) {
 
 	// Every outcome at the site: each bundle applied at most once, never
 	// an older one after a newer one; the hub has them too.
-	siteNC, siteJS := connect(t, site.URL)
-	defer siteNC.Close()
+	// The outcomes before the cut, the repair of the last of them, then
+	// only newer bundles, each once, the last being the hub's.
 	applied := deployedVersions(t, siteJS, "edge")
-	if len(applied) < 3 || applied[len(applied)-1] != last.Version {
-		t.Fatalf("versions applied at the site %v, want at least 3 ending with v%d", applied, last.Version)
+	if len(beforeCut) < 2 || len(applied) < len(beforeCut)+2 || fmt.Sprint(applied[:len(beforeCut)+1]) != fmt.Sprint(append(beforeCut, beforeCut[len(beforeCut)-1])) {
+		t.Fatalf("versions applied at the site %v, want those before the cut %v, the repair of the last, then the newer ones", applied, beforeCut)
 	}
-	for i := 1; i < len(applied); i++ {
-		if applied[i] <= applied[i-1] {
-			t.Fatalf("versions applied at the site %v: v%d after v%d", applied, applied[i], applied[i-1])
+	if applied[len(applied)-1] != last.Version {
+		t.Fatalf("versions applied at the site %v end before the hub's last accepted v%d", applied, last.Version)
+	}
+	for _, vs := range [][]uint64{beforeCut, applied[len(beforeCut):]} {
+		for i := 1; i < len(vs); i++ {
+			if vs[i] <= vs[i-1] {
+				t.Fatalf("versions applied at the site %v: v%d after v%d", applied, vs[i], vs[i-1])
+			}
 		}
 	}
 	for where, js := range map[string]jetstream.JetStream{"hub": hubJS, "site": siteJS} {
@@ -273,4 +292,27 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestUpSiteSettings: weft up --site needs a site of weft.yaml's sites, and
+// does not go with --demo.
+func TestUpSiteSettings(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "weft.yaml"), fmt.Sprintf(siteConfig, filepath.Join(dir, "a"), filepath.Join(dir, "b")))
+	writeFile(t, filepath.Join(dir, "values.yaml"), "greeting: g1\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"--site", "edge-9"}, `site "edge-9" is not one of weft.yaml's sites (edge-1)`, ExitFailed},
+		{[]string{"--site", "edge-1", "--demo"}, "--demo and --site do not go together", ExitUsage},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(append([]string{"up", "--config", filepath.Join(dir, "weft.yaml"), "--nats-url", "nats://127.0.0.1:1", "--listen", "127.0.0.1:0"}, tc.args...), &stdout, &stderr)
+		code, _ := exitCode(err)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || code != tc.code {
+			t.Errorf("weft up %v: %v (exit %d), want exit %d and %q", tc.args, err, code, tc.code, tc.want)
+		}
+	}
 }
