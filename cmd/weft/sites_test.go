@@ -105,11 +105,17 @@ func TestSiteOverLeafNode(t *testing.T) {
 		return contains(out, "edge-1  ok")
 	})
 
+	// The hub's deployer leaves the site's target to the site.
+	hubNC, hubJS := connect(t, hub.URL)
+	defer hubNC.Close()
+	reply, err := hubNC.Request(msg.TriggerDeploySubject("edge"), nil, 10*time.Second)
+	if err != nil || !strings.Contains(string(reply.Data), `target "edge" is delivered by the deployer of site edge-1`) {
+		t.Fatalf("trigger of the site's target at the hub: %v %v", reply, err)
+	}
+
 	// Cut the link: the hub goes on accepting bundles, the site keeps its
 	// last one.
 	link.Cut()
-	hubNC, hubJS := connect(t, hub.URL)
-	defer hubNC.Close()
 	for _, g := range []string{"g3", "g4", "g5"} {
 		setGreeting(g)
 		waitFor(t, "the hub follows "+g, func() error { return contains(read(filepath.Join(hubOut, "haproxy.cfg")), "# shop "+g) })
@@ -147,7 +153,7 @@ func TestSiteOverLeafNode(t *testing.T) {
 	if err := os.Remove(filepath.Join(siteOut, "maps", "hosts.map")); err != nil {
 		t.Fatal(err)
 	}
-	reply, err := siteNC.Request(msg.TriggerDeploySubject("edge"), nil, 10*time.Second)
+	reply, err = siteNC.Request(msg.TriggerDeploySubject("edge"), nil, 10*time.Second)
 	if err != nil || string(reply.Data) != "queued" {
 		t.Fatalf("trigger at the site: %v %v", reply, err)
 	}
@@ -182,9 +188,11 @@ func TestSiteOverLeafNode(t *testing.T) {
 			}
 		}
 	}
-	for where, js := range map[string]jetstream.JetStream{"hub": hubJS, "site": siteJS} {
-		if n := streamMsgs(t, js, msg.StreamDLQ); n != 0 {
-			t.Errorf("%d messages dead-lettered at the %s", n, where)
+	// Nothing dead-lettered but the trigger of the site's target at the hub.
+	for where, want := range map[string]uint64{"hub": 1, "site": 0} {
+		js := map[string]jetstream.JetStream{"hub": hubJS, "site": siteJS}[where]
+		if n := streamMsgs(t, js, msg.StreamDLQ); n != want {
+			t.Errorf("%d messages dead-lettered at the %s, want %d", n, where, want)
 		}
 	}
 	// Acknowledgements stay on their side of the link: the deployer's
@@ -215,7 +223,8 @@ func waitAtLeast(t testing.TB, what string, f func() error) {
 }
 
 // deployedVersions are the versions of the applied outcomes of target's
-// instance local, in stream order.
+// instance local, in stream order; a failed outcome fails the test (at a
+// site, a bundle arriving after the verdict that names it is waited for).
 func deployedVersions(t *testing.T, js jetstream.JetStream, target string) []uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -238,8 +247,11 @@ func deployedVersions(t *testing.T, js jetstream.JetStream, target string) []uin
 		if err := msg.Decode(m.Data(), &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Outcome == msg.OutcomeApplied {
+		switch d.Outcome {
+		case msg.OutcomeApplied:
 			out = append(out, d.Version)
+		case msg.OutcomeFailed:
+			t.Errorf("deploy of %s v%d failed: %s", target, d.Version, d.Error)
 		}
 	}
 	return out

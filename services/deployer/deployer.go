@@ -448,9 +448,23 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 	return d.finish(ctx, out, seq, start, &st, rev)
 }
 
-// bundle reads a bundle from the object store, relocated for in.
+// bundle reads a bundle from the object store, relocated for in. At a
+// site the bundle comes by a source of its own, which may deliver it
+// after the verdict and validation status that name it: a missing bundle
+// is waited for up to msg.ConfirmWait before it is a failure.
 func (d *deployer) bundle(ctx context.Context, in *instance, hash string) (msg.Bundle, error) {
 	data, err := d.bundles.GetBytes(ctx, hash)
+	deadline := time.Now().Add(msg.ConfirmWait)
+	for wait := 50 * time.Millisecond; errors.Is(err, jetstream.ErrObjectNotFound) && d.env.Site != "" && time.Now().Before(deadline); wait = min(2*wait, time.Second) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return msg.Bundle{}, ctx.Err()
+		case <-t.C:
+		}
+		data, err = d.bundles.GetBytes(ctx, hash)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return msg.Bundle{}, fmt.Errorf("bundle %s is not in the object store", hash)
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,6 +77,16 @@ func TestWrite(t *testing.T) {
 		name string
 		rep  msg.StatusReport
 	}{"sites", sites})
+	t.Run("failing sites", func(t *testing.T) {
+		got := statusview.Failing(sites)
+		want := []string{
+			"site edge-1: site unreachable since 2026-11-24T13:58:25Z (1m35s)",
+			"site edge-3: site unreachable: not heard from since the hub's NATS started",
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("Failing = %q, want %q", got, want)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
