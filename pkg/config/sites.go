@@ -70,13 +70,11 @@ func (c *Config) SiteTargets(site string) []string {
 }
 
 // ProvisionOptions are the options of msg.Provision for a process at site
-// ("" is the hub): the hub sources the statuses of every site, a site its
-// targets' verdicts, validation statuses and the bundles from the hub.
+// ("" is the hub): the hub sources the statuses of every site (and of no
+// site weft.yaml no longer lists), a site its targets' verdicts,
+// validation statuses and the bundles from the hub.
 func (c *Config) ProvisionOptions(site string) []msg.ProvisionOption {
 	if site == "" {
-		if len(c.Sites) == 0 {
-			return nil
-		}
 		return []msg.ProvisionOption{msg.WithSites(c.Sites...)}
 	}
 	return []msg.ProvisionOption{msg.AtSite(site, c.HubDomain, c.SiteTargets(site))}

@@ -2,6 +2,7 @@ package msg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -45,7 +46,11 @@ var LeafDeny = []string{AllSubjects, "$KV.>", "$O.>", "$JS.ACK.>"}
 // (heartbeats come every second) before the site is shown unreachable.
 const SiteSilence = 5 * time.Second
 
-// Sites of the hub: it sources the deploy statuses and outcomes of each.
+// WithSites provisions the hub of sites: it sources the deploy statuses
+// and outcomes of each, and of no other (WithSites() removes every site's
+// sources). Without WithSites or AtSite, Provision keeps the sources a
+// stream has: a process that knows no weft.yaml (weft-puller agent, weft
+// provision without --config) leaves the sites alone.
 func WithSites(sites ...string) ProvisionOption {
 	return func(o *provisionOptions) error {
 		for _, s := range sites {
@@ -53,7 +58,7 @@ func WithSites(sites ...string) ProvisionOption {
 				return fmt.Errorf("provision: site: %w", err)
 			}
 		}
-		o.sites = slices.Clone(sites)
+		o.sites, o.sourcesKnown = slices.Clone(sites), true
 		return nil
 	}
 }
@@ -72,8 +77,43 @@ func AtSite(site, hubDomain string, targets []string) ProvisionOption {
 			return fmt.Errorf("provision: site %s has the hub's domain", site)
 		}
 		o.site, o.hubDomain, o.siteTargets = site, hubDomain, slices.Sorted(slices.Values(targets))
+		o.sourcesKnown = true
 		return nil
 	}
+}
+
+// sourced are the streams a hub or a site sources into.
+var sourced = []string{StreamValidated, StreamDeploys, KVStream(BucketStatus), ObjectStream(ObjectBundles)}
+
+// streamLookup is the part of jetstream.JetStream that keeps the sources of
+// a stream when provisioning is not told them.
+type streamLookup interface {
+	Stream(ctx context.Context, name string) (jetstream.Stream, error)
+}
+
+// withSources sets the sources of c, as o says or, when o does not know
+// them, as the stream already has them.
+func (o provisionOptions) withSources(ctx context.Context, js Provisioner, c jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+	if o.sourcesKnown {
+		c.Sources = o.sources(c.Name)
+		return c, nil
+	}
+	if !slices.Contains(sourced, c.Name) {
+		return c, nil
+	}
+	look, ok := js.(streamLookup)
+	if !ok {
+		return c, nil
+	}
+	s, err := look.Stream(ctx, c.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return c, nil
+	case err != nil:
+		return c, err
+	}
+	c.Sources = s.CachedInfo().Config.Sources
+	return c, nil
 }
 
 // sources returns the streams sourced into stream name, as o says.

@@ -70,12 +70,33 @@ func TestProvisionSites(t *testing.T) {
 		}
 	}
 
+	// A process that knows no weft.yaml keeps the sites' sources; one
+	// whose weft.yaml lists other sites sets them.
+	if err := msg.Provision(ctx, hubJS, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := sourcesOf(t, hubJS, msg.StreamDeploys); len(got) != 2 {
+		t.Errorf("provisioning without sites changed the hub's sources to %v", got)
+	}
+	if err := msg.Provision(ctx, siteJS, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := sourcesOf(t, siteJS, "OBJ_weft-bundles"); len(got) != 1 {
+		t.Errorf("provisioning without sites changed the site's sources to %v", got)
+	}
+	if err := msg.Provision(ctx, hubJS, 1, msg.WithSites("edge-1")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sourcesOf(t, hubJS, msg.StreamDeploys), []source{{msg.StreamDeploys, "weft.deployed.>", edge1}}; !slices.Equal(got, want) {
+		t.Errorf("sources %v, want %v", got, want)
+	}
+
 	// Neither site is there: the hub has never heard from them.
 	sites, err := msg.ReadSites(ctx, hubJS, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []msg.SiteStatus{{Site: "edge-1"}, {Site: "edge-2"}}
+	want := []msg.SiteStatus{{Site: "edge-1"}}
 	for i := range sites {
 		sites[i].Error = ""
 	}

@@ -189,6 +189,9 @@ type provisionOptions struct {
 	sites           []string
 	site, hubDomain string
 	siteTargets     []string
+	// sourcesKnown: WithSites or AtSite was given; otherwise the sources
+	// a stream has are kept.
+	sourcesKnown bool
 }
 
 // WithCallTimeout bounds each JetStream API request of Provision.
@@ -221,32 +224,32 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 	}
 	var errs []error
 	for _, c := range Streams(replicas) {
-		c.Sources = o.sources(c.Name)
-		errs = append(errs, provisionOne(ctx, o.callTimeout, "stream "+c.Name, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, c)
-			return err
-		}))
+		errs = append(errs, provisionStream(ctx, js, o, "stream "+c.Name, c))
 	}
 	for _, c := range KeyValues(replicas) {
-		errs = append(errs, provisionOne(ctx, o.callTimeout, "bucket "+c.Bucket, func(ctx context.Context) error {
-			sc := KVStreamConfig(c)
-			sc.Sources = o.sources(sc.Name)
-			_, err := js.CreateOrUpdateStream(ctx, sc)
-			return err
-		}))
+		errs = append(errs, provisionStream(ctx, js, o, "bucket "+c.Bucket, KVStreamConfig(c)))
 	}
 	for _, c := range ObjectStores(replicas) {
-		errs = append(errs, provisionOne(ctx, o.callTimeout, "object store "+c.Bucket, func(ctx context.Context) error {
-			sc := ObjectStreamConfig(c)
-			sc.Sources = o.sources(sc.Name)
-			_, err := js.CreateOrUpdateStream(ctx, sc)
-			return err
-		}))
+		errs = append(errs, provisionStream(ctx, js, o, "object store "+c.Bucket, ObjectStreamConfig(c)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
 	return nil
+}
+
+// provisionStream creates or updates the stream c with its sources.
+func provisionStream(ctx context.Context, js Provisioner, o provisionOptions, what string, c jetstream.StreamConfig) error {
+	if err := retryUnanswered(ctx, o.callTimeout, what+": sources", func(ctx context.Context) (err error) {
+		c, err = o.withSources(ctx, js, c)
+		return err
+	}, provisionFinal); err != nil {
+		return err
+	}
+	return provisionOne(ctx, o.callTimeout, what, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateStream(ctx, c)
+		return err
+	})
 }
 
 // provisionOne runs create until it succeeds, fails for good, or ctx is
