@@ -306,8 +306,8 @@ func freeTCPPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// TestUpSiteSettings: weft up --site needs a site of weft.yaml's sites, and
-// does not go with --demo.
+// TestUpSiteSettings: weft up --site needs a site of weft.yaml's sites and
+// a NATS server (the leaf node), and does not go with --demo.
 func TestUpSiteSettings(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "weft.yaml"), fmt.Sprintf(siteConfig, filepath.Join(dir, "a"), filepath.Join(dir, "b")))
@@ -319,6 +319,7 @@ func TestUpSiteSettings(t *testing.T) {
 	}{
 		{[]string{"--site", "edge-9"}, `site "edge-9" is not one of weft.yaml's sites (edge-1)`, ExitFailed},
 		{[]string{"--site", "edge-1", "--demo"}, "--demo and --site do not go together", ExitUsage},
+		{[]string{"--site", "edge-1", "--nats-url", ""}, "--site needs --nats-url", ExitUsage},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(append([]string{"up", "--config", filepath.Join(dir, "weft.yaml"), "--nats-url", "nats://127.0.0.1:1", "--listen", "127.0.0.1:0"}, tc.args...), &stdout, &stderr)

@@ -55,6 +55,9 @@ func upCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *withDemo {
 			return usageError(errors.New("--demo and --site do not go together"))
 		}
+		if s.NATSURL == "" {
+			return usageError(errors.New("--site needs --nats-url: the site's NATS leaf node, whose JetStream domain is the site's"))
+		}
 		b.Services = SiteServices
 	}
 	var err error
