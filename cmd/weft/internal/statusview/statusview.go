@@ -125,15 +125,22 @@ func instanceName(d msg.DeployStatus) string {
 	return d.Site + "/" + d.Instance
 }
 
-// link says whether the hub hears from a site, and since when not.
+// link says whether the hub hears from a site, since when not, and the
+// error NATS gives for it.
 func link(st msg.SiteStatus, now time.Time) string {
+	var out string
 	switch {
 	case st.Reachable:
 		return "ok"
 	case st.LastHeard.IsZero():
-		return "site unreachable: not heard from since the hub's NATS started"
+		out = "site unreachable: not heard from since the hub's NATS started"
+	default:
+		out = fmt.Sprintf("site unreachable since %s (%s)", st.LastHeard.Format(time.RFC3339), now.Sub(st.LastHeard).Round(time.Second))
 	}
-	return fmt.Sprintf("site unreachable since %s (%s)", st.LastHeard.Format(time.RFC3339), now.Sub(st.LastHeard).Round(time.Second))
+	if st.Error != "" {
+		out += ": " + oneLine(st.Error)
+	}
+	return out
 }
 
 // siteInstances lists the site's instances as target/instance.

@@ -70,7 +70,7 @@ func TestWrite(t *testing.T) {
 		Sites: []msg.SiteStatus{
 			{Site: "edge-1", LastHeard: at.Add(-95 * time.Second), Lag: 4},
 			{Site: "edge-2", Reachable: true, LastHeard: at},
-			{Site: "edge-3"},
+			{Site: "edge-3", Error: "nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable"},
 		},
 	}
 	tests = append(tests, struct {
@@ -81,7 +81,7 @@ func TestWrite(t *testing.T) {
 		got := statusview.Failing(sites)
 		want := []string{
 			"site edge-1: site unreachable since 2026-11-24T13:58:25Z (1m35s)",
-			"site edge-3: site unreachable: not heard from since the hub's NATS started",
+			"site edge-3: site unreachable: not heard from since the hub's NATS started: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable",
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("Failing = %q, want %q", got, want)
