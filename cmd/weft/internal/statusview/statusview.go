@@ -69,9 +69,9 @@ func Write(w io.Writer, rep msg.StatusReport) {
 	if len(rep.Sites) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SITE\tLINK\tLAG\tINSTANCES")
+		fmt.Fprintln(tw, "SITE\tINSTANCES\tLAG\tLINK")
 		for _, st := range rep.Sites {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", st.Site, link(st, rep.At), st.Lag, siteInstances(rep, st.Site))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", st.Site, siteInstances(rep, st.Site), st.Lag, link(st, rep.At))
 		}
 		_ = tw.Flush()
 	}
