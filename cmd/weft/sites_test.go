@@ -140,7 +140,7 @@ func TestSiteOverLeafNode(t *testing.T) {
 		if ee, ok := errors.AsType[*exitError](err); !ok || ee.code != ExitFailing {
 			return fmt.Errorf("weft status: %v, want exit %d (a site unreachable):\n%s", err, ExitFailing, out)
 		}
-		return matches(out, `(?m)^edge-1 +edge/local +\d+ +site unreachable since \S+ \(\S+\)$`)
+		return matches(out, `(?m)^edge-1 +edge/local +\d+ +site unreachable since \S+ \(\S+\)(: .*)?$`)
 	})
 	if err := siteHas("g2"); err != nil {
 		t.Fatalf("the site lost its last bundle while cut off: %v", err)
