@@ -337,3 +337,48 @@ func TestUpSiteSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSiteAddedToARunningHub: a site added to weft.yaml while the hub runs
+// has its statuses sourced at once (the services provision again on the
+// new configuration), and weft status shows it.
+func TestSiteAddedToARunningHub(t *testing.T) {
+	hub := testkit.NATSServer(t, fmt.Sprintf("jetstream {\n  store_dir: %q\n  domain: hub\n}\n", t.TempDir()))
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(siteConfig, filepath.Join(dir, "hub-out"), filepath.Join(dir, "site-out"))
+	hubOnly := strings.Replace(strings.Replace(cfg, "sites: [edge-1]\n", "", 1), ", site: edge-1}", "}", 1)
+	writeFile(t, filepath.Join(dir, "weft.yaml"), hubOnly)
+	writeFile(t, filepath.Join(dir, "values.yaml"), "greeting: g1\n")
+	var set host.Settings
+	fs := flag.NewFlagSet("weft", flag.ContinueOnError)
+	set.Flags(fs, false)
+	if err := fs.Parse([]string{"--config", filepath.Join(dir, "weft.yaml"), "--nats-url", hub.URL, "--listen", "127.0.0.1:0", "--log-level", "warn"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(testkit.Run(t, func(ctx context.Context) error {
+		return host.Run(ctx, set, host.Binary{Name: "weft up", Services: Services, Reload: make(chan os.Signal)})
+	}))
+	nc, js := connect(t, hub.URL)
+	defer nc.Close()
+	waitFor(t, "the hub's first deploy", func() error {
+		data, _ := os.ReadFile(filepath.Join(dir, "site-out", "maps", "hosts.map")) // edge, at the hub for now
+		return contains(string(data), "g1.example.com")
+	})
+	if sites, err := msg.ReadSites(context.Background(), js, time.Now()); err != nil || len(sites) != 0 {
+		t.Fatalf("sites of a hub without sites: %v, %v", sites, err)
+	}
+	writeFile(t, filepath.Join(dir, "weft.yaml"), cfg)
+	waitAtLeast(t, "the new site's statuses sourced", func() error {
+		sites, err := msg.ReadSites(context.Background(), js, time.Now())
+		if err != nil {
+			return err
+		}
+		if len(sites) != 1 || sites[0].Site != "edge-1" {
+			return fmt.Errorf("sites %+v", sites)
+		}
+		return nil
+	})
+	out, _ := hubStatus(hub.URL)
+	if err := matches(out, `(?m)^edge-1 +- +0 +site unreachable: not heard from since the hub's NATS started`); err != nil {
+		t.Error(err)
+	}
+}

@@ -8,8 +8,10 @@
 // (unless --watch-config=false), it is read again, validated by the
 // validator's template kind (liveconfig.FollowFile) and, when it passes,
 // the services are restarted on it; otherwise the running configuration
-// stays and an ERROR record says why. Addresses the process listens on
-// are checked before anything starts (CheckAddrs).
+// stays and an ERROR record says why. A configuration whose sites differ
+// from those provisioned is provisioned again before the services restart
+// on it. Addresses the process listens on are checked before anything
+// starts (CheckAddrs).
 package host
 
 import (
@@ -299,6 +301,9 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		}
 		return nil
 	})
+	if !s.SkipProvision {
+		configs = reprovisionOn(gctx, env, s, js, refused, fileCfg, configs)
+	}
 	g.Go(func() error { return runServices(gctx, env, gens, b.Services, configs) })
 	err = g.Wait()
 	log.Info("stopped", "err", err)
