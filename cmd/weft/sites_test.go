@@ -145,6 +145,17 @@ func TestSiteOverLeafNode(t *testing.T) {
 	if err := siteHas("g2"); err != nil {
 		t.Fatalf("the site lost its last bundle while cut off: %v", err)
 	}
+	resp, err := hubNC.Request(msg.APIStatus, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep msg.StatusReport
+	if err := msg.Decode(resp.Data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Sites) != 1 || rep.Sites[0].Site != "edge-1" || rep.Sites[0].Reachable {
+		t.Errorf("%s at the hub names the sites %+v, want edge-1 unreachable", msg.APIStatus, rep.Sites)
+	}
 	// The site's deployer works on its own JetStream meanwhile: a file
 	// removed behind its back is delivered again on a trigger, from the
 	// last bundle the site has.

@@ -542,13 +542,17 @@ func (d *deployer) writeStatus(ctx context.Context, st msg.DeployStatus, rev uin
 	return nil
 }
 
-// onStatus answers weft.api.status with every target's status.
+// onStatus answers weft.api.status with every target's status and the
+// links to the hub's sites.
 func (d *deployer) onStatus(ctx context.Context, m *nats.Msg) error {
 	if m.Reply == "" {
 		return nil // nobody to answer
 	}
 	rep, err := msg.ReadStatus(ctx, d.status)
 	if err != nil {
+		return err
+	}
+	if rep.Sites, err = msg.ReadSites(ctx, d.env.JS, rep.At); err != nil {
 		return err
 	}
 	out, err := msg.NewMsg(m.Reply, "", rep)
