@@ -54,7 +54,10 @@
 // the hub): verdicts on the targets of other sites are left to their
 // deployers. A site's deployer runs on its leaf node's JetStream, which
 // sources its targets' verdicts, validation statuses and the bundles from
-// the hub (msg.AtSite); its statuses name the site.
+// the hub (msg.AtSite); its statuses name the site. There, a change of a
+// target's validation status orders its last accepted bundle too (the
+// verdict may come before the status, or not at all), and a bundle not
+// yet sourced is waited for.
 package deployer
 
 import (
@@ -200,6 +203,14 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		if every := cfg.Targets[name].Deploy.DriftCheck.D(); every > 0 {
 			g.Go(func() error { return d.checkDrift(ctx, name, every) })
 		}
+	}
+	if env.Site != "" {
+		// Watching from before the catch-up reads the statuses.
+		w, err := d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly())
+		if err != nil {
+			return fmt.Errorf("deployer: watch the validation statuses: %w", err)
+		}
+		g.Go(func() error { return d.followAccepted(ctx, w) })
 	}
 	g.Go(func() error { return d.catchUp(ctx) })
 	g.Go(func() error {
