@@ -61,6 +61,12 @@ var Services = []host.Service{
 	{Name: pullercontroller.Service, Run: runPullerController},
 }
 
+// SiteServices are the services `weft up --site` runs at a site, on its
+// NATS leaf node: the deployer of the site's targets.
+var SiteServices = []host.Service{
+	{Name: deployer.Service, Run: deployer.Run},
+}
+
 // runPullerController runs the puller's controller when weft.yaml has a
 // puller section and nothing otherwise (a nil return leaves the other
 // services running). The node agent is not run here: it runs per node.

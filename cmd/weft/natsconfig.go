@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/natsauth"
 )
@@ -65,6 +67,8 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	url := fs.String("nats-url", envOr("WEFT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL [WEFT_NATS_URL]")
 	replicas := fs.Int("replicas", 1, "JetStream replicas of streams and buckets (3 on a 3-node cluster)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	cfgPath := fs.String("config", "", "weft.yaml whose sites the streams and buckets source from (at the hub) or to (with --site); empty: no sites")
+	site := fs.String("site", "", "provision the NATS leaf node of this site of --config's sites")
 	var auth natsauth.Client
 	auth.Flags(fs)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
@@ -72,6 +76,20 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("provision takes no arguments, got %q", fs.Args()))
+	}
+	var popts []msg.ProvisionOption
+	switch {
+	case *cfgPath != "":
+		cfg, err := config.Load(*cfgPath)
+		if err != nil {
+			return err
+		}
+		if err := cfg.CheckSite(*site); err != nil {
+			return usageError(err)
+		}
+		popts = cfg.ProvisionOptions(*site)
+	case *site != "":
+		return usageError(errors.New("--site needs --config: the site's targets are in weft.yaml"))
 	}
 	opts, err := auth.Options()
 	if err != nil {
@@ -89,7 +107,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := natsauth.Provision(ctx, js, *replicas, refused); err != nil {
+	if err := natsauth.Provision(ctx, js, *replicas, refused, popts...); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "provisioned every stream, bucket and object store")

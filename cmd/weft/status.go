@@ -53,6 +53,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	// The links to the sites whose statuses the hub sources.
+	if rep.Sites, err = msg.ReadSites(ctx, js, rep.At); err != nil {
+		return err
+	}
 	// The puller's pulls, when it runs (a weft without it has no bucket).
 	if pulls, err := js.KeyValue(ctx, msg.BucketPulls); err == nil {
 		if rep.Pulls, err = msg.ReadPulls(ctx, pulls); err != nil {

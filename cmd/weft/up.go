@@ -35,9 +35,10 @@ func upCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(reload)
 	b := binary
 	b.Reload = reload
-	fs := newFlags(command{name: "up", summary: "Run every service (watcher, renderer, validator, deployer) in one process, over an\nembedded NATS server unless --nats-url names one, until SIGINT or SIGTERM. SIGHUP,\nor a change of the configuration file, reads the configuration again."})
+	fs := newFlags(command{name: "up", summary: "Run every service (watcher, renderer, validator, deployer) in one process, over an\nembedded NATS server unless --nats-url names one, until SIGINT or SIGTERM. SIGHUP,\nor a change of the configuration file, reads the configuration again. With --site,\nonly the deployer of that site's targets, on the site's NATS leaf node."})
 	var s host.Settings
 	s.Flags(fs, binary.EmbeddedDefault)
+	s.SiteFlag(fs)
 	demoDefault, _ := strconv.ParseBool(os.Getenv("WEFT_DEMO"))
 	withDemo := fs.Bool("demo", demoDefault, "also start HAProxy on 127.0.0.1 and echo backends for the EndpointSlices, and deliver the one target to HAProxy with the runtime driver (when haproxy is missing: as configured, without the haproxy validator kind; WEFT_HAPROXY names the binary) [WEFT_DEMO]")
 	parentDefault, _ := strconv.ParseBool(os.Getenv("WEFT_EXIT_WITH_PARENT"))
@@ -49,6 +50,15 @@ func upCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := exitWithParent(); err != nil {
 			return err
 		}
+	}
+	if s.Site != "" {
+		if *withDemo {
+			return usageError(errors.New("--demo and --site do not go together"))
+		}
+		if s.NATSURL == "" {
+			return usageError(errors.New("--site needs --nats-url: the site's NATS leaf node, whose JetStream domain is the site's"))
+		}
+		b.Services = SiteServices
 	}
 	var err error
 	if !*withDemo {

@@ -535,6 +535,16 @@ func testRBAC(t *testing.T, a *apiServer, builds map[string][]*unstructured.Unst
 			return err
 		}})
 	})
+	t.Run("site", func(t *testing.T) {
+		// the site's deployer and leaf node never talk to the API server
+		a.applyRBAC(t, builds["site"])
+		for _, sa := range []string{"weft-deployer", "weft-nats"} {
+			a.run(t, check{sa, "list pods", false, func(ctx context.Context, c as) error {
+				_, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+				return err
+			}})
+		}
+	})
 	t.Run("single", func(t *testing.T) {
 		a.applyRBAC(t, builds["single"])
 		a.watches(t, "weft", "overlays/single/weft.yaml")

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/weftio/weft/pkg/config v0.0.0
+	github.com/weftio/weft/pkg/msg v0.0.0
 	github.com/weftio/weft/pkg/testkit v0.0.0
 	k8s.io/api v0.37.0
 	k8s.io/apimachinery v0.37.0
@@ -60,7 +61,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
-	github.com/weftio/weft/pkg/msg v0.0.0 // indirect
 	github.com/weftio/weft/pkg/svc v0.0.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect

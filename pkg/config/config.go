@@ -50,6 +50,12 @@ type Config struct {
 	Targets map[string]Target `json:"targets"`
 	// Puller configures the puller's controller (nil: not used).
 	Puller *Puller `json:"puller,omitempty"`
+	// Sites are the places whose instances are reached only through a
+	// NATS leaf node, each the JetStream domain of its leaf node; a target
+	// names its site in deploy.site. HubDomain is the JetStream domain of
+	// the hub's NATS (default msg.DefaultHubDomain).
+	Sites     []string `json:"sites,omitempty"`
+	HubDomain string   `json:"hub_domain,omitempty"`
 
 	// Dir is the folder of the file; relative paths were resolved against it.
 	Dir string `json:"-"`
@@ -302,6 +308,9 @@ type Deploy struct {
 	// detects and repairs changes made behind weft's back (0: only on
 	// weft.trigger.deploy.<target>).
 	DriftCheck Duration `json:"drift_check,omitempty"`
+	// Site names the site (one of sites) whose deployer delivers the
+	// target; empty: the hub's deployer.
+	Site string `json:"site,omitempty"`
 }
 
 // Dataplane is how the dataplane driver reaches an HAProxy Dataplane API.
@@ -476,6 +485,9 @@ func (c *Config) resolve(p string) string {
 
 func (c *Config) defaults() {
 	c.pullerDefaults()
+	if c.HubDomain == "" {
+		c.HubDomain = msg.DefaultHubDomain
+	}
 	if c.WatchedResourcesIgnoreFields == nil {
 		c.WatchedResourcesIgnoreFields = []string{"metadata.managedFields"}
 	}
@@ -637,6 +649,7 @@ func (c *Config) check(ps *problems) {
 			bad(f.k("field_selector"), "%v", err)
 		}
 	}
+	c.checkSites(ps)
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
 	}

@@ -46,6 +46,8 @@ func Catalog() []Entry {
 		{BucketConfig, "kv bucket", SchemaConfig, "`current`: the active configuration when it comes from a ConfigMap (`weft up --config-map`)"},
 		{BucketPulls, "kv bucket", SchemaPullStatus, "`<namespace>.<prepullimage>.<node>`: one node's pull state per image of a PrePullImage"},
 		{ObjectBundles, "object store", SchemaBundle + ", " + SchemaConfig, "rendered bundles by content hash; candidate configurations as `config-<hash>`"},
+		{StreamValidated + ", " + BucketStatus + ", " + ObjectBundles, "sourced at a site", "", "on a site's leaf node (JetStream domain `<site>`), from the hub's domain: `" + ValidatedSubject("<target>") + "` and `" + ValidationStatusKey("<target>") + "` of the site's targets, every bundle; the rest is the site's own"},
+		{StreamDeploys + ", " + BucketStatus, "sourced at the hub", "", "from each site's domain: `" + DeployedAll + "` and `deploy.>` (the site's deploy statuses, which name it)"},
 	}
 }
 

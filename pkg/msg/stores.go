@@ -182,7 +182,17 @@ const ProvisionCallTimeout = 5 * time.Second
 // ProvisionOption configures Provision.
 type ProvisionOption func(*provisionOptions) error
 
-type provisionOptions struct{ callTimeout time.Duration }
+type provisionOptions struct {
+	callTimeout time.Duration
+	// sites: the hub's (WithSites); site, hubDomain, siteTargets: a
+	// site's leaf node (AtSite).
+	sites           []string
+	site, hubDomain string
+	siteTargets     []string
+	// sourcesKnown: WithSites or AtSite was given; otherwise the sources
+	// a stream has are kept.
+	sourcesKnown bool
+}
 
 // WithCallTimeout bounds each JetStream API request of Provision.
 func WithCallTimeout(d time.Duration) ProvisionOption {
@@ -195,7 +205,8 @@ func WithCallTimeout(d time.Duration) ProvisionOption {
 	}
 }
 
-// Provision creates or updates every stream, bucket and object store. Every
+// Provision creates or updates every stream, bucket and object store (with
+// the sources of a hub's sites, WithSites, or of a site, AtSite). Every
 // service calls it at start, so any of them can come up first. Each creation
 // is one request with its own timeout, retried with backoff until it
 // succeeds or ctx is done; an error JetStream gives as final (a replica count
@@ -213,27 +224,32 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 	}
 	var errs []error
 	for _, c := range Streams(replicas) {
-		errs = append(errs, provisionOne(ctx, o.callTimeout, "stream "+c.Name, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, c)
-			return err
-		}))
+		errs = append(errs, provisionStream(ctx, js, o, "stream "+c.Name, c))
 	}
 	for _, c := range KeyValues(replicas) {
-		errs = append(errs, provisionOne(ctx, o.callTimeout, "bucket "+c.Bucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, KVStreamConfig(c))
-			return err
-		}))
+		errs = append(errs, provisionStream(ctx, js, o, "bucket "+c.Bucket, KVStreamConfig(c)))
 	}
 	for _, c := range ObjectStores(replicas) {
-		errs = append(errs, provisionOne(ctx, o.callTimeout, "object store "+c.Bucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, ObjectStreamConfig(c))
-			return err
-		}))
+		errs = append(errs, provisionStream(ctx, js, o, "object store "+c.Bucket, ObjectStreamConfig(c)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
 	return nil
+}
+
+// provisionStream creates or updates the stream c with its sources.
+func provisionStream(ctx context.Context, js Provisioner, o provisionOptions, what string, c jetstream.StreamConfig) error {
+	if err := retryUnanswered(ctx, o.callTimeout, what+": sources", func(ctx context.Context) (err error) {
+		c, err = o.withSources(ctx, js, c)
+		return err
+	}, provisionFinal); err != nil {
+		return err
+	}
+	return provisionOne(ctx, o.callTimeout, what, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateStream(ctx, c)
+		return err
+	})
 }
 
 // provisionOne runs create until it succeeds, fails for good, or ctx is

@@ -431,6 +431,9 @@ type DeployStatus struct {
 	// Failures counts the failed attempts, in a row, of an order the
 	// deployer keeps retrying (LastError says why); 0 once one succeeds.
 	Failures uint64 `json:"failures,omitempty"`
+	// Site names the site whose deployer writes this status (empty: the
+	// hub's); the hub sources the statuses of its sites.
+	Site string `json:"site,omitempty"`
 }
 
 func (DeployStatus) Schema() string { return SchemaDeployStatus }
@@ -507,6 +510,8 @@ type StatusReport struct {
 	// Pulls are the per-node pull statuses of the puller not yet Pulled
 	// (Pending, Pulling, Failed), from BucketPulls (ReadPulls).
 	Pulls []PullStatus `json:"pulls,omitempty"`
+	// Sites are the links to the hub's sites (ReadSites), by name.
+	Sites []SiteStatus `json:"sites,omitempty"`
 	At    time.Time    `json:"at"`
 }
 

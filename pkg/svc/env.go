@@ -28,6 +28,9 @@ type Env struct {
 	Health   *health.Checks
 	// Replica names this process among the replicas of a service.
 	Replica string
+	// Site is the site this process serves at, on its leaf node (empty:
+	// the hub). A deployer delivers only the targets of its site.
+	Site string
 }
 
 // Check reports a missing dependency.

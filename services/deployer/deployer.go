@@ -49,6 +49,15 @@
 // repairs drift. Certificates and files holding a private key are
 // delivered 0600, or with deploy.mode when it gives others nothing. The
 // deployer also answers weft.api.status.
+//
+// A deployer delivers only the targets of its site (svc.Env.Site; empty:
+// the hub): verdicts on the targets of other sites are left to their
+// deployers. A site's deployer runs on its leaf node's JetStream, which
+// sources its targets' verdicts, validation statuses and the bundles from
+// the hub (msg.AtSite); its statuses name the site. There, a change of a
+// target's validation status orders its last accepted bundle too (the
+// verdict may come before the status, or not at all), and a bundle not
+// yet sourced is waited for.
 package deployer
 
 import (
@@ -110,6 +119,9 @@ type deployer struct {
 	leases    jetstream.KeyValue // deploy leases: one replica applies to an instance at a time
 	bundles   jetstream.ObjectStore
 	instances instanceSet
+	// elsewhere: the targets other sites' deployers deliver, by site
+	// ("" is the hub).
+	elsewhere map[string]string
 }
 
 // Run delivers bundles until ctx is done.
@@ -118,7 +130,10 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return err
 	}
 	env = env.For(Service)
-	d := &deployer{env: env, cfg: cfg, instances: instanceSet{by: map[string][]*instance{}}}
+	if err := cfg.CheckSite(env.Site); err != nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	d := &deployer{env: env, cfg: cfg, instances: instanceSet{by: map[string][]*instance{}}, elsewhere: map[string]string{}}
 	var err error
 	if d.m, err = newMetrics(env.Registry); err != nil {
 		return err
@@ -137,6 +152,10 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	}
 	consumers := map[string]string{}
 	for _, name := range cfg.TargetNames() {
+		if site := cfg.Targets[name].Deploy.Site; site != env.Site {
+			d.elsewhere[name] = site
+			continue
+		}
 		ins, err := newInstances(name, cfg.Targets[name])
 		if err != nil {
 			return err
@@ -169,7 +188,7 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	verdicts := stage("verdicts")
 	verdicts.Renew = renewOrders
 	g.Go(func() error { return bus.Consume(ctx, orders, d.onVerdict, verdicts) })
-	for _, name := range cfg.TargetNames() {
+	for _, name := range cfg.SiteTargets(env.Site) {
 		ins, _ := d.instances.of(name)
 		for _, in := range ins {
 			g.Go(func() error { return d.consume(ctx, in, stage("orders")) })
@@ -184,6 +203,14 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		if every := cfg.Targets[name].Deploy.DriftCheck.D(); every > 0 {
 			g.Go(func() error { return d.checkDrift(ctx, name, every) })
 		}
+	}
+	if env.Site != "" {
+		// Watching from before the catch-up reads the statuses.
+		w, err := d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly())
+		if err != nil {
+			return fmt.Errorf("deployer: watch the validation statuses: %w", err)
+		}
+		g.Go(func() error { return d.followAccepted(ctx, w) })
 	}
 	g.Go(func() error { return d.catchUp(ctx) })
 	g.Go(func() error {
@@ -202,6 +229,10 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	ins, ok := d.instances.of(v.Target)
+	if site, there := d.elsewhere[v.Target]; !ok && there {
+		d.env.Log.DebugContext(ctx, "verdict on a target of another site; left to its deployer", "target", v.Target, "site", site)
+		return nil
+	}
 	if !ok {
 		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
 	}
@@ -289,6 +320,9 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 		return err
 	}
 	ins, ok := d.instances.of(name)
+	if site, there := d.elsewhere[name]; !ok && there {
+		return msg.Permanent(fmt.Errorf("target %q is delivered by the deployer of %s", name, siteName(site)))
+	}
 	if !ok {
 		return msg.Permanent(fmt.Errorf("unknown target %q", name))
 	}
@@ -425,9 +459,23 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 	return d.finish(ctx, out, seq, start, &st, rev)
 }
 
-// bundle reads a bundle from the object store, relocated for in.
+// bundle reads a bundle from the object store, relocated for in. At a
+// site the bundle comes by a source of its own, which may deliver it
+// after the verdict and validation status that name it: a missing bundle
+// is waited for up to msg.ConfirmWait before it is a failure.
 func (d *deployer) bundle(ctx context.Context, in *instance, hash string) (msg.Bundle, error) {
 	data, err := d.bundles.GetBytes(ctx, hash)
+	deadline := time.Now().Add(msg.ConfirmWait)
+	for wait := 50 * time.Millisecond; errors.Is(err, jetstream.ErrObjectNotFound) && d.env.Site != "" && time.Now().Before(deadline); wait = min(2*wait, time.Second) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return msg.Bundle{}, ctx.Err()
+		case <-t.C:
+		}
+		data, err = d.bundles.GetBytes(ctx, hash)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return msg.Bundle{}, fmt.Errorf("bundle %s is not in the object store", hash)
 	}
@@ -498,13 +546,15 @@ func (d *deployer) readStatus(ctx context.Context, in *instance) (msg.DeployStat
 }
 
 func (d *deployer) writeStatus(ctx context.Context, st msg.DeployStatus, rev uint64) error {
+	st.Site = d.env.Site
 	if _, err := msg.StoreStatus(ctx, d.status, msg.DeployStatusKey(st.Target, st.Instance), st, rev); err != nil {
 		return msg.Retry(err, 200*time.Millisecond)
 	}
 	return nil
 }
 
-// onStatus answers weft.api.status with every target's status.
+// onStatus answers weft.api.status with every target's status and the
+// links to the hub's sites.
 func (d *deployer) onStatus(ctx context.Context, m *nats.Msg) error {
 	if m.Reply == "" {
 		return nil // nobody to answer
@@ -513,9 +563,20 @@ func (d *deployer) onStatus(ctx context.Context, m *nats.Msg) error {
 	if err != nil {
 		return err
 	}
+	if rep.Sites, err = msg.ReadSites(ctx, d.env.JS, rep.At); err != nil {
+		return err
+	}
 	out, err := msg.NewMsg(m.Reply, "", rep)
 	if err != nil {
 		return err
 	}
 	return m.RespondMsg(out)
+}
+
+// siteName names a site for people ("" is the hub).
+func siteName(site string) string {
+	if site == "" {
+		return "the hub"
+	}
+	return "site " + site
 }

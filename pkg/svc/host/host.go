@@ -8,8 +8,10 @@
 // (unless --watch-config=false), it is read again, validated by the
 // validator's template kind (liveconfig.FollowFile) and, when it passes,
 // the services are restarted on it; otherwise the running configuration
-// stays and an ERROR record says why. Addresses the process listens on
-// are checked before anything starts (CheckAddrs).
+// stays and an ERROR record says why. A configuration whose sites differ
+// from those provisioned is provisioned again before the services restart
+// on it. Addresses the process listens on are checked before anything
+// starts (CheckAddrs).
 //
 // A binary with NoConfig (the puller's node agent) reads no configuration
 // file and embeds no NATS server: it takes only the connection settings,
@@ -40,6 +42,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
 	"github.com/weftio/weft/pkg/svc/envflag"
@@ -81,6 +84,10 @@ type Settings struct {
 	// file whose accounts and users (weft nats-config) the embedded server
 	// requires; its listen address and storage stay weft's.
 	EmbeddedConfig string
+	// Site (WEFT_SITE, --site on the binaries that serve a site) runs
+	// the process at that site of weft.yaml's sites, on its leaf node:
+	// provisioned to source from the hub, delivering the site's targets.
+	Site string
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -119,6 +126,11 @@ func (s *Settings) connectionFlags(fs *flag.FlagSet, env *envflag.Defaults, nats
 	fs.Var((*negated)(&s.SkipProvision), "provision", "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
 }
 
+// SiteFlag registers --site [WEFT_SITE] on fs.
+func (s *Settings) SiteFlag(fs *flag.FlagSet) {
+	fs.StringVar(&s.Site, "site", (&envflag.Defaults{}).String("WEFT_SITE", ""), "run at this site of weft.yaml's sites, on the site's NATS leaf node: deliver only its targets (empty: the hub) [WEFT_SITE]")
+}
+
 // ConfigMapWatcher follows a ConfigMap key and proposes each new content
 // (liveconfig.Propose). It is given by binaries that can reach Kubernetes.
 type ConfigMapWatcher func(ctx context.Context, env svc.Env, s Settings) error
@@ -143,6 +155,8 @@ type Binary struct {
 	ConfigMap ConfigMapWatcher
 	// Flags registers the binary's own flags, beside the common ones.
 	Flags func(fs *flag.FlagSet)
+	// Sites: the binary can run at a site (--site).
+	Sites bool
 	// Reload delivers the requests to read the configuration file again;
 	// nil: Run listens for SIGHUP itself.
 	Reload <-chan os.Signal
@@ -171,6 +185,9 @@ func Main(b Binary, args []string) error {
 		s.ConnectionFlags(fs)
 	} else {
 		s.Flags(fs, b.EmbeddedDefault)
+	}
+	if b.Sites {
+		s.SiteFlag(fs)
 	}
 	if b.Flags != nil {
 		b.Flags(fs)
@@ -206,6 +223,11 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			return err
 		}
 		fileCfg, fileHash, dir = cfg, liveconfig.Hash(string(data)), cfg.Dir
+		if err := cfg.CheckSite(s.Site); err != nil {
+			return err
+		}
+	} else if s.Site != "" {
+		return fmt.Errorf("--site %s needs its configuration from a file (--config), not a ConfigMap: the leaf node is provisioned from it", s.Site)
 	}
 	reload := b.Reload
 	if reload == nil {
@@ -233,7 +255,11 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			log.Warn("the embedded NATS server listens beyond this machine and requires no users: anyone who reaches it can publish renders and deploy orders; give --nats-server-config (weft nats-config)", "addr", s.Embedded)
 		}
 	}
-	env, reg, closeNATS, err := connect(ctx, s, url, b.Connection, log)
+	var provision []msg.ProvisionOption
+	if fileCfg != nil {
+		provision = fileCfg.ProvisionOptions(s.Site)
+	}
+	env, reg, refused, closeNATS, err := connect(ctx, s, url, b.Connection, log, provision...)
 	if err != nil {
 		return err
 	}
@@ -272,6 +298,9 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		})
 	}
 	g.Go(func() error { return serveHealth(gctx, s, env, gens) })
+	if !s.SkipProvision {
+		configs = reprovisionOn(gctx, env, s, env.JS, refused, fileCfg, configs)
+	}
 	g.Go(func() error { return runServices(gctx, env, gens, b.Services, configs) })
 	err = g.Wait()
 	log.Info("stopped", "err", err)
@@ -287,7 +316,7 @@ func runWithoutConfig(ctx context.Context, s Settings, b Binary, log *slog.Logge
 	if err := CheckAddrs(s.Addrs()...); err != nil {
 		return err
 	}
-	env, reg, closeNATS, err := connect(ctx, s, s.NATSURL, b.Connection, log)
+	env, reg, _, closeNATS, err := connect(ctx, s, s.NATSURL, b.Connection, log)
 	if err != nil {
 		return err
 	}
@@ -304,31 +333,31 @@ func runWithoutConfig(ctx context.Context, s Settings, b Binary, log *slog.Logge
 // the connection's name, "" for "weft"), provisions the streams and
 // buckets unless told not to, and returns the services' environment, the
 // process's metrics registry, and what closes the connection.
-func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger) (svc.Env, *prometheus.Registry, func(), error) {
+func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger, provision ...msg.ProvisionOption) (svc.Env, *prometheus.Registry, <-chan error, func(), error) {
 	if name == "" {
 		name = "weft"
 	}
 	auth, err := s.NATS.Options()
 	if err != nil {
-		return svc.Env{}, nil, nil, err
+		return svc.Env{}, nil, nil, nil, err
 	}
 	refused := make(chan error, 1)
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), natsauth.LogErrors(log, refused)}, auth...)...)
 	if err != nil {
-		return svc.Env{}, nil, nil, fmt.Errorf("connect %s: %w", url, err)
+		return svc.Env{}, nil, nil, nil, fmt.Errorf("connect %s: %w", url, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return svc.Env{}, nil, nil, err
+		return svc.Env{}, nil, nil, nil, err
 	}
 	if !s.SkipProvision {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = natsauth.Provision(pctx, js, s.Replicas, refused)
+		err = natsauth.Provision(pctx, js, s.Replicas, refused, provision...)
 		cancel()
 		if err != nil {
 			nc.Close()
-			return svc.Env{}, nil, nil, err
+			return svc.Env{}, nil, nil, nil, err
 		}
 	}
 	reg := prometheus.NewRegistry()
@@ -341,8 +370,8 @@ func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger
 		}
 		return nil
 	})
-	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName()}
-	return env, reg, func() { _ = tp.Shutdown(context.Background()); nc.Close() }, nil
+	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName(), Site: s.Site}
+	return env, reg, refused, func() { _ = tp.Shutdown(context.Background()); nc.Close() }, nil
 }
 
 // serveHealth serves /healthz, /readyz and /metrics (what metrics gathers)

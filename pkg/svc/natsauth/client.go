@@ -113,7 +113,7 @@ var ErrMayNotProvision = errors.New("this NATS user may not create streams and b
 // Provision is msg.Provision that stops at the first refusal received on
 // refused (LogErrors) while it runs: a user without the right is told so
 // at once rather than after every retry timed out.
-func Provision(ctx context.Context, js msg.Provisioner, replicas int, refused <-chan error) error {
+func Provision(ctx context.Context, js msg.Provisioner, replicas int, refused <-chan error, opts ...msg.ProvisionOption) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan struct{})
@@ -125,7 +125,7 @@ func Provision(ctx context.Context, js msg.Provisioner, replicas int, refused <-
 		case <-done:
 		}
 	}()
-	err := msg.Provision(ctx, js, replicas)
+	err := msg.Provision(ctx, js, replicas, opts...)
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrMayNotProvision) {
 		return cause
 	}

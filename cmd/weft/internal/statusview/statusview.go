@@ -1,7 +1,8 @@
 // Package statusview prints a status report for people: one block per
 // target with its last render, verdict and each instance's deploy state,
-// the sync state and object count of every source's types, and the image
-// pulls not done yet; Failing names what failed last.
+// the sync state and object count of every source's types, the links to
+// the hub's sites, and the image pulls not done yet; Failing names what
+// failed last and the sites the hub has not heard from.
 package statusview
 
 import (
@@ -52,7 +53,7 @@ func Write(w io.Writer, rep msg.StatusReport) {
 			if i > 0 {
 				name, render, valid = "", "", ""
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d %s\t%s\t%s\n", name, render, valid, d.Instance, d.Version, short(d.BundleHash), reloads(d.Reloads), oneLine(e))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d %s\t%s\t%s\n", name, render, valid, instanceName(d), d.Version, short(d.BundleHash), reloads(d.Reloads), oneLine(e))
 		}
 	}
 	_ = tw.Flush()
@@ -62,6 +63,15 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		fmt.Fprintln(tw, "SOURCE\tTYPE\tSYNCED\tOBJECTS\tPROBLEMS")
 		for _, s := range rep.Syncs {
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\n", s.Source, s.Type, s.Synced, s.Count, oneLine(strings.Join(s.Errors, "; ")))
+		}
+		_ = tw.Flush()
+	}
+	if len(rep.Sites) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SITE\tINSTANCES\tLAG\tLINK")
+		for _, st := range rep.Sites {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", st.Site, siteInstances(rep, st.Site), st.Lag, link(st, rep.At))
 		}
 		_ = tw.Flush()
 	}
@@ -99,7 +109,54 @@ func Failing(rep msg.StatusReport) []string {
 			}
 		}
 	}
+	for _, st := range rep.Sites {
+		if !st.Reachable {
+			out = append(out, fmt.Sprintf("site %s: %s", st.Site, link(st, rep.At)))
+		}
+	}
 	return out
+}
+
+// instanceName is the instance, after its site when it has one.
+func instanceName(d msg.DeployStatus) string {
+	if d.Site == "" {
+		return d.Instance
+	}
+	return d.Site + "/" + d.Instance
+}
+
+// link says whether the hub hears from a site, since when not, and the
+// error NATS gives for it.
+func link(st msg.SiteStatus, now time.Time) string {
+	var out string
+	switch {
+	case st.Reachable:
+		return "ok"
+	case st.LastHeard.IsZero():
+		out = "site unreachable: not heard from since the hub's NATS started"
+	default:
+		out = fmt.Sprintf("site unreachable since %s (%s)", st.LastHeard.Format(time.RFC3339), now.Sub(st.LastHeard).Round(time.Second))
+	}
+	if st.Error != "" {
+		out += ": " + oneLine(st.Error)
+	}
+	return out
+}
+
+// siteInstances lists the site's instances as target/instance.
+func siteInstances(rep msg.StatusReport, site string) string {
+	var out []string
+	for _, t := range rep.Targets {
+		for _, d := range t.Deploys {
+			if d.Site == site {
+				out = append(out, t.Target+"/"+d.Instance)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ", ")
 }
 
 // images is "<pulled>/<all> pulled".

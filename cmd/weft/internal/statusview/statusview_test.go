@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,6 +44,49 @@ func TestWrite(t *testing.T) {
 			},
 		}},
 	}
+	sites := msg.StatusReport{
+		At: at,
+		Targets: []msg.TargetReport{
+			{
+				Target:     "edge",
+				Render:     &msg.RenderStatus{Target: "edge", Version: 7, BundleHash: "89abcdef01234567"},
+				Validation: &msg.ValidationStatus{Target: "edge", Version: 7, OK: true},
+				Deploys: []msg.DeployStatus{
+					{Target: "edge", Instance: "lb-1", Site: "edge-1", Version: 6, BundleHash: "0123456789abcdef", Reloads: map[string]int64{"structure": 3}},
+					{Target: "edge", Instance: "lb-2", Site: "edge-1", Version: 6, BundleHash: "0123456789abcdef", Reloads: map[string]int64{"structure": 3}},
+				},
+			},
+			{
+				Target:     "shop",
+				Render:     &msg.RenderStatus{Target: "shop", Version: 2, BundleHash: "fedcba9876543210"},
+				Validation: &msg.ValidationStatus{Target: "shop", Version: 2, OK: true},
+				Deploys:    []msg.DeployStatus{{Target: "shop", Instance: "local", Version: 2, BundleHash: "fedcba9876543210"}},
+			},
+			{
+				Target:  "store",
+				Deploys: []msg.DeployStatus{{Target: "store", Instance: "local", Site: "edge-2", Version: 1, BundleHash: "aaaabbbbccccdddd"}},
+			},
+		},
+		Sites: []msg.SiteStatus{
+			{Site: "edge-1", LastHeard: at.Add(-95 * time.Second), Lag: 4},
+			{Site: "edge-2", Reachable: true, LastHeard: at},
+			{Site: "edge-3", Error: "nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable"},
+		},
+	}
+	tests = append(tests, struct {
+		name string
+		rep  msg.StatusReport
+	}{"sites", sites})
+	t.Run("failing sites", func(t *testing.T) {
+		got := statusview.Failing(sites)
+		want := []string{
+			"site edge-1: site unreachable since 2026-11-24T13:58:25Z (1m35s)",
+			"site edge-3: site unreachable: not heard from since the hub's NATS started: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable",
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("Failing = %q, want %q", got, want)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer

@@ -1,4 +1,5 @@
-// Command weft-deployer runs the deployer service against a NATS server.
+// Command weft-deployer runs the deployer service against a NATS server;
+// with --site, at a site, on the site's NATS leaf node.
 package main
 
 import (
@@ -17,5 +18,5 @@ func main() {
 }
 
 func run() error {
-	return host.Main(host.Binary{Name: "weft-deployer", Services: []host.Service{{Name: deployer.Service, Run: deployer.Run}}}, os.Args[1:])
+	return host.Main(host.Binary{Name: "weft-deployer", Sites: true, Services: []host.Service{{Name: deployer.Service, Run: deployer.Run}}}, os.Args[1:])
 }

@@ -1,0 +1,102 @@
+package deployer_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer"
+)
+
+// startAt starts a deployer at site ("" is the hub) on a configuration
+// whose target edge is delivered at site edge-1 and shop at the hub.
+func startAt(t *testing.T, site string) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(`
+sites: [edge-1]
+targets:
+  edge:
+    deploy: {driver: files, dest: out, site: edge-1}
+    haproxy_config: {template: unused}
+  shop:
+    deploy: {driver: files, dest: shop-out}
+    haproxy_config: {template: unused}
+`), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t), dest: filepath.Join(dir, "out")}
+	f.env = testkit.NewEnv(t, f.bus, "d1")
+	f.env.Site = site
+	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, f.env.Env, cfg) })
+	return f
+}
+
+// TestSiteDeploysWhatItsStatusAccepts: at a site, the validation status
+// sourced from the hub orders the last accepted bundle by itself: a
+// verdict that never arrives, or came too early and was dead-lettered,
+// does not leave the site behind.
+func TestSiteDeploysWhatItsStatusAccepts(t *testing.T) {
+	f := startAt(t, "edge-1")
+	for v := uint64(1); v <= 2; v++ {
+		b := f.store(fmt.Sprintf("global # v%d\n", v))
+		recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: v, BundleHash: b.Hash, OK: true})
+		if d := f.outcome(v); d.Version != v || d.Outcome != msg.OutcomeApplied {
+			t.Fatalf("outcome %+v, want v%d applied", d, v)
+		}
+		if got := f.file("haproxy.cfg"); got != fmt.Sprintf("global # v%d\n", v) {
+			t.Fatalf("haproxy.cfg %q after v%d", got, v)
+		}
+	}
+	// The verdict of v2, late: ordered once already, not again.
+	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 2, BundleHash: f.store("global # v2\n").Hash, OK: true})
+	kv, _ := f.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	var st msg.DeployStatus
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if _, err := msg.LoadStatus(context.Background(), kv, msg.DeployStatusKey("edge", "local"), &st); err != nil {
+			return err
+		}
+		if st.Site != "edge-1" || st.Deploys != 2 {
+			return fmt.Errorf("deploy status %+v, want 2 deploys at site edge-1", st)
+		}
+		return nil
+	})
+}
+
+// TestHubLeavesSiteTargets: the hub's deployer neither orders nor
+// dead-letters the verdicts on a site's target.
+func TestHubLeavesSiteTargets(t *testing.T) {
+	f := startAt(t, "")
+	b := f.store("global # edge\n")
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+	shop, err := msg.NewBundle("shop", filepath.Join(filepath.Dir(f.dest), "shop-out"), "haproxy.cfg", []msg.BundleFile{{Path: "haproxy.cfg", Kind: msg.FileConfig, Content: []byte("global # shop\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.put(shop)
+	f.verdict(msg.Validated{Target: "shop", Version: 1, BundleHash: shop.Hash, OK: true})
+	stream, _ := f.bus.JS.Stream(context.Background(), msg.StreamDeploys)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		_, err := stream.GetLastMsgForSubject(context.Background(), msg.DeployedSubject("shop", "local"))
+		return err
+	})
+	for _, subject := range []string{msg.DeploySubject("edge", "local"), msg.DeployedSubject("edge", "local")} {
+		if _, err := stream.GetLastMsgForSubject(context.Background(), subject); err == nil {
+			t.Errorf("the hub published on %s", subject)
+		}
+	}
+	dlq, _ := f.bus.JS.Stream(context.Background(), msg.StreamDLQ)
+	info, err := dlq.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("%d messages dead-lettered", info.State.Msgs)
+	}
+}
