@@ -80,6 +80,8 @@ type controller struct {
 	metrics *metrics
 	wake    *wakeups
 	locks   keyLocks
+	// slotWaits wake PrePullImages whose pull Jobs wait for a full limit.
+	slotWaits *slotWaits
 
 	mu       sync.Mutex
 	held     map[string]heldJob // by Job name
@@ -100,6 +102,7 @@ func Run(ctx context.Context, env svc.Env, cfg Config) error {
 		return err
 	}
 	defer c.releaseAll()
+	defer c.slotWaits.close()
 	bm, err := bus.NewMetrics(Service, env.Registry)
 	if err != nil {
 		return err
@@ -162,7 +165,7 @@ func newController(ctx context.Context, env svc.Env, cfg Config) (*controller, e
 	}
 	slotOpts := []slots.Option{slots.WithObserver(func(scope string, delta int) {
 		c.metrics.slots.WithLabelValues(scope).Add(float64(delta))
-	})}
+	}), slots.WithLogger(env.Log)}
 	if cfg.SlotTTL > 0 {
 		slotOpts = append(slotOpts, slots.WithTTL(cfg.SlotTTL))
 	}
@@ -171,6 +174,9 @@ func newController(ctx context.Context, env svc.Env, cfg Config) (*controller, e
 	}
 	c.builder = &job.Builder{HelperImage: cfg.HelperImage, HelperBinary: cfg.HelperBinary, ServiceAccounts: kubeServiceAccounts{cfg.Kube}}
 	c.wake = newWakeups(c.onWake)
+	c.slotWaits = newSlotWaits(c.slots, cfg.SlotPoll, func(namespace, name string) {
+		c.wake.at(namespace, name, c.cfg.Now())
+	})
 	return c, nil
 }
 
