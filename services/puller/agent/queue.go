@@ -68,13 +68,13 @@ func (a *agent) requeue(o msg.PullOrder, err error) error {
 	return msg.Retry(err, a.queueDelay(o.Deadline))
 }
 
-// waits are the Waiters of one order waiting in hand, by scope.
+// waits are the Waiters of one order waiting in hand, by scope. While it
+// waits, the order holds a place of the agent's waiting room (Waiting).
 type waits struct {
-	a    *agent
-	id   string
-	fw   FreeWaiter
-	by   map[string]Waiter
-	room bool // holds a place of the waiting room
+	a  *agent
+	id string
+	fw FreeWaiter
+	by map[string]Waiter
 }
 
 // wait keeps o, refused by the full limit of err, in hand until a slot of
@@ -88,14 +88,12 @@ func (w *waits) wait(ctx context.Context, o msg.PullOrder, err error) bool {
 	if !ok || w.fw == nil || ctx.Err() != nil {
 		return false
 	}
-	if !w.room {
-		select {
-		case w.a.room <- struct{}{}:
-			w.room = true
-		default:
-			return false
-		}
+	select {
+	case w.a.room <- struct{}{}:
+	default:
+		return false
 	}
+	defer func() { <-w.a.room }()
 	wt := w.by[full.Scope]
 	if wt == nil {
 		if wt, err = w.fw.WaitFree(full); err != nil {
@@ -114,14 +112,10 @@ func (w *waits) wait(ctx context.Context, o msg.PullOrder, err error) bool {
 	return ctx.Err() == nil && (err == nil || dctx.Err() != nil)
 }
 
-// close ends the order's waits and gives its place back.
+// close ends the order's waits.
 func (w *waits) close() {
 	for _, wt := range w.by {
 		wt.Close()
-	}
-	if w.room {
-		<-w.a.room
-		w.room = false
 	}
 }
 

@@ -77,3 +77,40 @@ func TestAgentWokenWhenASlotFrees(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentWaitingRoomFull: orders waiting beyond Waiting go back to the
+// queue (delivered again after about QueueRetry) rather than taking every
+// consume loop; all are pulled once the slot is free.
+func TestAgentWaitingRoomFull(t *testing.T) {
+	r := newRig(t, func(o *agent.Options) { o.Waiting, o.QueueRetry = 1, 300*time.Millisecond })
+	other := holdSlot(t, r.bus, "another-pull", slots.Limit{Scope: msg.ClusterSlotScope, N: 1})
+	var orders []msg.PullOrder
+	for i := range 3 {
+		img := r.open.PushPlain(t, fmt.Sprintf("shop/web-%d", i), "1")
+		orders = append(orders, r.orderWith(t, img.Ref, 5*time.Minute, msg.PullLimits{Cluster: 1}))
+	}
+	ctx := context.Background()
+	cons, err := r.bus.JS.Consumer(ctx, msg.StreamPulls, agent.ConsumerName(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, func() error {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumRedelivered == 0 {
+			return fmt.Errorf("no order sent back to the queue with a waiting room of 1")
+		}
+		if q := testkit.CounterValue(t, r.env.Registry, "weft_puller_agent_queued_pulls"); q != 3 {
+			return fmt.Errorf("queued pulls %v, want 3", q)
+		}
+		return nil
+	})
+	other.Release()
+	for _, o := range orders {
+		if p := r.pulled(t, o); p.Outcome != msg.PullOutcomePulled {
+			t.Fatalf("outcome %+v, want pulled once the slot was free", p)
+		}
+	}
+}
