@@ -192,6 +192,12 @@ func (f *frees) run(ctx context.Context, v *scopeView) {
 			v.ready = false
 			v.signalLocked()
 		}
+		if v.waiters == 0 {
+			// Nobody waits: no need to keep a broken watch for linger.
+			f.stopLocked(v)
+			f.mu.Unlock()
+			return
+		}
 		f.mu.Unlock()
 		if time.Since(start) > watchRetryMax {
 			delay = watchRetryMin // it had worked a while
