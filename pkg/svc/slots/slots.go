@@ -33,6 +33,11 @@
 //   - A write whose reply was lost may have landed: a key it left naming
 //     the owner is adopted by the owner's next Acquire, or expires after
 //     its TTL. A scope can run short of slots for a TTL, never over.
+//   - Work refused with ErrFull waits with a Waiter of the full limit: it
+//     returns as soon as a slot of the scope is freed (released, or expired
+//     after its holder died: the bucket leaves a delete marker where a key's
+//     TTL ended, which the scope's watch sees), or after the caller's poll
+//     interval. Waking is a hint; Acquire decides who gets the slot.
 package slots
 
 import (
@@ -102,6 +107,7 @@ type Slots struct {
 	pub     lease.Publisher
 	ttl     time.Duration
 	observe func(scope string, delta int)
+	frees   *frees
 }
 
 // Option configures Slots.
@@ -146,7 +152,7 @@ func New(kv lease.KV, pub lease.Publisher, opts ...Option) (*Slots, error) {
 	if b, ok := kv.(bucketNamer); ok && b.Bucket() != msg.BucketLeases {
 		return nil, fmt.Errorf("%w: slots live in bucket %s, not %s", ErrInvalid, msg.BucketLeases, b.Bucket())
 	}
-	s := &Slots{kv: kv, pub: pub, ttl: DefaultTTL, observe: func(string, int) {}}
+	s := &Slots{kv: kv, pub: pub, ttl: DefaultTTL, observe: func(string, int) {}, frees: newFrees(kv)}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err

@@ -36,9 +36,15 @@
 // from the image's registry host), taken in the leases bucket by
 // SlotLimiter, so no number of agents, nor any agent killed at any
 // moment, makes more pulls run at once than the limits allow. A full limit
-// is no failure: the order goes back to wait in its queue (delivered again
-// after about QueueRetry), its status Pending and saying which limit it
-// waits for, and counts in weft_puller_agent_queued_pulls. The slots are
+// is no failure: the order waits, its status Pending and saying which
+// limit it waits for, counted in weft_puller_agent_queued_pulls. Up to
+// Waiting orders wait in the agent's hand (their messages kept alive with
+// InProgress, so they keep their place and an agent that dies gives them
+// back after AckWait), each woken as soon as a slot of the limit it waits
+// for is freed anywhere (slots.Waiter), or after about QueueRetry if no
+// free was seen; being woken is only a hint, the slots decide. Orders
+// beyond Waiting, and those of a Limiter that cannot wake them, go back
+// to wait in the queue, delivered again after about QueueRetry. The slots are
 // owned by the order's id, so an agent that takes over the order of one
 // that died adopts the slots it left, and slots nobody adopts expire after
 // SlotTTL. Metrics are weft_puller_agent_*.
@@ -98,10 +104,17 @@ type Options struct {
 	// come back when no agent takes its orders over.
 	SlotTTL time.Duration
 	// QueueRetry is how soon, on average, an order that found a limit full
-	// is looked at again (default DefaultQueueRetry).
+	// is looked at again when no freed slot woke it first (default
+	// DefaultQueueRetry): the fallback for a free the watch missed, and
+	// the delay of orders sent back to the queue to wait.
 	QueueRetry time.Duration
 	// Parallel is how many orders are carried out at once (default 2).
 	Parallel int
+	// Waiting is how many orders that found a limit full the agent keeps
+	// in hand, woken as soon as a slot of that limit is freed (default
+	// 2 x Parallel); the others wait in the queue, looked at again after
+	// about QueueRetry.
+	Waiting int
 	// AckWait of the consumer (default 10 s): how soon an order whose
 	// agent died is delivered again.
 	AckWait time.Duration
@@ -129,6 +142,12 @@ func (o *Options) defaults() error {
 	if o.Parallel < 1 {
 		return fmt.Errorf("agent: parallel must be >= 1, got %d", o.Parallel)
 	}
+	if o.Waiting == 0 {
+		o.Waiting = 2 * o.Parallel
+	}
+	if o.Waiting < 0 {
+		return fmt.Errorf("agent: waiting must not be negative, got %d", o.Waiting)
+	}
 	if o.AckWait == 0 {
 		o.AckWait = DefaultAckWait
 	}
@@ -151,7 +170,8 @@ func Run(ctx context.Context, env svc.Env, o Options) error {
 	if err != nil {
 		return fmt.Errorf("%s: bucket %s: %w", Service, msg.BucketPulls, err)
 	}
-	a := &agent{env: env, o: o, kv: kv, inFlight: map[string]bool{}, waiters: map[string]*waiter{}}
+	a := &agent{env: env, o: o, kv: kv, inFlight: map[string]bool{}, waiters: map[string]*waiter{},
+		work: make(chan struct{}, o.Parallel), room: make(chan struct{}, o.Waiting)}
 	if a.metrics, err = newMetrics(env.Registry, a.queued); err != nil {
 		return err
 	}
@@ -160,7 +180,7 @@ func Run(ctx context.Context, env svc.Env, o Options) error {
 		if err != nil {
 			return fmt.Errorf("%s: bucket %s: %w", Service, msg.BucketLeases, err)
 		}
-		s, err := slots.New(leases, env.JS, slots.WithTTL(o.SlotTTL), slots.WithObserver(a.metrics.observeSlot))
+		s, err := slots.New(leases, env.JS, slots.WithTTL(o.SlotTTL), slots.WithObserver(a.metrics.observeSlot), slots.WithLogger(env.Log))
 		if err != nil {
 			return fmt.Errorf("%s: %w", Service, err)
 		}
@@ -179,16 +199,18 @@ func Run(ctx context.Context, env svc.Env, o Options) error {
 		// No MaxDeliver: an order ends by its deadline, not by a count.
 		MaxDeliver: -1,
 		// Orders in hand or waiting for a retry; the loops take one each.
-		MaxAckPending: 4 * o.Parallel,
+		MaxAckPending: max(4*o.Parallel, o.Parallel+o.Waiting),
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", Service, err)
 	}
 	bo := bus.Options{Service: Service, Stage: "pulls", Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm,
 		DLQ: env.JS, AckWait: o.AckWait, Renew: renew, Health: env.Health}
-	env.Log.Info("taking pull orders", "node", o.Node, "subject", msg.PullSubject(o.Node), "parallel", o.Parallel)
+	env.Log.Info("taking pull orders", "node", o.Node, "subject", msg.PullSubject(o.Node), "parallel", o.Parallel, "waiting", o.Waiting)
 	g, ctx := errgroup.WithContext(ctx)
-	for range o.Parallel {
+	// A loop per order carried out or waiting in hand for a slot; a loop
+	// carries its order out only with one of the Parallel work tokens.
+	for range o.Parallel + o.Waiting {
 		g.Go(func() error { return bus.Consume(ctx, cons, a.onOrder, bo) })
 	}
 	return g.Wait()

@@ -27,6 +27,9 @@ type agent struct {
 	mu       sync.Mutex
 	inFlight map[string]bool    // order ids being carried out here
 	waiters  map[string]*waiter // orders that found a limit full, by id
+
+	work chan struct{} // a token per order carried out (Parallel)
+	room chan struct{} // a token per order waiting in hand (Waiting)
 }
 
 // errBusy: a copy of an order this agent is carrying out (delivered again
@@ -61,11 +64,33 @@ func (a *agent) onOrder(ctx context.Context, m jetstream.Msg) error {
 	if meta, err := m.Metadata(); err == nil {
 		deliveries = int(meta.NumDelivered)
 	}
-	err := a.carryOut(ctx, o, deliveries)
-	if err == nil || msg.IsPermanent(err) {
-		a.forget(o.ID())
+	fw, _ := a.o.Limiter.(FreeWaiter)
+	w := &waits{a: a, id: o.ID(), fw: fw}
+	defer w.close()
+	for {
+		err := a.tryOrder(ctx, o, deliveries)
+		switch {
+		case err == nil || msg.IsPermanent(err):
+			a.forget(o.ID())
+			return err
+		case !errors.Is(err, msg.ErrWaiting):
+			return err
+		case !w.wait(ctx, o, err):
+			return a.requeue(o, err)
+		}
 	}
-	return err
+}
+
+// tryOrder is carryOut with one of the agent's work tokens, so that at
+// most Parallel orders are carried out at once while others wait in hand.
+func (a *agent) tryOrder(ctx context.Context, o msg.PullOrder, deliveries int) error {
+	select {
+	case a.work <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-a.work }()
+	return a.carryOut(ctx, o, deliveries)
 }
 
 // carryOut is one try at an order: nil when it ended (its outcome recorded

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/slots"
@@ -14,9 +15,9 @@ import (
 // before it pulls an order's image (once it knows the runtime lacks it)
 // and the release it returns once the pull ended.
 //
-// Acquire returns an error wrapping msg.ErrWaiting when a limit is full:
-// the order waits in its queue (delivered again shortly), which is no
-// failure. Any other error is a failed try, retried with a growing delay,
+// Acquire returns an error wrapping msg.ErrWaiting when a limit is full
+// (a *WaitError, naming it): the order waits, which is no failure; a
+// Limiter that is also a FreeWaiter has it woken when that limit frees. Any other error is a failed try, retried with a growing delay,
 // or, when permanent (msg.IsPermanent or cri.IsPermanent), ends the order
 // as failed. The context Acquire returns is ctx's child, cancelled with
 // the cause (context.Cause) when what was acquired is lost, since another
@@ -93,6 +94,26 @@ func (s SlotLimiter) Acquire(ctx context.Context, o msg.PullOrder) (context.Cont
 		h.Release()
 		cancel(nil)
 	}, nil
+}
+
+// FreeWaiter is a Limiter that can wake an order waiting for a full limit:
+// WaitFree returns a Waiter of the limit a *WaitError named, whose Wait
+// returns true as soon as a slot of it may be free, false after poll
+// without, or ctx's error (*slots.Waiter is one).
+type FreeWaiter interface {
+	WaitFree(full *WaitError) (Waiter, error)
+}
+
+// Waiter waits for a slot of one full limit; see FreeWaiter.
+type Waiter interface {
+	Wait(ctx context.Context, poll time.Duration) (bool, error)
+	Close()
+}
+
+// WaitFree returns a Waiter of the full limit, sharing the process's watch
+// of its scope.
+func (s SlotLimiter) WaitFree(full *WaitError) (Waiter, error) {
+	return s.Slots.Waiter(slots.Limit{Scope: full.Scope, N: full.N})
 }
 
 // WaitError is a limit that is full: every one of its N slots is held by

@@ -272,7 +272,25 @@ func TestAgentStopsAPullWhoseSlotIsLost(t *testing.T) {
 // the slot keys, listed again 3 ms after each listing (a listing takes
 // about 20 ms under the race detector), never name a slot outside the
 // limits, each limit is reached, and every image is pulled.
+//
+// Run twice: with waiting orders looked at again every 100 ms, and with
+// them woken only by frees (QueueRetry an hour, every order waiting in its
+// agent's hand), where a lost wake-up would leave an image unpulled.
 func TestLimitsHoldAcrossAgents(t *testing.T) {
+	tests := []struct {
+		name       string
+		queueRetry time.Duration
+		waiting    int
+	}{
+		{"polled", 100 * time.Millisecond, 0},
+		{"woken by frees only", time.Hour, 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { limitsHoldAcrossAgents(t, tc.queueRetry, tc.waiting) })
+	}
+}
+
+func limitsHoldAcrossAgents(t *testing.T, queueRetry time.Duration, waiting int) {
 	const nodes, images = 4, 40
 	limits := msg.PullLimits{Cluster: 3, PerNode: 1, PerRegistry: 2}
 	sock := imagetest.Containerd(t)
@@ -321,7 +339,7 @@ func TestLimitsHoldAcrossAgents(t *testing.T) {
 	for i := range nodes {
 		envs[i] = testkit.NewEnv(t, b, fmt.Sprintf("agent-%d", i))
 		o := agent.Options{Node: nodeName(i), Runtime: countingRuntime{Runtime: runtime, node: nodeName(i), f: flight},
-			Secrets: agent.KubeSecrets{Client: kube.Clientset}, AckWait: 2 * time.Second, QueueRetry: 100 * time.Millisecond}
+			Secrets: agent.KubeSecrets{Client: kube.Clientset}, AckWait: 2 * time.Second, QueueRetry: queueRetry, Waiting: waiting}
 		testkit.Run(t, func(ctx context.Context) error { return agent.Run(ctx, envs[i].Env, o) })
 	}
 	sampled := sampleSlots(t, leases, scopeLimit)

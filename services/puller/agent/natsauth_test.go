@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/natsauth"
+	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/puller/agent"
 )
 
 // TestAgentOnItsOwnUser: on a real nats-server with the users weft
@@ -51,7 +54,7 @@ func TestAgentOnItsOwnUser(t *testing.T) {
 	if err := msg.Provision(ctx, admin.JS, 1); err != nil {
 		t.Fatal(err)
 	}
-	r := newRigOn(t, admin, connect(msg.RolePullerAgent))
+	r := newRigOn(t, admin, connect(msg.RolePullerAgent), func(o *agent.Options) { o.QueueRetry = time.Hour })
 	plain := r.open.PushPlain(t, "shop/web", "1.0")
 	o := r.order(t, plain.Ref, time.Minute)
 	if p := r.pulled(t, o); p.Outcome != msg.PullOutcomePulled || p.ImageRef != plain.ID {
@@ -59,6 +62,22 @@ func TestAgentOnItsOwnUser(t *testing.T) {
 	}
 	if st := r.status(t, o); st.Phase != msg.PullPulled {
 		t.Fatalf("status %+v", st)
+	}
+	// An order waiting for a full limit is woken by the watch of the
+	// slots, which its user may read: nothing else would look again
+	// within the hour.
+	held := holdSlot(t, admin, "another-pull", slots.Limit{Scope: msg.ClusterSlotScope, N: 1})
+	api := r.open.PushPlain(t, "shop/api", "1.0")
+	waiting := r.orderWith(t, api.Ref, 5*time.Minute, msg.PullLimits{Cluster: 1})
+	testkit.Eventually(t, time.Minute, func() error {
+		if q := testkit.CounterValue(t, r.env.Registry, "weft_puller_agent_queued_pulls"); q != 1 {
+			return fmt.Errorf("queued pulls %v, want 1", q)
+		}
+		return nil
+	})
+	held.Release()
+	if p := r.pulled(t, waiting); p.Outcome != msg.PullOutcomePulled || p.ImageRef != api.ID {
+		t.Fatalf("outcome %+v, want pulled %s once the slot was freed", p, api.ID)
 	}
 	if log := srv.LogText(); strings.Contains(log, "Violation") {
 		t.Fatalf("the server refused the agent:\n%s", log)

@@ -7,8 +7,9 @@ import (
 
 // TestQueueBookkeeping: deliveries that found a limit full are no tries
 // (the retry delay does not grow with them); an order counts as queued
-// while it waits and was seen lately, and is forgotten when it ends or
-// long after it was last seen.
+// while it waits in hand, or waits in the queue and was seen lately, and
+// is forgotten when it ends or long after it was last seen (never while
+// in hand).
 func TestQueueBookkeeping(t *testing.T) {
 	a := &agent{o: Options{AckWait: 2 * time.Second, QueueRetry: 100 * time.Millisecond}, waiters: map[string]*waiter{}}
 	now := time.Now()
@@ -16,6 +17,7 @@ func TestQueueBookkeeping(t *testing.T) {
 	a.waiters["pulls"] = &waiter{naks: 3, waiting: false, seen: now}
 	a.waiters["gone"] = &waiter{naks: 1, waiting: true, seen: now.Add(-10 * time.Second)}
 	a.waiters["lost"] = &waiter{naks: 1, waiting: true, seen: now.Add(-2 * time.Hour)}
+	a.waiters["held"] = &waiter{waiting: true, inHand: true, seen: now.Add(-2 * time.Hour)}
 
 	cases := []struct {
 		id         string
@@ -37,10 +39,16 @@ func TestQueueBookkeeping(t *testing.T) {
 		t.Errorf("the first failure after 5 waits is retried after %v, want %v", backoff(a.tries("waits", 6), now.Add(time.Hour)), retryMin)
 	}
 	// "waits" counts; "pulls" does not wait; "gone" was not seen for longer
-	// than a wait takes; "lost" is forgotten.
-	if q := a.queued(); q != 1 {
-		t.Fatalf("queued = %v, want 1", q)
+	// than a wait takes; "lost" is forgotten; "held" waits in hand (for as
+	// long as it takes).
+	if q := a.queued(); q != 2 {
+		t.Fatalf("queued = %v, want 2", q)
 	}
+	if _, ok := a.waiters["held"]; !ok {
+		t.Fatal("an order waiting in hand is forgotten")
+	}
+	a.inHand("held", false)
+	a.forget("held")
 	if _, ok := a.waiters["lost"]; ok {
 		t.Fatal("an order not seen for two hours is remembered")
 	}

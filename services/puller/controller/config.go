@@ -73,6 +73,9 @@ type Config struct {
 	// SlotTTL is how long a pull Job's slot outlives its holder's last
 	// renewal (default slots.DefaultTTL).
 	SlotTTL time.Duration
+	// SlotPoll is how soon a pull Job waiting for a full limit is looked
+	// at again when no freed slot woke it first (default DefaultSlotPoll).
+	SlotPoll time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -103,6 +106,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Resync == 0 {
 		c.Resync = DefaultResync
+	}
+	if c.SlotPoll == 0 {
+		c.SlotPoll = DefaultSlotPoll
+	}
+	if c.SlotPoll < 0 {
+		errs = append(errs, fmt.Errorf("slot poll must be positive, got %v", c.SlotPoll))
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -100,6 +100,8 @@ type controller struct {
 	wake    *wakeups
 	locks   keyLocks
 	keeper  *keeper
+	// slotWaits wake PrePullImages whose pull Jobs wait for a full limit.
+	slotWaits *slotWaits
 
 	mu       sync.Mutex
 	held     map[string]heldJob // by Job name
@@ -120,6 +122,7 @@ func Run(ctx context.Context, env svc.Env, cfg Config) error {
 		return err
 	}
 	defer c.releaseAll()
+	defer c.slotWaits.close()
 	bm, err := bus.NewMetrics(Service, env.Registry)
 	if err != nil {
 		return err
@@ -183,7 +186,7 @@ func newController(ctx context.Context, env svc.Env, cfg Config) (*controller, e
 	}
 	slotOpts := []slots.Option{slots.WithObserver(func(scope string, delta int) {
 		c.metrics.slots.WithLabelValues(scope).Add(float64(delta))
-	})}
+	}), slots.WithLogger(env.Log)}
 	ttl := slots.DefaultTTL
 	if cfg.SlotTTL > 0 {
 		ttl = cfg.SlotTTL
@@ -195,6 +198,9 @@ func newController(ctx context.Context, env svc.Env, cfg Config) (*controller, e
 	c.builder = &job.Builder{HelperImage: cfg.HelperImage, HelperBinary: cfg.HelperBinary, ServiceAccounts: kubeServiceAccounts{cfg.Kube}}
 	c.wake = newWakeups(c.onWake)
 	c.keeper = newKeeper(ttl)
+	c.slotWaits = newSlotWaits(c.slots, cfg.SlotPoll, func(namespace, name string) {
+		c.wake.at(namespace, name, c.cfg.Now())
+	})
 	return c, nil
 }
 

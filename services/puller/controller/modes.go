@@ -21,13 +21,14 @@ import (
 	"github.com/weftio/weft/services/puller/workload"
 )
 
-// retryStart is how soon an attempt that could not start (no free slot,
-// the order not published) is tried again.
+// retryStart is how soon an attempt that could not start (its slots not
+// taken for want of an answer, the order not published) is tried again.
 const retryStart = 2 * time.Second
 
 // holdSlots takes the slots of the pull Jobs plan starts; an attempt
 // without them is deferred in plan, with the reason as the node's
-// message.
+// message: one that found a limit full is looked at again as soon as a
+// slot of that limit is freed (slotWaits), or after SlotPoll.
 func (c *controller) holdSlots(ctx context.Context, ppi *v1alpha1.PrePullImage, spec *v1alpha1.PrePullPolicySpec, plan *pull.Plan) {
 	for _, s := range slices.Clone(plan.Start) {
 		err := c.hold(ctx, ppi.Namespace+"/"+ppi.Name, job.Name(ppi, s.Node, s.Attempt), limits(ppi, spec, s.Node))
@@ -35,7 +36,10 @@ func (c *controller) holdSlots(ctx context.Context, ppi *v1alpha1.PrePullImage, 
 		switch {
 		case err == nil:
 		case errors.As(err, &full):
-			plan.Defer(s.Node, fmt.Sprintf("waiting for a free slot: all %d of %s are held", full.N, full.Scope), c.cfg.Now().Add(retryStart))
+			// Looked at again as soon as a slot of the full limit is
+			// freed; SlotPoll later if no free was seen.
+			plan.Defer(s.Node, fmt.Sprintf("waiting for a free slot: all %d of %s are held", full.N, full.Scope), c.cfg.Now().Add(c.cfg.SlotPoll))
+			c.slotWaits.add(ppi.Namespace, ppi.Name, full)
 			c.env.Log.DebugContext(ctx, "pull attempt waits for a slot", "prepullimage", ppi.Namespace+"/"+ppi.Name, "node", s.Node, "scope", full.Scope)
 		default:
 			plan.Defer(s.Node, "the attempt could not start: "+err.Error(), c.cfg.Now().Add(retryStart))

@@ -52,8 +52,8 @@ func newRig(t *testing.T, opts ...testkit.KubeOption) *rig {
 	return r
 }
 
-// start runs one controller replica.
-func (r *rig) start(t *testing.T, replica string) *testkit.Env {
+// start runs one controller replica, its configuration changed by opts.
+func (r *rig) start(t *testing.T, replica string, opts ...func(*controller.Config)) *testkit.Env {
 	t.Helper()
 	env := testkit.NewEnv(t, r.bus, replica)
 	r.envs = append(r.envs, env)
@@ -61,6 +61,9 @@ func (r *rig) start(t *testing.T, replica string) *testkit.Env {
 		Source: source, HelperImage: "ghcr.io/weftio/weft:test",
 		Kube: r.kube.Clientset, Dynamic: r.kube.Client,
 		Resync: 2 * time.Second, SlotTTL: 3 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	testkit.Run(t, func(ctx context.Context) error { return controller.Run(ctx, env.Env, cfg) })
 	return env
