@@ -47,7 +47,7 @@ func (c *agentConfig) flags(fs *flag.FlagSet, env *envflag.Defaults) {
 	fs.DurationVar(&c.AckWait, "ack-wait", env.Duration("WEFT_ACK_WAIT", agent.DefaultAckWait), "how soon an order whose agent died is delivered again [WEFT_ACK_WAIT]")
 	fs.DurationVar(&c.SlotTTL, "slot-ttl", env.Duration("WEFT_SLOT_TTL", slots.DefaultTTL),
 		fmt.Sprintf("how long a pull slot outlives its holder's last renewal: how soon a dead agent's slots come back (at most %v) [WEFT_SLOT_TTL]", msg.LeaseTTL))
-	fs.DurationVar(&c.QueueRetry, "queue-retry", env.Duration("WEFT_QUEUE_RETRY", agent.DefaultQueueRetry), "how soon, on average, an order waiting for a pull slot is looked at again [WEFT_QUEUE_RETRY]")
+	fs.DurationVar(&c.QueueRetry, "queue-retry", env.Duration("WEFT_QUEUE_RETRY", agent.DefaultQueueRetry), "how soon, at the latest, an order waiting for a pull slot is looked at again should no freed slot wake it [WEFT_QUEUE_RETRY]")
 }
 
 func (c *agentConfig) check(s host.Settings) error {
