@@ -153,7 +153,9 @@ func (p *Plan) stepNode(ns v1alpha1.NodeStatus, spec *v1alpha1.PrePullPolicySpec
 	}
 	ns.Attempts++
 	p.Start = append(p.Start, Start{Node: ns.Node, Attempt: ns.Attempts})
-	ns.Phase, ns.NextAttemptTime, ns.StartTime = v1alpha1.NodePulling, nil, &now
+	// What the node waited for, or why its last attempt failed, is no
+	// longer its state: the attempt's outcome will say.
+	ns.Phase, ns.NextAttemptTime, ns.StartTime, ns.Message = v1alpha1.NodePulling, nil, &now, ""
 	return ns
 }
 

@@ -129,6 +129,19 @@ func TestFailedMessageKept(t *testing.T) {
 	}
 }
 
+// TestStartClearsTheMessage: a node whose attempt starts no longer says
+// what it waited for, or why its last attempt failed; that attempt's
+// outcome will say.
+func TestStartClearsTheMessage(t *testing.T) {
+	for _, message := range []string{"waiting for a free slot: all 4 of cluster are held", "x: not found"} {
+		ppi := image([]string{"a"}, v1alpha1.NodeStatus{Node: "a", Phase: v1alpha1.NodePending, Attempts: 1, Message: message})
+		p := pull.Step(ppi, spec(), nil, t0)
+		if n := p.Status.Nodes[0]; n.Phase != v1alpha1.NodePulling || n.Attempts != 2 || n.Message != "" {
+			t.Errorf("node %+v, want Pulling its second attempt with no message", n)
+		}
+	}
+}
+
 func TestBackoff(t *testing.T) {
 	r := v1alpha1.Retry{Backoff: &metav1.Duration{Duration: 30 * time.Second}, MaxBackoff: &metav1.Duration{Duration: 100 * time.Second}}
 	for n, want := range map[int32]time.Duration{1: 30 * time.Second, 2: time.Minute, 3: 100 * time.Second, 10: 100 * time.Second} {
