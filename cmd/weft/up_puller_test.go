@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,19 +38,7 @@ func TestUpRunsThePullerController(t *testing.T) {
 		t.Fatal(err)
 	}
 	kube.Create(t, v1alpha1.PolicyResource, policy)
-	_, err = cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.example.com/web:1"}}},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube.Deployment(t, "shop", "web", nil, corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.example.com/web:1"}}})
 
 	w := startWeft(t, "up", "--config", cfg, "--nats-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0")
 	testkit.Eventually(t, 3*time.Minute, func() error {

@@ -30,12 +30,17 @@ func clusterKV(t *testing.T, c *testkit.Cluster) (jetstream.KeyValue, func(i int
 		}
 		return js
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	kv, err := connect(c.URL()).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "chaos", Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A request made while the new cluster still elects its meta leader
+	// gets no answer: ask again, with a short timeout each time.
+	js := connect(c.URL())
+	var kv jetstream.KeyValue
+	testkit.Eventually(t, time.Minute, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "chaos", Replicas: 3})
+		return err
+	})
 	one := func(i int) jetstream.KeyValue {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -116,4 +117,22 @@ func (k *KubeEnv) Create(t testing.TB, gvr schema.GroupVersionResource, obj map[
 		t.Fatalf("create %s %s: %v", gvr.Resource, u.GetName(), err)
 	}
 	return out
+}
+
+// Deployment creates a Deployment name in namespace ns with labels, whose
+// pods (labelled app=<name>) run pod.
+func (k *KubeEnv) Deployment(t testing.TB, ns, name string, labels map[string]string, pod corev1.PodSpec) *appsv1.Deployment {
+	t.Helper()
+	sel := map[string]string{"app": name}
+	d, err := k.Clientset.AppsV1().Deployments(ns).Create(context.Background(), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: pod},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Deployment %s/%s: %v", ns, name, err)
+	}
+	return d
 }

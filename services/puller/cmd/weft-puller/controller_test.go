@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -32,29 +31,16 @@ func TestControllerCommand(t *testing.T) {
 	b := testkit.NATS(t)
 	cfg := kube.Config
 	ctx := context.Background()
-	cs := kube.Clientset
 	policy, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "all"},
 		Spec: v1alpha1.PrePullPolicySpec{Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	kube.Create(t, v1alpha1.PolicyResource, policy)
-	_, err = cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"pool": "web"},
-					Containers:   []corev1.Container{{Name: "web", Image: "registry.example.com/web:1"}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube.Deployment(t, "shop", "web", nil, corev1.PodSpec{
+		NodeSelector: map[string]string{"pool": "web"},
+		Containers:   []corev1.Container{{Name: "web", Image: "registry.example.com/web:1"}},
+	})
 
 	w := testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t))
 	c := testkit.StartProcess(t, puller, "controller", "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t), "--log-level", "debug")

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -104,17 +103,7 @@ puller:
 		if i == 0 {
 			spec.InitContainers = []corev1.Container{{Name: "init", Image: "r1.example.com/init:1"}}
 		}
-		name := fmt.Sprintf("app-%d", i)
-		_, err := cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: appsv1.DeploymentSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}}, Spec: spec},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		kube.Deployment(t, "shop", fmt.Sprintf("app-%d", i), nil, spec)
 	}
 
 	runCtx, stop := context.WithCancel(ctx)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,20 +50,8 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 			Workloads: v1alpha1.WorkloadSelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"prepull": "cri"}}}}},
 		gatedPolicy("gated"))
 	for _, d := range []struct{ name, prepull string }{{"web", "job"}, {"api", "cri"}} {
-		labels := map[string]string{"app": d.name}
-		_, err := cs.AppsV1().Deployments("shop").Create(context.Background(), &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"prepull": d.prepull}},
-			Spec: appsv1.DeploymentSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: d.name, Image: "registry.example.com/" + d.name + ":1"}}},
-				},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		kube.Deployment(t, "shop", d.name, map[string]string{"prepull": d.prepull},
+			corev1.PodSpec{Containers: []corev1.Container{{Name: d.name, Image: "registry.example.com/" + d.name + ":1"}}})
 	}
 	pod := gatedDB(t, cs)
 
