@@ -118,6 +118,10 @@ type targetState struct {
 	// the first render, when any value matters.
 	valuesRead map[string]bool
 	allValues  bool
+
+	// changes are the objects changed since the last render read the
+	// index (Provenance.Changed).
+	changes changeLog
 }
 
 // dependsOnValue reports whether a change of the named value can change
@@ -340,7 +344,21 @@ func (r *renderer) invalidate(c index.Change) {
 		if ts.t != nil {
 			ts.t.Invalidate(changes)
 		}
+		if c.Type == config.ValuesType && !ts.dependsOnValue(valueName(c)) {
+			continue // a value this target does not read
+		}
+		ts.changes.note(c)
 	}
+}
+
+// valueName is the name of the value an index change of ValuesType is of.
+func valueName(c index.Change) string {
+	for _, obj := range []map[string]any{c.New, c.Old} {
+		if name, _ := obj["name"].(string); name != "" {
+			return name
+		}
+	}
+	return ""
 }
 
 func (r *renderer) run(ctx context.Context) error {
@@ -654,10 +672,18 @@ func (r *renderer) render(ctx context.Context, req request) {
 	log := r.env.Log.With("target", req.target)
 	var res target.Result
 	var prov msg.Provenance
+	var changed map[string]*pendingChange
+	published := false
+	defer func() {
+		if changed != nil && !published {
+			ts.changes.giveBack(changed)
+		}
+	}()
 	err := ts.compile
 	if err == nil {
 		r.ix.Read(func(rev uint64) {
 			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause}
+			changed = ts.changes.take()
 			res, err = ts.t.RenderFetching(ctx, r.resources(), r.values(), r.fetch)
 		})
 		if err == nil {
@@ -691,6 +717,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.retryLater(req)
 		return
 	}
+	if ts.changes.follows(st.Version) {
+		prov.Changed, prov.ChangedMore = objectChanges(changed)
+	}
 	st.Version++
 	out := msg.Render{Target: req.target, Version: st.Version, Provenance: prov, RenderTime: res.Took, At: time.Now().UTC()}
 	if err != nil {
@@ -721,6 +750,8 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.retryLater(req)
 		return
 	}
+	published = true
+	ts.changes.published(st.Version)
 	if !r.writeStatus(ctx, st, rev) {
 		r.retryLater(req) // the validator waits for the status to confirm the render
 	}
