@@ -165,3 +165,44 @@ func golden(t *testing.T, path string, got []byte) {
 		t.Fatalf("%s differs:\n--- got\n%s--- want\n%s", path, got, want)
 	}
 }
+
+func TestAuditFilter(t *testing.T) {
+	ev := timeline()
+	other := audit.Event{Kind: audit.KindRender, Subject: "weft.render.blog", Render: &msg.Render{Target: "blog", Version: 1, BundleHash: hashA}}
+	otherDLQ := audit.Event{Kind: audit.KindDeadLetter, DeadLetter: &msg.DeadLetter{Service: "deployer", Subject: "weft.deploy.blog.a", Reason: "x"}}
+	resync := audit.Event{Kind: audit.KindTrigger, Subject: "weft.trigger.resync.manifests", Trigger: &audit.Trigger{What: "resync", Name: "manifests"}}
+	otherTrigger := audit.Event{Kind: audit.KindTrigger, Subject: "weft.trigger.deploy.blog", Trigger: &audit.Trigger{What: "deploy", Name: "blog"}}
+	valuesChange := audit.Event{Kind: audit.KindChange, Change: &msg.Change{Source: "kv", Type: "values", Name: "x", Op: msg.OpPut, Revision: 1}}
+	tests := []struct {
+		name   string
+		filter audit.Filter
+		event  audit.Event
+		want   bool
+	}{
+		{"no target: everything", audit.Filter{}, other, true},
+		{"its render", audit.Filter{Target: "quickstart"}, ev[2], true},
+		{"its failed render", audit.Filter{Target: "quickstart"}, ev[6], true},
+		{"its verdict", audit.Filter{Target: "quickstart"}, ev[3], true},
+		{"its order", audit.Filter{Target: "quickstart"}, ev[4], true},
+		{"its outcome", audit.Filter{Target: "quickstart"}, ev[5], true},
+		{"a dead letter of its render", audit.Filter{Target: "quickstart"}, ev[10], true},
+		{"its unreadable render", audit.Filter{Target: "quickstart"}, ev[11], true},
+		{"its trigger", audit.Filter{Target: "quickstart"}, ev[12], true},
+		{"another target's render", audit.Filter{Target: "quickstart"}, other, false},
+		{"another target's dead letter", audit.Filter{Target: "quickstart"}, otherDLQ, false},
+		{"another target's trigger", audit.Filter{Target: "quickstart"}, otherTrigger, false},
+		{"a resync concerns every target", audit.Filter{Target: "quickstart"}, resync, true},
+		{"types unknown: every change", audit.Filter{Target: "quickstart"}, ev[1], true},
+		{"a type it reads", audit.Filter{Target: "quickstart", Types: map[string]bool{"endpoints": true}}, ev[1], true},
+		{"a type it does not read", audit.Filter{Target: "quickstart", Types: map[string]bool{"services": true}}, ev[1], false},
+		{"a sync of a type it does not read", audit.Filter{Target: "quickstart", Types: map[string]bool{"services": true}}, ev[0], false},
+		{"values it may read", audit.Filter{Target: "quickstart", Types: map[string]bool{"values": true}}, valuesChange, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.filter.Match(tc.event); got != tc.want {
+				t.Fatalf("Match = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

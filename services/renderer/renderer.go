@@ -25,7 +25,9 @@
 // otherwise the bundle is put in the object store under its hash and a
 // render message with the next version is published, then the status. A
 // template failure is published as a render message with a failure and
-// kept in the status; the last good bundle stays where it is.
+// kept in the status; the last good bundle stays where it is. A render's
+// provenance names the objects changed since the target's previous render
+// and the fields that differ, when this replica published that render.
 package renderer
 
 import (
