@@ -183,7 +183,7 @@ func TestAuditAndWhyEndToEnd(t *testing.T) {
 		"manifests/endpoints default/web-abc12 put rev",
 		"manifests/ingresses default/shop put rev",
 		fmt.Sprintf("render     quickstart v%d ", third.Version),
-		"cause trigger",
+		"cause trigger (audit test, by e2e)",
 		fmt.Sprintf("deployed   quickstart/%s v%d %s applied by runtime", third.Instance, third.Version, third.BundleHash[:12]),
 		"reloaded: ",
 		"runtime: set server ",

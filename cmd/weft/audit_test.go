@@ -63,6 +63,9 @@ func timeline() []audit.Event {
 			DeadLetter: &msg.DeadLetter{Service: "validator", Subject: "weft.render.quickstart", Stream: msg.StreamRenders, Sequence: 6, Reason: "decode weft.render.v1: malformed", Size: 27}},
 		{At: at(4500), Kind: audit.KindUnreadable, Subject: "weft.render.quickstart", Stream: msg.StreamRenders, Seq: 6, Error: "decode weft.render.v1: malformed"},
 		{At: at(5000), Kind: audit.KindTrigger, Subject: "weft.trigger.render.quickstart", Trigger: &audit.Trigger{What: "render", Name: "quickstart", Reason: "audit", By: "ops"}},
+		{At: at(5010), Kind: audit.KindRender, Subject: "weft.render.quickstart", Stream: msg.StreamRenders, Seq: 7,
+			Render: &msg.Render{Target: "quickstart", Version: 6, BundleHash: hashA, Files: []msg.FileRef{{Path: "haproxy.cfg", Kind: "config", Size: 2048, Hash: hashB[:16]}},
+				Provenance: msg.Provenance{StateRevision: 43, Cause: "trigger", Trigger: &msg.Trigger{Reason: "audit", By: "ops"}}}},
 	}
 }
 

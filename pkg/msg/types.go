@@ -135,6 +135,9 @@ type Provenance struct {
 	Counts map[string]int `json:"counts,omitempty"`
 	// Cause is the subject or reason that triggered this render.
 	Cause string `json:"cause,omitempty"`
+	// Trigger is the trigger that forced this render (Cause "trigger"):
+	// its reason and who sent it, as it said.
+	Trigger *Trigger `json:"trigger,omitempty"`
 	// Changed lists the watched objects (and values) that changed between
 	// the target's previous render and this one, by key, at most
 	// MaxProvenanceChanged of them (ChangedMore counts the others). Empty

@@ -97,10 +97,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 type request struct {
-	target string
-	force  bool
-	cause  string
-	parent trace.SpanContext
+	target  string
+	force   bool
+	cause   string
+	trigger *msg.Trigger // the trigger that asked for it, if one did
+	parent  trace.SpanContext
 }
 
 type targetState struct {
@@ -615,7 +616,7 @@ func (r *renderer) onTrigger(ctx context.Context, m *nats.Msg) error {
 	}
 	r.env.Log.InfoContext(ctx, "render requested", "target", name, "reason", t.Reason, "by", t.By)
 	select {
-	case r.reqs <- request{target: name, force: true, cause: "trigger", parent: trace.SpanContextFromContext(ctx)}:
+	case r.reqs <- request{target: name, force: true, cause: "trigger", trigger: &t, parent: trace.SpanContextFromContext(ctx)}:
 	case <-ctx.Done():
 	}
 	if m.Reply != "" {
@@ -673,7 +674,7 @@ func (r *renderer) render(ctx context.Context, req request) {
 	defer span.End()
 	log := r.env.Log.With("target", req.target)
 	var res target.Result
-	var prov msg.Provenance
+	prov := msg.Provenance{Cause: req.cause, Trigger: req.trigger}
 	var changed map[string]*pendingChange
 	published := false
 	defer func() {
@@ -684,7 +685,7 @@ func (r *renderer) render(ctx context.Context, req request) {
 	err := ts.compile
 	if err == nil {
 		r.ix.Read(func(rev uint64) {
-			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause}
+			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause, Trigger: req.trigger}
 			changed = ts.changes.take()
 			res, err = ts.t.RenderFetching(ctx, r.resources(), r.values(), r.fetch)
 		})

@@ -202,7 +202,7 @@ func WriteChain(w io.Writer, c Chain) error {
 	}
 	if r := c.Render; r != nil {
 		p := r.Render.Provenance
-		line(0, "rendered  %s: v%d %s, cause %s%s", r.At.UTC().Format(TimeFormat), r.Render.Version, short(r.Render.BundleHash), orEmpty(p.Cause, "unknown"), trace(r.TraceID))
+		line(0, "rendered  %s: v%d %s, cause %s%s", r.At.UTC().Format(TimeFormat), r.Render.Version, short(r.Render.BundleHash), Cause(p), trace(r.TraceID))
 		read := fmt.Sprintf("state rev %d", p.StateRevision)
 		if cs := counts(p.Counts); cs != "" {
 			read += ": " + cs
@@ -240,7 +240,7 @@ func WriteChain(w io.Writer, c Chain) error {
 			line(1, "and %d more changes", c.ChangesMore)
 		}
 		if len(c.Changes) == 0 {
-			line(1, "none (cause %s)", orEmpty(p.Cause, "unknown"))
+			line(1, "none (cause %s)", Cause(p))
 		}
 	}
 	for _, p := range c.Problems {

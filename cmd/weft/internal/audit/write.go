@@ -80,22 +80,27 @@ func describeChange(c *msg.Change) string {
 
 func describeTrigger(t *Trigger) string {
 	s := t.What + " " + t.Name
-	var extra []string
-	if t.Reason != "" {
-		extra = append(extra, t.Reason)
-	}
-	if t.By != "" {
-		extra = append(extra, "by "+t.By)
-	}
-	if len(extra) > 0 {
-		s += " (" + strings.Join(extra, ", ") + ")"
+	if said := triggerSays(t.Reason, t.By); said != "" {
+		s += " (" + said + ")"
 	}
 	return s
 }
 
+// triggerSays is what a trigger says of itself: "reason, by who".
+func triggerSays(reason, by string) string {
+	var parts []string
+	if reason != "" {
+		parts = append(parts, reason)
+	}
+	if by != "" {
+		parts = append(parts, "by "+by)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func describeRender(r *msg.Render) (string, []string) {
 	p := r.Provenance
-	from := fmt.Sprintf("cause %s, state rev %d", orEmpty(p.Cause, "unknown"), p.StateRevision)
+	from := fmt.Sprintf("cause %s, state rev %d", Cause(p), p.StateRevision)
 	if c := counts(p.Counts); c != "" {
 		from += " (" + c + ")"
 	}
@@ -103,7 +108,11 @@ func describeRender(r *msg.Render) (string, []string) {
 	if r.Failure != nil {
 		head = fmt.Sprintf("%s v%d FAILED: %s; %s", r.Target, r.Version, templateError(r.Failure), from)
 	} else {
-		head = fmt.Sprintf("%s v%d %s, %d files, %s", r.Target, r.Version, short(r.BundleHash), len(r.Files), from)
+		files := "files"
+		if len(r.Files) == 1 {
+			files = "file"
+		}
+		head = fmt.Sprintf("%s v%d %s, %d %s, %s", r.Target, r.Version, short(r.BundleHash), len(r.Files), files, from)
 	}
 	var details []string
 	for _, c := range p.Changed {
@@ -116,6 +125,18 @@ func describeRender(r *msg.Render) (string, []string) {
 		details = append(details, fmt.Sprintf("resource error %s %s: %s", e.Type, e.ID, e.Message))
 	}
 	return head, details
+}
+
+// Cause is what made a render: the change subject, or the reason, and for
+// a trigger what it said of itself.
+func Cause(p msg.Provenance) string {
+	c := orEmpty(p.Cause, "unknown")
+	if t := p.Trigger; t != nil {
+		if said := triggerSays(t.Reason, t.By); said != "" {
+			c += " (" + said + ")"
+		}
+	}
+	return c
 }
 
 // ObjectChangeText is one changed object of a provenance: type,
