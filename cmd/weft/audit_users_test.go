@@ -77,11 +77,21 @@ func TestAuditAsTheAuditor(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := run(append([]string{"why", "edge"}, auditor...), &out, &errOut); err != nil {
+	if err := run(append([]string{"why", "edge", "--instance", "a"}, auditor...), &out, &errOut); err != nil {
 		t.Fatalf("weft why as the auditor: %v\n%s%s", err, out.String(), errOut.String())
 	}
 	if err := contains(out.String(), "m/services default/web put rev 7 [trace "+trace+"]"); err != nil {
 		t.Fatalf("weft why: %v\n%s", err, out.String())
+	}
+
+	// An instance whose render aged out of the streams: said so, exit 1.
+	if _, err := msg.StoreStatus(ctx, status, msg.DeployStatusKey("edge", "old"), msg.DeployStatus{Target: "edge", Instance: "old", Driver: "files", Version: 9, BundleHash: hashB}, 0); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	code, line := exitCode(run(append([]string{"why", "edge", "--instance", "old"}, auditor...), &out, &errOut))
+	if code != ExitFailed || !strings.Contains(line, "render v9 is no longer in WEFT_RENDERS") || !strings.Contains(out.String(), "edge/old runs v9") {
+		t.Fatalf("weft why of an aged-out render: exit %d, %q\n%s", code, line, out.String())
 	}
 
 	// --follow sees what is published after it started, triggers too.
