@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -172,10 +171,5 @@ func readStatus(ctx context.Context, c audit.Conn) (msg.StatusReport, error) {
 	if err != nil {
 		return msg.StatusReport{}, fmt.Errorf("status bucket: %w", err)
 	}
-	rep, err := msg.ReadStatus(ctx, kv)
-	if err != nil {
-		return rep, err
-	}
-	slices.SortFunc(rep.Targets, func(a, b msg.TargetReport) int { return strings.Compare(a.Target, b.Target) })
-	return rep, nil
+	return msg.ReadStatus(ctx, kv)
 }
