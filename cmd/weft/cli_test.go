@@ -55,6 +55,9 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"nats-config", "-h"}, "usage: weft nats-config [flags]"},
 		{[]string{"nats-config", "--permissions-only"}, "weft_renderer = {"},
 		{[]string{"provision", "-h"}, "-nats-creds"},
+		{[]string{"help", "audit"}, "usage: weft audit [flags]"},
+		{[]string{"audit", "-h"}, "-follow"},
+		{[]string{"why", "-h"}, "usage: weft why [flags] <target>"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -79,6 +82,11 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"nats-config", "--roles", "root"}, "unknown NATS role"},
 		{[]string{"status", "--nats-user", "u"}, "--nats-user and --nats-password go together"},
 		{[]string{"provision", "--nats-tls-cert", "c.pem"}, "--nats-tls-cert and --nats-tls-key go together"},
+		{[]string{"audit", "extra"}, "audit takes no arguments"},
+		{[]string{"audit", "--since", "-1h"}, "--since must not be negative"},
+		{[]string{"why"}, "why takes one target"},
+		{[]string{"why", "a", "b"}, "why takes one target"},
+		{[]string{"why", "a", "--instance"}, "flag needs an argument: -instance"},
 	}
 	for _, tc := range bad {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

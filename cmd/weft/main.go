@@ -1,7 +1,9 @@
 // Command weft runs every weft service in one process (`weft up`, with an
 // embedded NATS server by default) and offers the tools a person needs
-// around it: `weft render` (offline render for template authors and CI) and
-// `weft status` (what each target last rendered, validated and deployed).
+// around it: `weft render` (offline render for template authors and CI),
+// `weft status` (what each target last rendered, validated and deployed),
+// `weft audit` (what happened, in time order, from the streams) and
+// `weft why` (what an instance runs, back to the changes that made it).
 package main
 
 import (
@@ -31,6 +33,10 @@ commands:
   render   render a target offline from a folder of manifests
   validate run the validator kinds offline on a rendered bundle
   status   show each target's render, validation and deploy state
+  audit    print what changed, rendered, validated and deployed, in time
+           order (--target T, --since 1h, --follow, --json)
+  why      explain what a target's instances run: deploy, verdict, render
+           and the object changes that made it (weft why <target>)
   nats-config  print the NATS server's users block: one user per role with
            exactly the permissions of its role (nkeys written to --keys)
   provision  create or update every stream, bucket and store (run once with
@@ -91,6 +97,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return renderCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
+	case "audit":
+		return auditCmd(ctx, args[1:], stdout, stderr)
+	case "why":
+		return whyCmd(ctx, args[1:], stdout, stderr)
 	case "validate":
 		return validateCmd(ctx, args[1:], stdout, stderr)
 	case "nats-config":

@@ -62,7 +62,12 @@ type Access struct {
 	Request []string
 	// Streams it looks up and reads single messages of (the last message
 	// of a subject).
-	Streams   []string
+	Streams []string
+	// Read: streams it reads from any point with ordered push consumers
+	// (generated names, no acknowledgements), as it reads buckets: it looks
+	// the stream up, gets single messages, creates such consumers and
+	// deletes them when done.
+	Read      []string
 	Consumers []Consumer
 	// KVRead: buckets it reads (get, history of a key, watch, list keys).
 	KVRead  []string
@@ -173,8 +178,9 @@ func Accesses() []Access {
 			KVWrite:   []KVWrite{{BucketPulls, []string{">"}}, {BucketLeases, []string{"slot.>"}}},
 		},
 		{
-			Role: RoleAuditor, What: "people and tools that watch: nats sub 'weft.>', weft status; publishes nothing",
+			Role: RoleAuditor, What: "people and tools that watch: nats sub 'weft.>', weft status, weft audit, weft why; publishes nothing",
 			Subscribe: []string{AllSubjects},
+			Read:      []string{StreamChanges, StreamRenders, StreamValidated, StreamDeploys, StreamDLQ},
 			KVRead:    []string{BucketStatus, BucketPulls},
 		},
 		{
@@ -222,6 +228,7 @@ func merge(a, b Access) Access {
 	a.Serve = append(a.Serve, b.Serve...)
 	a.Request = append(a.Request, b.Request...)
 	a.Streams = append(a.Streams, b.Streams...)
+	a.Read = append(a.Read, b.Read...)
 	a.Consumers = append(a.Consumers, b.Consumers...)
 	a.KVRead = append(a.KVRead, b.KVRead...)
 	for _, w := range b.KVWrite {
@@ -286,6 +293,9 @@ func (a Access) Permissions() Permissions {
 	pub(a.Request...)
 	for _, s := range a.Streams {
 		pub(jsAPI+"STREAM.INFO."+s, jsAPI+"STREAM.MSG.GET."+s)
+	}
+	for _, s := range a.Read {
+		pub(readStream(s, AllSubjects)...)
 	}
 	for _, c := range a.Consumers {
 		pub(consumerSubjects(c)...)
@@ -423,7 +433,8 @@ func AccessMarkdown() string {
 		for _, c := range a.Consumers {
 			cons = append(cons, c.Stream+": "+c.Name)
 		}
-		reads := slices.Clone(a.KVRead)
+		reads := slices.Clone(a.Read)
+		reads = append(reads, a.KVRead...)
 		reads = append(reads, a.ObjectRead...)
 		var writes []string
 		for _, w := range a.KVWrite {

@@ -135,6 +135,41 @@ type Provenance struct {
 	Counts map[string]int `json:"counts,omitempty"`
 	// Cause is the subject or reason that triggered this render.
 	Cause string `json:"cause,omitempty"`
+	// Trigger is the trigger that forced this render (Cause "trigger"):
+	// its reason and who sent it, as it said.
+	Trigger *Trigger `json:"trigger,omitempty"`
+	// Changed lists the watched objects (and values) that changed between
+	// the target's previous render and this one, by key, at most
+	// MaxProvenanceChanged of them (ChangedMore counts the others). Empty
+	// when the renderer does not know the previous render's state (its
+	// first render since it started); the changes are then only in
+	// StreamChanges, between the two renders' state revisions.
+	Changed     []ObjectChange `json:"changed,omitempty"`
+	ChangedMore int            `json:"changedMore,omitempty"`
+}
+
+// MaxProvenanceChanged bounds Provenance.Changed, and MaxChangedFields
+// ObjectChange.Fields, so a render message stays small whatever changed.
+const (
+	MaxProvenanceChanged = 32
+	MaxChangedFields     = 8
+)
+
+// ObjectChange is one object that changed between two renders of a target:
+// its last revision and op, and the field paths (top level, and one level
+// into objects: "spec.rules", "endpoints") whose values differ between the
+// object the previous render read and the one this render read.
+type ObjectChange struct {
+	Type      string `json:"type"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Op        Op     `json:"op"`
+	Revision  uint64 `json:"revision"`
+	// Created: the previous render did not see the object (Fields is then
+	// empty).
+	Created    bool     `json:"created,omitempty"`
+	Fields     []string `json:"fields,omitempty"`
+	FieldsMore int      `json:"fieldsMore,omitempty"`
 }
 
 // Render is the result of one render of a target: either a bundle (stored in

@@ -25,7 +25,9 @@
 // otherwise the bundle is put in the object store under its hash and a
 // render message with the next version is published, then the status. A
 // template failure is published as a render message with a failure and
-// kept in the status; the last good bundle stays where it is.
+// kept in the status; the last good bundle stays where it is. A render's
+// provenance names the objects changed since the target's previous render
+// and the fields that differ, when this replica published that render.
 package renderer
 
 import (
@@ -95,10 +97,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 type request struct {
-	target string
-	force  bool
-	cause  string
-	parent trace.SpanContext
+	target  string
+	force   bool
+	cause   string
+	trigger *msg.Trigger // the trigger that asked for it, if one did
+	parent  trace.SpanContext
 }
 
 type targetState struct {
@@ -118,6 +121,10 @@ type targetState struct {
 	// the first render, when any value matters.
 	valuesRead map[string]bool
 	allValues  bool
+
+	// changes are the objects changed since the last render read the
+	// index (Provenance.Changed).
+	changes changeLog
 }
 
 // dependsOnValue reports whether a change of the named value can change
@@ -340,7 +347,21 @@ func (r *renderer) invalidate(c index.Change) {
 		if ts.t != nil {
 			ts.t.Invalidate(changes)
 		}
+		if c.Type == config.ValuesType && !ts.dependsOnValue(valueName(c)) {
+			continue // a value this target does not read
+		}
+		ts.changes.note(c)
 	}
+}
+
+// valueName is the name of the value an index change of ValuesType is of.
+func valueName(c index.Change) string {
+	for _, obj := range []map[string]any{c.New, c.Old} {
+		if name, _ := obj["name"].(string); name != "" {
+			return name
+		}
+	}
+	return ""
 }
 
 func (r *renderer) run(ctx context.Context) error {
@@ -595,7 +616,7 @@ func (r *renderer) onTrigger(ctx context.Context, m *nats.Msg) error {
 	}
 	r.env.Log.InfoContext(ctx, "render requested", "target", name, "reason", t.Reason, "by", t.By)
 	select {
-	case r.reqs <- request{target: name, force: true, cause: "trigger", parent: trace.SpanContextFromContext(ctx)}:
+	case r.reqs <- request{target: name, force: true, cause: "trigger", trigger: &t, parent: trace.SpanContextFromContext(ctx)}:
 	case <-ctx.Done():
 	}
 	if m.Reply != "" {
@@ -653,11 +674,19 @@ func (r *renderer) render(ctx context.Context, req request) {
 	defer span.End()
 	log := r.env.Log.With("target", req.target)
 	var res target.Result
-	var prov msg.Provenance
+	prov := msg.Provenance{Cause: req.cause, Trigger: req.trigger}
+	var changed map[string]*pendingChange
+	published := false
+	defer func() {
+		if changed != nil && !published {
+			ts.changes.giveBack(changed)
+		}
+	}()
 	err := ts.compile
 	if err == nil {
 		r.ix.Read(func(rev uint64) {
-			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause}
+			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause, Trigger: req.trigger}
+			changed = ts.changes.take()
 			res, err = ts.t.RenderFetching(ctx, r.resources(), r.values(), r.fetch)
 		})
 		if err == nil {
@@ -691,6 +720,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.retryLater(req)
 		return
 	}
+	if ts.changes.follows(st.Version) {
+		prov.Changed, prov.ChangedMore = objectChanges(changed)
+	}
 	st.Version++
 	out := msg.Render{Target: req.target, Version: st.Version, Provenance: prov, RenderTime: res.Took, At: time.Now().UTC()}
 	if err != nil {
@@ -721,6 +753,8 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.retryLater(req)
 		return
 	}
+	published = true
+	ts.changes.published(st.Version)
 	if !r.writeStatus(ctx, st, rev) {
 		r.retryLater(req) // the validator waits for the status to confirm the render
 	}

@@ -178,8 +178,8 @@ func TestRenderer(t *testing.T) {
 			return err
 		})
 		r, _ := f.render(3)
-		if r.Provenance.Cause != "trigger" {
-			t.Fatalf("cause = %q", r.Provenance.Cause)
+		if r.Provenance.Cause != "trigger" || r.Provenance.Trigger == nil || r.Provenance.Trigger.Reason != "test" {
+			t.Fatalf("cause = %q, trigger %+v", r.Provenance.Cause, r.Provenance.Trigger)
 		}
 	})
 	kv, _ := f.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
