@@ -29,6 +29,7 @@ const (
 	natsAuthKey    = "auth.conf"
 	// natsSeedKey is the key of a role's Secret holding its nkey seed;
 	// natsPublicKey holds its public key, for people reading the Secret.
+	// (no newline: it is also read into an environment variable).
 	natsSeedKey   = "seed"
 	natsPublicKey = "nkey"
 )
@@ -48,6 +49,7 @@ func natsKeysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		"keys. Needs get and create on Secrets of the namespace, and update on the ones it changes."})
 	ns := fs.String("namespace", envOr("WEFT_NAMESPACE", ""), "namespace of the Secrets (default: the pod's own) [WEFT_NAMESPACE]")
 	kubeconfig := fs.String("kubeconfig", envOr("WEFT_KUBECONFIG", ""), "kubeconfig (empty: in-cluster, else $KUBECONFIG or ~/.kube/config) [WEFT_KUBECONFIG]")
+	include := fs.String("permissions-include", "../permissions/permissions.conf", "the permissions file (deploy/nats/permissions.conf) the authorization block includes, relative to the block's file where the servers mount it")
 	rotate := fs.String("rotate", "", "comma-separated roles whose key is replaced by a new one (the servers and the role's processes take it when they restart)")
 	var seeds seedOutputs
 	fs.Var(&seeds, "write-seed", "also write a role's seed to a file (0600), as <role>=<file>; repeatable")
@@ -76,7 +78,7 @@ func natsKeysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	k := natsKeys{secrets: cs.CoreV1().Secrets(*ns), out: stdout}
+	k := natsKeys{secrets: cs.CoreV1().Secrets(*ns), include: *include, out: stdout}
 	kps, err := k.make(ctx, rotated)
 	if err != nil {
 		return fmt.Errorf("nats-keys in namespace %s: %w", *ns, err)
@@ -86,7 +88,7 @@ func natsKeysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(s.file, append(seed, '\n'), 0o600); err != nil {
+		if err := os.WriteFile(s.file, seed, 0o600); err != nil {
 			return fmt.Errorf("--write-seed %s: %w", s.role, err)
 		}
 	}
@@ -103,6 +105,7 @@ type secretClient interface {
 // natsKeys keeps the NATS keys of one namespace.
 type natsKeys struct {
 	secrets secretClient
+	include string    // the permissions file the authorization block includes
 	out     io.Writer // one line per Secret: what was done
 }
 
@@ -127,7 +130,7 @@ func (k natsKeys) make(ctx context.Context, rotate []msg.Role) (map[msg.Role]nke
 		kps[r] = kp
 		users = append(users, natsauth.User{Role: r, NKey: pub})
 	}
-	auth, err := natsauth.AuthorizationConfig(users)
+	auth, err := natsauth.AuthorizationConfig(users, k.include)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +197,7 @@ func newRoleKey() (nkeys.KeyPair, map[string][]byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return kp, map[string][]byte{natsSeedKey: append(seed, '\n'), natsPublicKey: []byte(pub)}, nil
+	return kp, map[string][]byte{natsSeedKey: seed, natsPublicKey: []byte(pub)}, nil
 }
 
 // upsert creates Secret name with data, or updates it when its data

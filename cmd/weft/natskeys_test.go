@@ -90,10 +90,22 @@ func TestNATSKeys(t *testing.T) {
 	first := seeds()
 	usersOf(first)
 
-	// The real server takes the block after the permissions and lets each
-	// role in with its seed, and no one with another key.
+	// The real server takes the block, which includes the permissions file
+	// where the servers mount it, and lets each role in with its seed, and
+	// no one with another key.
 	dir := t.TempDir()
-	srv := testkit.NATSServer(t, natsauth.PermissionsConfig()+"\n"+auth())
+	root := t.TempDir()
+	for _, d := range []string{"config", "auth", "permissions"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(root, "permissions", "permissions.conf"), natsauth.PermissionsConfig())
+	writeFile(t, filepath.Join(root, "auth", natsAuthKey), auth())
+	port := freeTCPPort(t)
+	writeFile(t, filepath.Join(root, "config", "nats.conf"), fmt.Sprintf("listen: \"127.0.0.1:%d\"\ninclude ../auth/%s\n", port, natsAuthKey))
+	srv := testkit.StartProcess(t, testkit.NATSServerBinary(t), "-c", filepath.Join(root, "config", "nats.conf"))
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	for _, r := range []msg.Role{msg.RoleRenderer, msg.RoleAuditor, msg.RoleProvisioner} {
 		seedFile := filepath.Join(dir, string(r)+".nk")
 		writeFile(t, seedFile, first[r])
@@ -101,17 +113,26 @@ func TestNATSKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc, err := nats.Connect(srv.URL, append(opts, nats.MaxReconnects(0))...)
-		if err != nil {
-			t.Fatalf("%s is not let in with its Secret's seed: %v", r, err)
-		}
-		nc.Close()
+		testkit.Eventually(t, time.Minute, func() error {
+			if done, err := srv.Exited(); done {
+				t.Fatalf("nats-server ended: %v\n%s", err, srv.Output())
+			}
+			nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(0))...)
+			if errors.Is(err, nats.ErrAuthorization) {
+				t.Fatalf("%s is not let in with its Secret's seed: %v", r, err)
+			}
+			if err != nil {
+				return err
+			}
+			nc.Close()
+			return nil
+		})
 	}
 	stranger, _ := nkeys.CreateUser()
 	seed, _ := stranger.Seed()
 	writeFile(t, filepath.Join(dir, "stranger.nk"), string(seed))
 	opts, _ := natsauth.Client{NKey: filepath.Join(dir, "stranger.nk")}.Options()
-	if nc, err := nats.Connect(srv.URL, append(opts, nats.MaxReconnects(0))...); !errors.Is(err, nats.ErrAuthorization) {
+	if nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(0))...); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
 			nc.Close()
 		}
@@ -160,7 +181,7 @@ func TestNATSKeys(t *testing.T) {
 	if out, err := keys("--write-seed", string(msg.RoleProvisioner)+"="+file); err != nil {
 		t.Fatalf("--write-seed: %v\n%s", err, out)
 	}
-	if got, err := os.ReadFile(file); err != nil || string(got) != fourth[msg.RoleProvisioner] {
+	if got, err := os.ReadFile(file); err != nil || string(got) != fourth[msg.RoleProvisioner] || !strings.HasPrefix(string(got), "SU") {
 		t.Fatalf("--write-seed wrote %q (%v), want the provisioner's Secret's seed", got, err)
 	}
 

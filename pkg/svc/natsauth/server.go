@@ -108,11 +108,14 @@ var ErrRoleWithoutUser = errors.New("every role needs a user where all permissio
 
 // AuthorizationConfig is nats-server's authorization block of weft's
 // users, in the server's global account: one user per entry, each with
-// its role's permission variable (PermissionsVar), which the configuration
-// must define before it (include PermissionsConfig's text, such as
-// deploy/nats/permissions.conf, first). Since that text defines every
-// role's variable, users must hold a user of every role.
-func AuthorizationConfig(users []User) (string, error) {
+// its role's permission variable (PermissionsVar). permissions is the path
+// of a file holding PermissionsConfig's text (deploy/nats/permissions.conf),
+// relative to the block's own file, which the block includes first: a
+// variable is seen only in the file that defines or includes it. Empty, the
+// variables must come before the block in the same file. Since that text
+// defines every role's variable, and nats-server refuses one defined and
+// never used, users must hold a user of every role.
+func AuthorizationConfig(users []User, permissions string) (string, error) {
 	for _, r := range msg.Roles() {
 		if !slices.ContainsFunc(users, func(u User) bool { return u.Role == r }) {
 			return "", fmt.Errorf("%w: no user of role %s", ErrRoleWithoutUser, r)
@@ -121,6 +124,9 @@ func AuthorizationConfig(users []User) (string, error) {
 	var b strings.Builder
 	b.WriteString("# weft's NATS users, one per role, each with its role's permissions\n")
 	b.WriteString("# (the variables of weft's permissions.conf). Generated; do not edit.\n")
+	if permissions != "" {
+		fmt.Fprintf(&b, "include %s\n", strconv.Quote(permissions))
+	}
 	b.WriteString("authorization {\n  users: [\n")
 	if err := writeUsers(&b, "    ", users); err != nil {
 		return "", err

@@ -227,7 +227,7 @@ func TestServerConfigOfSomeRoles(t *testing.T) {
 		t.Fatalf("the configuration of the renderer and the auditor defines the watcher's permissions:\n%s", conf)
 	}
 	testkit.NATSServer(t, conf) // fails the test when the server refuses it
-	if _, err := natsauth.AuthorizationConfig(users); !errors.Is(err, natsauth.ErrRoleWithoutUser) {
+	if _, err := natsauth.AuthorizationConfig(users, ""); !errors.Is(err, natsauth.ErrRoleWithoutUser) {
 		t.Fatalf("an authorization block of two roles: %v, want ErrRoleWithoutUser", err)
 	}
 }

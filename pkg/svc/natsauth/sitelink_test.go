@@ -32,7 +32,7 @@ func TestSiteLinkUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := natsauth.AuthorizationConfig(users)
+	auth, err := natsauth.AuthorizationConfig(users, "")
 	if err != nil {
 		t.Fatal(err)
 	}
