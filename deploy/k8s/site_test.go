@@ -27,9 +27,10 @@ import (
 // site-link seed as the Secret weft-nats-hub-link, the hub's leaf address
 // for weft-site-hub's). With the hub's seed the link is let in as the
 // site-link user and carries JetStream's sourcing both ways: the hub,
-// provisioned for its site by its admin, and the leaf node, provisioned
-// for the site by the site's provisioner, exchange a validation status and
-// a deploy status, written and read by the site's deployer. With another
+// provisioned for its site by the hub's provisioner, and the leaf node,
+// provisioned for the site by the site's provisioner (as the Jobs do),
+// exchange a validation status and a deploy status, the latter written and
+// the former read by the site's deployer. With another
 // key (the site's own site-link key) the hub refuses the link and nothing
 // crosses. The link denies msg.LeafDeny both ways.
 func TestSiteLeafNodeDialsTheHub(t *testing.T) {
@@ -71,10 +72,11 @@ func TestSiteLeafNodeDialsTheHub(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	hubJS := jsOf(t, connectNKey(t, hub.URL, seedFile(hubKeys, msg.RoleAdmin, "hub")))
-	if err := msg.Provision(ctx, hubJS, 1, msg.WithSites("edge-1")); err != nil {
+	// the hub's Job provisions it for its site with the provisioner's key
+	if err := msg.Provision(ctx, jsOf(t, connectNKey(t, hub.URL, seedFile(hubKeys, msg.RoleProvisioner, "hub"))), 1, msg.WithSites("edge-1")); err != nil {
 		t.Fatal(err)
 	}
+	hubJS := jsOf(t, connectNKey(t, hub.URL, seedFile(hubKeys, msg.RoleAdmin, "hub")))
 	hubKV, err := hubJS.KeyValue(ctx, msg.BucketStatus)
 	if err != nil {
 		t.Fatal(err)
