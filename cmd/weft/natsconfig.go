@@ -101,7 +101,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// A server not up yet (a Job started with it) is waited for, as long
 	// as --timeout allows.
 	connected := make(chan struct{}, 1)
-	signal := func(*nats.Conn) {
+	up := func(*nats.Conn) {
 		select {
 		case connected <- struct{}{}:
 		default:
@@ -109,7 +109,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	nc, err := nats.Connect(*url, append([]nats.Option{nats.Name("weft provision"), nats.Timeout(5 * time.Second),
 		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(2 * time.Second),
-		nats.ConnectHandler(signal), nats.ReconnectHandler(signal),
+		nats.ConnectHandler(up), nats.ReconnectHandler(up),
 		natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)), refused)}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", *url, err)
