@@ -8,7 +8,10 @@
 //
 // The permissions come from the table only: PermissionsConfig is the same
 // text for every deployment (deploy/nats/permissions.conf is it, kept equal
-// by a test); ServerConfig adds the users of one deployment.
+// by a test); ServerConfig adds the users of one deployment in an account
+// of their own, AuthorizationConfig in the server's authorization block,
+// including the permissions file (deploy/k8s: `weft nats-keys`). A user
+// of the site-link role may connect only as a leaf node.
 package natsauth
 
 import (
