@@ -81,22 +81,6 @@ func TestPermissions(t *testing.T) {
 			pub:    []string{"$JS.API.STREAM.CREATE.WEFT_RENDERS", "$JS.API.STREAM.UPDATE.KV_weft-status", "$JS.API.STREAM.CREATE.OBJ_weft-bundles"},
 			notPub: []string{"weft.render.>", "$JS.API.STREAM.DELETE.WEFT_RENDERS"},
 		},
-		{role: msg.RoleSiteLink,
-			// into the hub: only the consumers a site sources through
-			pub: []string{
-				"$JS.*.API.CONSUMER.CREATE.WEFT_VALIDATED.*.weft.validated.*",
-				"$JS.*.API.CONSUMER.CREATE.KV_weft-status.*.$KV.weft-status.validate.*",
-				"$JS.*.API.CONSUMER.CREATE.OBJ_weft-bundles",
-				"$JS.S.*", "$JSC.R.*", "$JS.FC.>",
-			},
-			notPub: []string{
-				"weft.>", "$KV.weft-status.>", "$JS.ACK.>", msg.Inbox,
-				"$JS.*.API.CONSUMER.CREATE.WEFT_DEPLOYS.*.weft.deployed.>",
-				"$JS.*.API.CONSUMER.CREATE.KV_weft-resources", "$JS.*.API.STREAM.>",
-			},
-			sub:    []string{"$JS.*.API.CONSUMER.>", "$JS.S.*", "$JSC.R.*", "$JS.FC.>"},
-			notSub: []string{"weft.>", msg.Inbox, "$JS.*.API.STREAM.>", "$JS.ACK.>"},
-		},
 		{role: msg.RoleAdmin, allEverything: true},
 	}
 	for _, tt := range tests {

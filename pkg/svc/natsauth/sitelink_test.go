@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +219,32 @@ func freePort(t *testing.T) int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestSiteLinkPermissions checks the site-link role's generated allow
+// lists: into the hub (Publish) only the consumer creations of what a site
+// sources, with their filters, and the deliveries, replies and flow
+// control; nothing of weft's own either way.
+func TestSiteLinkPermissions(t *testing.T) {
+	a, err := msg.AccessOf(msg.RoleSiteLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := a.Permissions()
+	flow := []string{"$JS.S.*", "$JSC.R.*", "$JS.FC.>"}
+	wantPub := append([]string{
+		"$JS.*.API.CONSUMER.CREATE.WEFT_VALIDATED.*.weft.validated.*",
+		"$JS.*.API.CONSUMER.CREATE.KV_weft-status.*.$KV.weft-status.validate.*",
+		"$JS.*.API.CONSUMER.CREATE.OBJ_weft-bundles",
+	}, flow...)
+	wantSub := append([]string{"$JS.*.API.CONSUMER.>"}, flow...)
+	if !slices.Equal(slices.Sorted(slices.Values(p.Publish)), slices.Sorted(slices.Values(wantPub))) {
+		t.Errorf("publish (into the hub) %v, want %v", p.Publish, wantPub)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(p.Subscribe)), slices.Sorted(slices.Values(wantSub))) {
+		t.Errorf("subscribe (from the hub) %v, want %v", p.Subscribe, wantSub)
+	}
+	if p.Responses != 0 {
+		t.Errorf("allow_responses %d: the link answers no request of its own", p.Responses)
+	}
 }
