@@ -18,7 +18,7 @@ require github.com/weftio/weft/services/watcher v0.0.0
 
 replace github.com/weftio/weft/services/watcher => ../../services/watcher
 
-require github.com/weftio/weft/pkg/kubeclient v0.0.0 // indirect
+require github.com/weftio/weft/pkg/kubeclient v0.0.0
 
 replace github.com/weftio/weft/pkg/kubeclient => ../../pkg/kubeclient
 
@@ -109,7 +109,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nkeys v0.4.16
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/nikolalohinski/gonja/v2 v2.9.1 // indirect
 	github.com/oasdiff/yaml v0.1.1 // indirect

@@ -39,6 +39,8 @@ commands:
            and the object changes that made it (weft why <target>)
   nats-config  print the NATS server's users block: one user per role with
            exactly the permissions of its role (nkeys written to --keys)
+  nats-keys  make the NATS keys of a Kubernetes installation in Secrets (one
+           per role, kept when present) and the servers' users block
   provision  create or update every stream, bucket and store (run once with
            admin or provisioner credentials; services then --provision=false)
   version  print weft's version (also: weft --version)
@@ -105,6 +107,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return validateCmd(ctx, args[1:], stdout, stderr)
 	case "nats-config":
 		return natsConfigCmd(args[1:], stdout, stderr)
+	case "nats-keys":
+		return natsKeysCmd(ctx, args[1:], stdout, stderr)
 	case "provision":
 		return provisionCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":

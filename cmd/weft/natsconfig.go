@@ -66,7 +66,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags(command{name: "provision", summary: "Create or update every stream, key-value bucket and object store weft uses, on the\nNATS server of --nats-url, with credentials allowed to (the admin or provisioner role).\nServices started with --provision=false then need no right to create anything."})
 	url := fs.String("nats-url", envOr("WEFT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL [WEFT_NATS_URL]")
 	replicas := fs.Int("replicas", 1, "JetStream replicas of streams and buckets (3 on a 3-node cluster)")
-	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long, waiting for the server meanwhile")
 	cfgPath := fs.String("config", "", "weft.yaml whose sites the streams and buckets source from (at the hub) or to (with --site); empty: no sites")
 	site := fs.String("site", "", "provision the NATS leaf node of this site of --config's sites")
 	var auth natsauth.Client
@@ -96,17 +96,40 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageError(err)
 	}
 	refused := make(chan error, 1)
-	nc, err := nats.Connect(*url, append([]nats.Option{nats.Name("weft provision"), nats.Timeout(5 * time.Second), natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)), refused)}, opts...)...)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	// A server not up yet (a Job started with it) is waited for, as long
+	// as --timeout allows.
+	connected := make(chan struct{}, 1)
+	up := func(*nats.Conn) {
+		select {
+		case connected <- struct{}{}:
+		default:
+		}
+	}
+	nc, err := nats.Connect(*url, append([]nats.Option{nats.Name("weft provision"), nats.Timeout(5 * time.Second),
+		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(2 * time.Second),
+		nats.ConnectHandler(up), nats.ReconnectHandler(up),
+		natsauth.LogErrors(slog.New(slog.NewTextHandler(stderr, nil)), refused)}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", *url, err)
 	}
 	defer nc.Close()
+	if !nc.IsConnected() {
+		select {
+		case <-connected:
+		case <-ctx.Done():
+			last := nc.LastError()
+			if last == nil {
+				last = ctx.Err()
+			}
+			return fmt.Errorf("connect %s: no server let weft provision in within %v: %w", *url, *timeout, last)
+		}
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
 	if err := natsauth.Provision(ctx, js, *replicas, refused, popts...); err != nil {
 		return err
 	}

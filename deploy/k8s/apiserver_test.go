@@ -503,9 +503,50 @@ func testRBAC(t *testing.T, a *apiServer, builds map[string][]*unstructured.Unst
 		}},
 	}
 
+	// the key Job: its own namespace's NATS Secrets only
+	secret := func(ns, name string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: map[string]string{"seed": "x"}}
+	}
+	keys := []check{
+		{"weft-nats-keys", "create weft-nats-auth and read and update it", true, func(ctx context.Context, c as) error {
+			s, err := c.cs.CoreV1().Secrets(namespace).Create(ctx, secret(namespace, "weft-nats-auth"), metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				s, err = c.cs.CoreV1().Secrets(namespace).Get(ctx, "weft-nats-auth", metav1.GetOptions{})
+			}
+			if err != nil {
+				return err
+			}
+			_, err = c.cs.CoreV1().Secrets(namespace).Update(ctx, s, metav1.UpdateOptions{})
+			return err
+		}},
+		{"weft-nats-keys", "create a role's Secret", true, func(ctx context.Context, c as) error {
+			_, err := c.cs.CoreV1().Secrets(namespace).Create(ctx, secret(namespace, "weft-nats-renderer"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"weft-nats-keys", "read another Secret of its namespace", false, func(ctx context.Context, c as) error {
+			_, err := c.cs.CoreV1().Secrets(namespace).Get(ctx, "weft-haproxy-dataplane", metav1.GetOptions{})
+			return err
+		}},
+		{"weft-nats-keys", "list the Secrets of its namespace", false, func(ctx context.Context, c as) error {
+			_, err := c.cs.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"weft-nats-keys", "read a Secret of another namespace", false, func(ctx context.Context, c as) error {
+			_, err := c.cs.CoreV1().Secrets(appNS).Get(ctx, pullSecret, metav1.GetOptions{})
+			return err
+		}},
+		{"weft-nats-keys", "create a Secret in another namespace", false, func(ctx context.Context, c as) error {
+			_, err := c.cs.CoreV1().Secrets(appNS).Create(ctx, secret(appNS, "weft-nats-auth"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"weft-nats-keys", "delete a role's Secret", false, func(ctx context.Context, c as) error {
+			return c.cs.CoreV1().Secrets(namespace).Delete(ctx, "weft-nats-auth", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		}},
+	}
+
 	t.Run("base", func(t *testing.T) {
 		a.applyRBAC(t, builds["base"])
-		for _, c := range services {
+		for _, c := range append(services, keys...) {
 			t.Run(c.sa+" "+c.what, func(t *testing.T) { a.run(t, c) })
 		}
 		a.watches(t, "weft-watcher", "base/weft.yaml")
@@ -536,8 +577,12 @@ func testRBAC(t *testing.T, a *apiServer, builds map[string][]*unstructured.Unst
 		}})
 	})
 	t.Run("site", func(t *testing.T) {
-		// the site's deployer and leaf node never talk to the API server
+		// the site's deployer and leaf node never talk to the API server;
+		// its key Job has the hub's rights
 		a.applyRBAC(t, builds["site"])
+		for _, c := range keys {
+			a.run(t, c)
+		}
 		for _, sa := range []string{"weft-deployer", "weft-nats"} {
 			a.run(t, check{sa, "list pods", false, func(ctx context.Context, c as) error {
 				_, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})

@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,8 +10,10 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +21,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
 )
 
 // namespace is where every weft object lives.
@@ -127,6 +131,9 @@ func workloads(t *testing.T, objs []*unstructured.Unstructured) []workload {
 		case "DaemonSet":
 			d := typed[appsv1.DaemonSet](t, o)
 			out = append(out, workload{"DaemonSet", d.Name, nil, d.Spec.Selector.MatchLabels, d.Spec.Template})
+		case "Job":
+			j := typed[batchv1.Job](t, o)
+			out = append(out, workload{"Job", j.Name, nil, nil, j.Spec.Template})
 		}
 	}
 	return out
@@ -144,7 +151,8 @@ var noKubeAPI = []string{"weft-renderer", "weft-validator", "weft-deployer", "we
 // promises: no privilege, a read-only root, resources, probes, replicas
 // spread and covered by a PodDisruptionBudget, no API token where the
 // service has no use for one, and every ConfigMap, Secret and
-// ServiceAccount it names present in the build.
+// ServiceAccount it names present in the build or made at install by its
+// Job weft-nats-setup (madeAtInstall).
 func TestManifests(t *testing.T) {
 	for _, in := range installations {
 		t.Run(in.name, func(t *testing.T) {
@@ -163,6 +171,9 @@ func TestManifests(t *testing.T) {
 			ws := workloads(t, objs)
 			if len(ws) == 0 {
 				t.Fatal("no workload")
+			}
+			for name := range madeAtInstall(t, objs) {
+				have["Secret/"+name] = true
 			}
 			for _, w := range ws {
 				for _, p := range podProblems(w, have, pdbs) {
@@ -197,7 +208,7 @@ func podProblems(w workload, have map[string]bool, pdbs []*policyv1.PodDisruptio
 		switch {
 		case v.ConfigMap != nil && !have["ConfigMap/"+v.ConfigMap.Name]:
 			add("volume %s: ConfigMap %s is not in the build", v.Name, v.ConfigMap.Name)
-		case v.Secret != nil && !have["Secret/"+v.Secret.SecretName] && v.Secret.SecretName != "weft-puller-gate-tls":
+		case v.Secret != nil && !have["Secret/"+v.Secret.SecretName] && !slices.Contains(madeByPeople, v.Secret.SecretName):
 			add("volume %s: Secret %s is not in the build", v.Name, v.Secret.SecretName)
 		case v.HostPath != nil && !root:
 			add("volume %s: hostPath %s", v.Name, v.HostPath.Path)
@@ -227,10 +238,16 @@ func podProblems(w workload, have map[string]bool, pdbs []*policyv1.PodDisruptio
 			}
 		}
 		for _, e := range c.Env {
-			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && !have["Secret/"+r.SecretKeyRef.Name] {
+			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && !have["Secret/"+r.SecretKeyRef.Name] && !slices.Contains(madeByPeople, r.SecretKeyRef.Name) {
 				add("container %s: env %s: Secret %s is not in the build", c.Name, e.Name, r.SecretKeyRef.Name)
 			}
+			if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil && !have["ConfigMap/"+r.ConfigMapKeyRef.Name] {
+				add("container %s: env %s: ConfigMap %s is not in the build", c.Name, e.Name, r.ConfigMapKeyRef.Name)
+			}
 		}
+	}
+	if w.kind == "Job" {
+		return ps // runs to its end: no probes, no replicas
 	}
 	for _, c := range spec.Containers {
 		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
@@ -270,6 +287,33 @@ func podProblems(w workload, have map[string]bool, pdbs []*policyv1.PodDisruptio
 	return ps
 }
 
+// madeByPeople are the Secrets an installation names that people make:
+// the gate's serving certificate (components/gate) and, at a site, the
+// copy of the hub's site-link key (overlays/site).
+var madeByPeople = []string{"weft-puller-gate-tls", "weft-nats-hub-link"}
+
+// madeAtInstall are the Secrets the installation's Job weft-nats-setup
+// makes with `weft nats-keys`: one per role of pkg/msg's access table and
+// the servers' authorization block. None when the build has no such Job.
+func madeAtInstall(t *testing.T, objs []*unstructured.Unstructured) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, w := range workloads(t, objs) {
+		if w.kind != "Job" {
+			continue
+		}
+		for _, c := range append(slices.Clone(w.spec.Spec.InitContainers), w.spec.Spec.Containers...) {
+			if len(c.Command) > 1 && c.Command[0] == "/usr/local/bin/weft" && c.Command[1] == "nats-keys" {
+				out["weft-nats-auth"] = true
+				for _, r := range msg.Roles() {
+					out["weft-nats-"+string(r)] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
 func volume(vs []corev1.Volume, name string) *corev1.Volume {
 	for i := range vs {
 		if vs[i].Name == name {
@@ -286,6 +330,43 @@ func TestWeftYAML(t *testing.T) {
 		t.Run(in.name, func(t *testing.T) {
 			if _, err := config.Load(in.weftYAML); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestKeyJobRole: where an installation has the key Job, its Role grants
+// get and update on exactly the Secrets the Job makes, and create (which
+// RBAC cannot limit by name), nothing else.
+func TestKeyJobRole(t *testing.T) {
+	for _, in := range installations {
+		t.Run(in.name, func(t *testing.T) {
+			objs := build(t, in)
+			made := madeAtInstall(t, objs)
+			if len(made) == 0 {
+				if in.name != "single" {
+					t.Fatal("no key Job")
+				}
+				return // weft up's embedded NATS listens on the pod's loopback
+			}
+			r := typed[rbacv1.Role](t, find(t, objs, "Role", "weft-nats-keys"))
+			var named []string
+			for _, rule := range r.Rules {
+				if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"secrets"}) {
+					t.Errorf("rule %+v: not on Secrets", rule)
+				}
+				switch {
+				case slices.Equal(rule.Verbs, []string{"create"}) && len(rule.ResourceNames) == 0:
+				case slices.Equal(rule.Verbs, []string{"get", "update"}):
+					named = append(named, rule.ResourceNames...)
+				default:
+					t.Errorf("rule %+v: more than create, or get and update of named Secrets", rule)
+				}
+			}
+			slices.Sort(named)
+			want := slices.Sorted(maps.Keys(made))
+			if !slices.Equal(named, want) {
+				t.Errorf("the Role names the Secrets %v, the Job makes %v", named, want)
 			}
 		})
 	}

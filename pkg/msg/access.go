@@ -22,6 +22,7 @@ const (
 	RolePullerGate       Role = "puller-gate"
 	RoleAuditor          Role = "auditor"
 	RoleProvisioner      Role = "provisioner"
+	RoleSiteLink         Role = "site-link"
 	RoleAdmin            Role = "admin"
 )
 
@@ -80,6 +81,10 @@ type Access struct {
 	Provision bool
 	// All: every subject of the account (the all-in-one weft up).
 	All bool
+	// Link: the connection of a site's leaf node to the hub, carrying
+	// JetStream's sourcing between the domains and nothing else (the
+	// user's permissions apply to the leaf connection; SiteLink).
+	Link bool
 }
 
 // configFollower is what every process following a configuration file or
@@ -188,6 +193,10 @@ func Accesses() []Access {
 			Provision: true,
 		},
 		{
+			Role: RoleSiteLink, What: "a site's NATS leaf node dialing the hub (a user of connection type LEAFNODE): JetStream's sourcing across the link",
+			Link: true,
+		},
+		{
 			Role: RoleAdmin, What: "weft up (every service and provisioning in one process), operators with the NATS CLI",
 			All: true,
 		},
@@ -275,6 +284,9 @@ const (
 func (a Access) Permissions() Permissions {
 	if a.All {
 		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}
+	}
+	if a.Link {
+		return siteLinkPermissions()
 	}
 	var p Permissions
 	pub := func(s ...string) { p.Publish = append(p.Publish, s...) }
@@ -423,6 +435,10 @@ func AccessMarkdown() string {
 		}
 		if a.Provision {
 			fmt.Fprintf(&b, "| %s | %s | | | | | | creates and updates every stream, bucket and object store |\n", a.Role, a.What)
+			continue
+		}
+		if a.Link {
+			fmt.Fprintf(&b, "| %s | %s | to the hub: the creation of the consumers a site sources through (%s), their deliveries and flow control | from the hub: consumer requests to a site's domain, their deliveries and flow control | | | | |\n", a.Role, a.What, "`"+strings.Join(siteSourcedStreams(true), "`, `")+"`")
 			continue
 		}
 		subs := slices.Clone(a.Subscribe)

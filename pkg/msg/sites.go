@@ -116,31 +116,107 @@ func (o provisionOptions) withSources(ctx context.Context, js Provisioner, c jet
 	return c, nil
 }
 
+// linkSource is one stream sourced across a site's link: into the site's
+// domain from the hub's (toSite), or into the hub's from each site's.
+// filter gives the source's filter subject for one of the site's targets
+// ("*": any); nil sources the whole stream.
+type linkSource struct {
+	stream string
+	toSite bool
+	filter func(target string) string
+}
+
+// linkSources are every stream sourced across a site's link, in the
+// order a stream lists its sources. The sources of each stream and the
+// permissions of the link's user (SiteLink) both come from it.
+var linkSources = []linkSource{
+	{stream: StreamValidated, toSite: true, filter: ValidatedSubject},
+	{stream: KVStream(BucketStatus), toSite: true, filter: func(t string) string { return statusSubject(ValidationStatusKey(t)) }},
+	{stream: ObjectStream(ObjectBundles), toSite: true},
+	{stream: KVStream(BucketStatus), filter: func(string) string { return statusSubject("deploy.>") }},
+	{stream: StreamDeploys, filter: func(string) string { return DeployedAll }},
+}
+
 // sources returns the streams sourced into stream name, as o says.
 func (o provisionOptions) sources(name string) []*jetstream.StreamSource {
 	var out []*jetstream.StreamSource
 	if o.site != "" {
 		for _, t := range o.siteTargets {
-			switch name {
-			case StreamValidated:
-				out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: ValidatedSubject(t), Domain: o.hubDomain})
-			case KVStream(BucketStatus):
-				out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: statusSubject(ValidationStatusKey(t)), Domain: o.hubDomain})
+			for _, l := range linkSources {
+				if l.toSite && l.stream == name && l.filter != nil {
+					out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: l.filter(t), Domain: o.hubDomain})
+				}
 			}
 		}
-		if name == ObjectStream(ObjectBundles) {
-			out = append(out, &jetstream.StreamSource{Name: name, Domain: o.hubDomain})
+		for _, l := range linkSources {
+			if l.toSite && l.stream == name && l.filter == nil {
+				out = append(out, &jetstream.StreamSource{Name: name, Domain: o.hubDomain})
+			}
 		}
 	}
 	for _, s := range o.sites {
-		switch name {
-		case KVStream(BucketStatus):
-			out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: statusSubject("deploy.>"), Domain: s})
-		case StreamDeploys:
-			out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: DeployedAll, Domain: s})
+		for _, l := range linkSources {
+			if !l.toSite && l.stream == name {
+				out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: l.filter(""), Domain: s})
+			}
 		}
 	}
 	return out
+}
+
+// siteSourcedStreams names the streams sourced into a site (toSite) or
+// into the hub.
+func siteSourcedStreams(toSite bool) []string {
+	var out []string
+	for _, l := range linkSources {
+		if l.toSite == toSite && !slices.Contains(out, l.stream) {
+			out = append(out, l.stream)
+		}
+	}
+	return out
+}
+
+// siteLinkPermissions are the allow lists of the user a site's leaf node
+// dials the hub as. nats-server applies a user's permissions to a leaf
+// connection from the leaf node's side: Publish is what the leaf node
+// sends into the hub, Subscribe what the hub sends it (the interest the
+// leaf node may register). Stream sourcing across JetStream domains is a
+// consumer created through the other domain's API ($JS.<domain>.API.,
+// which the receiving server maps to its own), its answer on a $JSC.R.
+// reply subject, the deliveries on a $JS.S. subject and their flow
+// control on $JS.FC.; acknowledgements are not used (and LeafDeny denies
+// them).
+//
+//   - Into the hub, a site may create only the consumers of what it
+//     sources (linkSources toSite, filters included), in any domain: the
+//     hub's is named by weft.yaml (hub_domain), and another site's
+//     domain, reached through the hub, refuses them since it lets the hub
+//     send only consumer requests.
+//   - From the hub, a site registers interest in its whole domain's
+//     consumer API ($JS.<site>.API.CONSUMER.>): NATS matches a wildcard
+//     subscription against the allow list whole, so the hub's sources of
+//     the site cannot be narrowed here; the hub's own users decide who may
+//     send such requests (only the admin can).
+//
+// One user serves every site: a site's link could register interest in
+// another site's domain.
+func siteLinkPermissions() Permissions {
+	flow := []string{"$JSC.R.*", "$JS.S.*", "$JS.FC.>"}
+	var pub []string
+	for _, l := range linkSources {
+		if !l.toSite {
+			continue
+		}
+		create := "$JS.*.API.CONSUMER.CREATE." + l.stream
+		if l.filter != nil {
+			create += ".*." + l.filter("*")
+		}
+		pub = append(pub, create)
+	}
+	return Permissions{
+		Publish:   dedup(append(pub, flow...)),
+		Subscribe: append([]string{"$JS.*.API.CONSUMER.>"}, flow...),
+	}
 }
 
 func statusSubject(key string) string { return "$KV." + BucketStatus + "." + key }

@@ -208,3 +208,26 @@ func getStatus(ctx context.Context, c *testkit.RoleConn, key string) ([]byte, er
 	}
 	return e.Value(), nil
 }
+
+// TestServerConfigOfSomeRoles: a configuration with users of some roles
+// only (weft nats-config --roles) defines only their permission
+// variables, since nats-server refuses one defined and never used; the
+// authorization block, which follows the whole permissions file, wants a
+// user of every role.
+func TestServerConfigOfSomeRoles(t *testing.T) {
+	users, err := natsauth.NKeyUsers(t.TempDir(), []msg.Role{msg.RoleRenderer, msg.RoleAuditor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := natsauth.ServerConfig(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(conf, natsauth.PermissionsVar(msg.RoleWatcher)) {
+		t.Fatalf("the configuration of the renderer and the auditor defines the watcher's permissions:\n%s", conf)
+	}
+	testkit.NATSServer(t, conf) // fails the test when the server refuses it
+	if _, err := natsauth.AuthorizationConfig(users, ""); !errors.Is(err, natsauth.ErrRoleWithoutUser) {
+		t.Fatalf("an authorization block of two roles: %v, want ErrRoleWithoutUser", err)
+	}
+}
