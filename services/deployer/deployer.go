@@ -85,6 +85,8 @@ const Service = "deployer"
 // orders have their own (InstanceConsumer).
 const OrdersConsumer = "deployer-orders"
 
+// metrics name a deploy instance deploy_instance: Prometheus keeps the
+// label instance for the scraped process.
 type metrics struct {
 	runtimeOps *prometheus.CounterVec
 	deploys    *prometheus.CounterVec
@@ -96,13 +98,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		runtimeOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_deployer_runtime_ops_total", Help: "Changes applied through the Runtime API without a reload, by target and instance.",
-		}, []string{"target", "instance"}),
+		}, []string{"target", "deploy_instance"}),
 		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_deployer_deploys_total", Help: "Deploys by target, instance, driver and outcome (applied, unchanged, skipped, failed).",
-		}, []string{"target", "instance", "driver", "outcome"}),
+		}, []string{"target", "deploy_instance", "driver", "outcome"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_deployer_reloads_total", Help: "Reloads by target, instance and reason.",
-		}, []string{"target", "instance", "reason"}),
+		}, []string{"target", "deploy_instance", "reason"}),
 		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "weft_deployer_deploy_duration_seconds", Help: "Time to deploy a bundle to one instance.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
