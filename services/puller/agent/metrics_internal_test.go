@@ -22,8 +22,8 @@ func TestMetricsStartAtZero(t *testing.T) {
 	got := map[string]bool{}
 	for _, f := range families {
 		for _, m := range f.GetMetric() {
-			if m.GetCounter().GetValue() != 0 {
-				t.Errorf("%s = %v at start", f.GetName(), m.GetCounter().GetValue())
+			if v := m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount()); v != 0 {
+				t.Errorf("%s = %v at start", f.GetName(), v)
 			}
 			for _, l := range m.GetLabel() {
 				got[f.GetName()+"{"+l.GetName()+"="+l.GetValue()+"}"] = true
@@ -34,7 +34,9 @@ func TestMetricsStartAtZero(t *testing.T) {
 		"weft_puller_agent_pulls_total{outcome=" + msg.PullOutcomePulled + "}",
 		"weft_puller_agent_pulls_total{outcome=" + msg.PullOutcomePresent + "}",
 		"weft_puller_agent_pulls_total{outcome=" + msg.PullOutcomeFailed + "}",
+		"weft_puller_agent_pull_duration_seconds{outcome=" + msg.PullOutcomeFailed + "}",
 		"weft_puller_agent_limit_full_total{scope=" + msg.ClusterSlotScope + "}",
+		"weft_puller_agent_slots_held{scope=" + msg.ClusterSlotScope + "}",
 	} {
 		if !got[want] {
 			t.Errorf("%s is not exported at start", want)
