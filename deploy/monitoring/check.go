@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -15,10 +16,19 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
-// Exported is what weft's processes export: each series name (a
-// histogram's _bucket, _sum and _count, a counter's name with _total) with
-// the names of its labels.
-type Exported map[string]map[string]bool
+// Exported is what weft's processes export, by series name (a
+// histogram's _bucket, _sum and _count, a counter's name with _total).
+type Exported map[string]*Series
+
+// Series is what is known of the series of one name.
+type Series struct {
+	// Labels are the series' label names, each with the values seen.
+	Labels map[string]map[string]bool
+	// Help is the metric's HELP text, which lists the values a label can
+	// take that a scrape may not show yet ("by outcome (applied,
+	// unchanged, skipped, failed)").
+	Help string
+}
 
 // TargetLabels are the labels Prometheus adds to every series it scrapes:
 // job and instance, and those a Kubernetes ServiceMonitor adds.
@@ -40,23 +50,27 @@ func (e Exported) ParseExposition(r io.Reader) error {
 		return fmt.Errorf("metrics exposition: %w", err)
 	}
 	for name, f := range families {
-		var names map[string]bool
+		var pairs []*dto.LabelPair
 		add := func(series string, extra ...string) {
-			if e[series] == nil {
-				e[series] = map[string]bool{}
+			s := e[series]
+			if s == nil {
+				s = &Series{Labels: map[string]map[string]bool{}, Help: f.GetHelp()}
+				e[series] = s
 			}
-			for n := range names {
-				e[series][n] = true
+			for _, l := range pairs {
+				if s.Labels[l.GetName()] == nil {
+					s.Labels[l.GetName()] = map[string]bool{}
+				}
+				s.Labels[l.GetName()][l.GetValue()] = true
 			}
 			for _, n := range extra {
-				e[series][n] = true
+				if s.Labels[n] == nil {
+					s.Labels[n] = map[string]bool{}
+				}
 			}
 		}
 		for _, m := range f.GetMetric() {
-			names = map[string]bool{}
-			for _, l := range m.GetLabel() {
-				names[l.GetName()] = true
-			}
+			pairs = m.GetLabel()
 			switch f.GetType() {
 			case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 				add(name+"_bucket", "le")
@@ -78,7 +92,10 @@ func (e Exported) ParseExposition(r io.Reader) error {
 // naming q.Where: a selector that selects no series weft exports (a metric
 // name, or a __name__ pattern matching none); a label matched, grouped by
 // (by, on, group_left/right) or printed (q.Prints) that none of the
-// metrics beneath it has and Prometheus does not add (TargetLabels).
+// metrics beneath it has and Prometheus does not add (TargetLabels); a
+// value a selector names (=, != or =~, !~ with alternatives such as
+// "applied|unchanged") that the metric neither showed nor lists in its
+// HELP text.
 func Check(q Query, e Exported) []error {
 	expr, err := parser.NewParser(parser.Options{}).ParseExpr(q.Expr)
 	if err != nil {
@@ -170,11 +187,59 @@ func (c *checker) selector(s *parser.VectorSelector) {
 	}
 	have := c.selectorLabels(names)
 	for _, m := range s.LabelMatchers {
-		if m.Name == labels.MetricName || have[m.Name] {
+		if m.Name == labels.MetricName {
 			continue
 		}
-		c.fail("label %q is not a label of %s (its labels: %s)", m.Name, strings.Join(names, ", "), list(have))
+		if !have[m.Name] {
+			c.fail("label %q is not a label of %s (its labels: %s)", m.Name, strings.Join(names, ", "), list(have))
+			continue
+		}
+		if slices.Contains(TargetLabels, m.Name) {
+			continue
+		}
+		for _, v := range matchedValues(m) {
+			if !c.knownValue(names, m.Name, v) {
+				c.fail("matches %s=%q of %s, a value weft neither exported nor lists in the metric's HELP", m.Name, v, strings.Join(names, ", "))
+			}
+		}
 	}
+}
+
+// literal is a value or an alternative of values, as a label matcher's
+// regular expression gives them.
+var literal = regexp.MustCompile(`^[A-Za-z0-9_./-]+(\|[A-Za-z0-9_./-]+)*$`)
+
+// matchedValues are the values m names, when it names them: an equality
+// or inequality, or a regular expression that is an alternative of plain
+// values.
+func matchedValues(m *labels.Matcher) []string {
+	switch m.Type {
+	case labels.MatchEqual, labels.MatchNotEqual:
+		if m.Value != "" {
+			return []string{m.Value}
+		}
+	case labels.MatchRegexp, labels.MatchNotRegexp:
+		if literal.MatchString(m.Value) {
+			return strings.Split(m.Value, "|")
+		}
+	}
+	return nil
+}
+
+// knownValue reports whether label of one of names took value in the
+// scrape, or whether the metric's HELP text lists it.
+func (c *checker) knownValue(names []string, label, value string) bool {
+	listed := regexp.MustCompile(`(^|[\s(,])` + regexp.QuoteMeta(value) + `($|[\s),.:;])`)
+	for _, n := range names {
+		s := c.e[n]
+		if s == nil {
+			continue
+		}
+		if s.Labels[label][value] || listed.MatchString(s.Help) {
+			return true
+		}
+	}
+	return false
 }
 
 // names are the exported metrics s selects: its name, or those its
@@ -206,7 +271,11 @@ func (c *checker) selectorLabels(names []string) map[string]bool {
 		out[l] = true
 	}
 	for _, n := range names {
-		maps.Copy(out, c.e[n])
+		if s := c.e[n]; s != nil {
+			for l := range s.Labels {
+				out[l] = true
+			}
+		}
 	}
 	return out
 }

@@ -130,7 +130,7 @@ func TestEveryAlertIsComplete(t *testing.T) {
 
 // exposition is a /metrics answer of the shape weft's processes give, for
 // the checker's own tests.
-const exposition = `# HELP weft_renderer_renders_total Renders.
+const exposition = `# HELP weft_renderer_renders_total Renders by target and outcome (published, unchanged, failed).
 # TYPE weft_renderer_renders_total counter
 weft_renderer_renders_total{outcome="published",target="edge"} 3
 # HELP weft_renderer_render_duration_seconds Time to render a target.
@@ -182,6 +182,13 @@ func TestCheck(t *testing.T) {
 		{name: "matching on a label of neither side", expr: `weft_renderer_renders_total unless on (reason) weft_ready`,
 			want: []string{`matches on "reason"`, `matches on "reason"`}},
 		{name: "the union of or", expr: `sum by (target) (weft_renderer_renders_total) or sum by (stage) (weft_renderer_dead_letters_total)`, prints: []string{"target", "stage"}},
+		{name: "a value the scrape showed", expr: `weft_renderer_dead_letters_total{stage="changes"}`},
+		{name: "values the help lists", expr: `weft_renderer_renders_total{outcome=~"failed|unchanged"} unless weft_renderer_renders_total{outcome!="published"}`},
+		{name: "a value neither shown nor listed", expr: `weft_renderer_renders_total{outcome="fail"}`,
+			want: []string{`matches outcome="fail" of weft_renderer_renders_total, a value weft neither exported nor lists`}},
+		{name: "an alternative neither shown nor listed", expr: `weft_deployer_reloads_total{reason=~"structure|structural"}`,
+			want: []string{`matches reason="structural" of weft_deployer_reloads_total`}},
+		{name: "a pattern is not a value", expr: `weft_renderer_dead_letters_total{stage=~"chan.*"}`},
 		{name: "not PromQL", expr: `sum by (target (x)`, want: []string{"parse error"}},
 	}
 	for _, c := range cases {
