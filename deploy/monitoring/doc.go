@@ -7,9 +7,10 @@
 // dashboard (panel targets, template variables) and the rules, each named by
 // where it is (panel or alert) with the labels its legend or annotations
 // print. ParseExposition reads what a /metrics endpoint serves into Exported,
-// and Check reports every selector of a query that names a metric, or a
-// label of a metric, that Exported does not have, naming the query's place,
-// the metric and the label. The module's tests run weft (weft up with its
+// and Check reports every selector of a query that names a metric, a
+// label of a metric, or a label value that Exported does not have (a value
+// the metric's HELP lists counts: a scrape shows only values that
+// happened), naming the query's place, the metric and the label. The module's tests run weft (weft up with its
 // embedded NATS and a real HAProxy, and the puller's node agent), scrape
 // their /metrics after a change went through, and Check every query.
 //
