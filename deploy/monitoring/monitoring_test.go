@@ -240,8 +240,9 @@ func TestDashboardQueries(t *testing.T) {
 // of the quickstart and the puller's node agent beside it, makes a change
 // go through to HAProxy, a manifest break and a message be dead-lettered,
 // then scrapes both /metrics and checks every query of the dashboard and
-// the rules against what they export: a query naming a metric or a label
-// weft does not export fails the test, naming the panel or alert.
+// the rules against what they export: a query naming a metric, a label or
+// a value weft does not export fails the test, naming the panel or alert.
+// Then a real Prometheus scrapes both and evaluates every query and rule.
 func TestQueriesMatchWhatWeftExports(t *testing.T) {
 	testkit.HAProxy(t)
 	qs := queries(t)
@@ -310,8 +311,13 @@ func TestQueriesMatchWhatWeftExports(t *testing.T) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		t.Logf("weft exports: %s", strings.Join(names, " "))
+		t.Fatalf("weft exports: %s", strings.Join(names, " "))
 	}
+	// And a real Prometheus evaluates every query on what it scrapes.
+	evaluate(t, qs, map[string]string{
+		"weft":              "127.0.0.1:" + strconv.Itoa(weftPort),
+		"weft-puller-agent": "127.0.0.1:" + strconv.Itoa(agentPort),
+	})
 }
 
 const fakeKubeconfig = `apiVersion: v1
@@ -413,7 +419,7 @@ func get(url string) (string, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
 	}
 	return string(body), err
 }
