@@ -51,8 +51,9 @@ image:
 ## real programs they run (haproxy; redis-server for the redis source;
 ## python3-jinja2 for the side-by-side with Python's Jinja2, run with
 ## /usr/bin/python3; socat for HAProxy's sockets by hand; containerd, whose
-## CRI ImageService the puller's node agent pulls through; prometheus for
-## promtool, which checks and unit-tests deploy/monitoring's alert rules;
+## CRI ImageService the puller's node agent pulls through; prometheus: its
+## promtool checks and unit-tests deploy/monitoring's alert rules, and its
+## server evaluates them and the dashboard's queries on weft's metrics;
 ## the servers the package starts where systemd runs are stopped: they
 ## would hold :9090, weft's default), each installed when its check fails
 deps:
