@@ -2,7 +2,7 @@
 # the tests need (see deps) when it is missing.
 SHELL := /bin/bash
 GO ?= go
-MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft deploy/k8s hack/chaos
+MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft deploy/k8s deploy/monitoring hack/chaos
 CONFIG ?= examples/quickstart/weft.yaml
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 BENCH ?= .
@@ -51,19 +51,26 @@ image:
 ## real programs they run (haproxy; redis-server for the redis source;
 ## python3-jinja2 for the side-by-side with Python's Jinja2, run with
 ## /usr/bin/python3; socat for HAProxy's sockets by hand; containerd, whose
-## CRI ImageService the puller's node agent pulls through), each installed
-## when its check fails
+## CRI ImageService the puller's node agent pulls through; prometheus: its
+## promtool checks and unit-tests deploy/monitoring's alert rules, and its
+## server evaluates them and the dashboard's queries on weft's metrics;
+## the servers the package starts where systemd runs are stopped: they
+## would hold :9090, weft's default), each installed when its check fails
 deps:
 	@missing=; \
 	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$$missing haproxy"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
 	command -v containerd >/dev/null 2>&1 || [ -x /usr/sbin/containerd ] || missing="$$missing containerd"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+		if [[ " $$missing " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then \
+			$$SUDO systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true; \
+		fi; \
 	fi
 	@# A real kube-apiserver, etcd and kube-controller-manager for envtest,
 	@# built from their Go modules once per machine (cached by version).

@@ -42,9 +42,9 @@ func startAPIServer(t *testing.T) *apiServer {
 	t.Helper()
 	k := testkit.Kube(t)
 	// The puller's CRDs and, so the monitoring component can be applied,
-	// a minimal ServiceMonitor CRD: the overlays' custom objects need them
-	// served before a dry run can accept them.
-	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml")
+	// minimal ServiceMonitor and PrometheusRule CRDs: the overlays' custom
+	// objects need them served before a dry run can accept them.
+	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml", "testdata/prometheusrule-crd.yaml")
 	disc, err := discovery.NewDiscoveryClientForConfig(k.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -371,3 +371,41 @@ func TestKeyJobRole(t *testing.T) {
 		})
 	}
 }
+
+// TestMonitoringComponent: the monitoring component brings weft's alert
+// rules as a PrometheusRule and its dashboard as a ConfigMap for Grafana's
+// sidecar, both from deploy/monitoring's files (one copy of each).
+func TestMonitoringComponent(t *testing.T) {
+	i := slices.IndexFunc(installations, func(in installation) bool { return slices.Contains(in.components, "components/monitoring") })
+	if i < 0 {
+		t.Fatal("no installation has the monitoring component")
+	}
+	dashboard, err := os.ReadFile("../monitoring/weft-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rule, configMap *unstructured.Unstructured
+	for _, o := range build(t, installations[i]) {
+		switch {
+		case o.GetKind() == "PrometheusRule" && o.GetName() == "weft":
+			rule = o
+		case o.GetKind() == "ConfigMap" && o.GetName() == "weft-dashboard":
+			configMap = o
+		}
+	}
+	if rule == nil || configMap == nil {
+		t.Fatalf("PrometheusRule weft: %v, ConfigMap weft-dashboard: %v; want both", rule != nil, configMap != nil)
+	}
+	if groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups"); len(groups) == 0 {
+		t.Error("PrometheusRule weft has no rule groups")
+	}
+	if rule.GetNamespace() != namespace || configMap.GetNamespace() != namespace {
+		t.Errorf("namespaces %q, %q, want %q", rule.GetNamespace(), configMap.GetNamespace(), namespace)
+	}
+	if configMap.GetLabels()["grafana_dashboard"] != "1" {
+		t.Errorf("ConfigMap weft-dashboard labels %v: Grafana's sidecar looks for grafana_dashboard: \"1\"", configMap.GetLabels())
+	}
+	if got, _, _ := unstructured.NestedString(configMap.Object, "data", "weft-dashboard.json"); got != string(dashboard) {
+		t.Error("ConfigMap weft-dashboard does not hold deploy/monitoring/weft-dashboard.json")
+	}
+}

@@ -85,6 +85,8 @@ const Service = "deployer"
 // orders have their own (InstanceConsumer).
 const OrdersConsumer = "deployer-orders"
 
+// metrics name a deploy instance deploy_instance: Prometheus keeps the
+// label instance for the scraped process.
 type metrics struct {
 	runtimeOps *prometheus.CounterVec
 	deploys    *prometheus.CounterVec
@@ -95,14 +97,14 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		runtimeOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_deployer_runtime_ops_total", Help: "Changes applied through the Runtime API without a reload, by target.",
-		}, []string{"target"}),
+			Name: "weft_deployer_runtime_ops_total", Help: "Changes applied through the Runtime API without a reload, by target and instance.",
+		}, []string{"target", "deploy_instance"}),
 		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_deployer_deploys_total", Help: "Deploys by target, driver and outcome (applied, unchanged, skipped, failed).",
-		}, []string{"target", "driver", "outcome"}),
+			Name: "weft_deployer_deploys_total", Help: "Deploys by target, instance, driver and outcome (applied, unchanged, skipped, failed).",
+		}, []string{"target", "deploy_instance", "driver", "outcome"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_deployer_reloads_total", Help: "Reloads by target and reason.",
-		}, []string{"target", "reason"}),
+			Name: "weft_deployer_reloads_total", Help: "Reloads by target, instance and reason.",
+		}, []string{"target", "deploy_instance", "reason"}),
 		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "weft_deployer_deploy_duration_seconds", Help: "Time to deploy a bundle to one instance.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
@@ -506,7 +508,7 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 	if _, err := bus.Publish(ctx, d.env.JS, msg.DeployedSubject(out.Target, out.Instance), id, out); err != nil {
 		return err
 	}
-	d.m.deploys.WithLabelValues(out.Target, out.Driver, out.Outcome).Inc()
+	d.m.deploys.WithLabelValues(out.Target, out.Instance, out.Driver, out.Outcome).Inc()
 	d.m.dur.WithLabelValues(out.Target, out.Driver).Observe(out.Duration.Seconds())
 	if st != nil {
 		st.Driver, st.At, st.Order = out.Driver, out.At, seq
@@ -518,13 +520,13 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 			st.Version, st.BundleHash, st.LastError, st.LastErrorAt = out.Version, out.BundleHash, "", time.Time{}
 		}
 		st.RuntimeOps += uint64(len(out.RuntimeOps))
-		d.m.runtimeOps.WithLabelValues(out.Target).Add(float64(len(out.RuntimeOps)))
+		d.m.runtimeOps.WithLabelValues(out.Target, out.Instance).Add(float64(len(out.RuntimeOps)))
 		if out.Reloaded {
 			if st.Reloads == nil {
 				st.Reloads = map[string]int64{}
 			}
 			st.Reloads[out.ReloadReason]++
-			d.m.reloads.WithLabelValues(out.Target, out.ReloadReason).Inc()
+			d.m.reloads.WithLabelValues(out.Target, out.Instance, out.ReloadReason).Inc()
 		}
 		if err := d.writeStatus(ctx, *st, rev); err != nil {
 			return err

@@ -51,7 +51,7 @@ func (d *deployer) failed(ctx context.Context, log *slog.Logger, in *instance, o
 	if s.since.IsZero() {
 		s.since = now
 	}
-	d.m.deploys.WithLabelValues(in.target, in.driver, msg.OutcomeFailed).Inc()
+	d.m.deploys.WithLabelValues(in.target, in.name, in.driver, msg.OutcomeFailed).Inc()
 	retry := retryDelay(attempt)
 	if news {
 		s.err, s.bundle, s.reported = err.Error(), o.BundleHash, now

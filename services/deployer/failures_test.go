@@ -114,7 +114,7 @@ func TestFailingDeployIsReportedAndRetried(t *testing.T) {
 	if d := failed[0]; d.Version != 1 || d.BundleHash != b.Hash || d.Attempt != 1 || !strings.Contains(d.Error, "not a directory") {
 		t.Errorf("failed outcome = %+v", d)
 	}
-	if n := testkit.LabeledValue(t, f.env.Registry, "weft_deployer_deploys_total", map[string]string{"outcome": msg.OutcomeFailed}); n < 25 {
+	if n := testkit.LabeledValue(t, f.env.Registry, "weft_deployer_deploys_total", map[string]string{"deploy_instance": "local", "outcome": msg.OutcomeFailed}); n < 25 {
 		t.Errorf("failed deploys metric = %v, want every failed attempt", n)
 	}
 	if n := strings.Count(f.env.Logs.String(), `"level":"ERROR","msg":"deploy failed; retrying"`); n != 1 {

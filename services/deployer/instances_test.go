@@ -84,6 +84,10 @@ targets:
 		if got := read(t, filepath.Join(dir, name, "maps/host.map")); got != "a b\n" {
 			t.Errorf("%s: map = %q", name, got)
 		}
+		// Outcomes are counted per instance, as each has its own status.
+		if n := testkit.LabeledValue(t, f.env.Registry, "weft_deployer_deploys_total", map[string]string{"target": "edge", "deploy_instance": name, "outcome": msg.OutcomeApplied}); n != 1 {
+			t.Errorf("%s: weft_deployer_deploys_total{deploy_instance=%q,outcome=applied} = %v, want 1", name, name, n)
+		}
 	}
 }
 

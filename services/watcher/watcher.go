@@ -58,8 +58,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "weft_watcher_objects", Help: "Objects held per source and type.",
 		}, []string{"source", "type"}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_watcher_changes_total", Help: "Objects written or deleted, by source and op.",
-		}, []string{"source", "op"}),
+			Name: "weft_watcher_changes_total", Help: "Objects written or deleted, by source, type and op.",
+		}, []string{"source", "type", "op"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_watcher_source_errors_total", Help: "Source problems (unparseable manifests, store errors), by source.",
 		}, []string{"source"}),
@@ -328,8 +328,8 @@ func (k *sink) Replace(ctx context.Context, typ string, objects []store.Object) 
 	start := time.Now()
 	res, err := k.store.ApplyType(ctx, typ, objects, k.initial(typ))
 	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
-	k.m.applies.WithLabelValues(k.source, "put").Add(float64(res.Put))
-	k.m.applies.WithLabelValues(k.source, "delete").Add(float64(res.Deleted))
+	k.m.applies.WithLabelValues(k.source, typ, "put").Add(float64(res.Put))
+	k.m.applies.WithLabelValues(k.source, typ, "delete").Add(float64(res.Deleted))
 	k.counted(typ)
 	if err != nil {
 		return fmt.Errorf("store %s %s: %w", k.source, typ, err)
@@ -346,7 +346,7 @@ func (k *sink) Upsert(ctx context.Context, o store.Object) error {
 	defer span.End()
 	wrote, err := k.store.Upsert(ctx, o, k.initial(o.Type))
 	if wrote {
-		k.m.applies.WithLabelValues(k.source, "put").Inc()
+		k.m.applies.WithLabelValues(k.source, o.Type, "put").Inc()
 	}
 	k.counted(o.Type)
 	return err
@@ -358,7 +358,7 @@ func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
 	defer span.End()
 	wrote, err := k.store.Remove(ctx, typ, namespace, name)
 	if wrote {
-		k.m.applies.WithLabelValues(k.source, "delete").Inc()
+		k.m.applies.WithLabelValues(k.source, typ, "delete").Inc()
 	}
 	k.counted(typ)
 	return err

@@ -178,6 +178,13 @@ func TestWatcherStoresAndAnnounces(t *testing.T) {
 	if !strings.Contains(env.Logs.String(), "source problem") {
 		t.Error("broken manifest not logged")
 	}
+	// Changes are counted by source, type and op, as the change subjects
+	// name them (weft.change.<source>.<type>).
+	for op, want := range map[string]float64{"put": 2, "delete": 1} {
+		if n := testkit.LabeledValue(t, env.Registry, "weft_watcher_changes_total", map[string]string{"source": "m", "type": "services", "op": op}); n != want {
+			t.Errorf("weft_watcher_changes_total{source=m,type=services,op=%s} = %v, want %v", op, n, want)
+		}
+	}
 	stop()
 }
 

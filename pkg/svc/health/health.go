@@ -1,7 +1,8 @@
 // Package health serves /healthz (the process is alive), /readyz (every
 // registered readiness check passes) and /metrics for one process. Checks are
 // registered by name; a service marks itself not ready until, for example,
-// its initial sync is done.
+// its initial sync is done. Checks is also a prometheus.Collector of
+// weft_ready{check}: the same answers as /readyz, for alerting.
 package health
 
 import (
@@ -61,20 +62,47 @@ func (c *Checks) Remove(name string) {
 
 // Failing returns the failing checks by name.
 func (c *Checks) Failing() map[string]string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
 	out := map[string]string{}
-	for n, err := range c.state {
+	for n, err := range c.states() {
 		if err != nil {
 			out[n] = err.Error()
 		}
 	}
+	return out
+}
+
+// states evaluates every check: its error by name, nil when it passes.
+func (c *Checks) states() map[string]error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make(map[string]error, len(c.state)+len(c.funcs))
+	for n, err := range c.state {
+		out[n] = err
+	}
 	for n, f := range c.funcs {
-		if err := f(); err != nil {
-			out[n] = err.Error()
-		}
+		out[n] = f()
 	}
 	return out
+}
+
+// readyDesc is the metric a Checks exports as a prometheus.Collector.
+var readyDesc = prometheus.NewDesc("weft_ready",
+	"1 when the named readiness check passes, 0 when it fails: what /readyz answers, check by check.",
+	[]string{"check"}, nil)
+
+// Describe implements prometheus.Collector: Checks exports weft_ready{check}.
+func (c *Checks) Describe(ch chan<- *prometheus.Desc) { ch <- readyDesc }
+
+// Collect implements prometheus.Collector: one weft_ready sample per check,
+// evaluated as /readyz evaluates it.
+func (c *Checks) Collect(ch chan<- prometheus.Metric) {
+	for n, err := range c.states() {
+		v := 1.0
+		if err != nil {
+			v = 0
+		}
+		ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, v, n)
+	}
 }
 
 // Ready returns nil when every check passes.

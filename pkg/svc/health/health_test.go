@@ -19,7 +19,7 @@ func TestEndpoints(t *testing.T) {
 	c := health.NewChecks()
 	reg := prometheus.NewRegistry()
 	g := prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_test_things_total", Help: "x"})
-	reg.MustRegister(g)
+	reg.MustRegister(g, c)
 	g.Inc()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan net.Addr, 1)
@@ -52,8 +52,12 @@ func TestEndpoints(t *testing.T) {
 	}{
 		{"alive while not ready", func() {}, "/healthz", 200, "ok"},
 		{"not ready until the check passes", func() {}, "/readyz", 503, `"renderer":"not ready yet"`},
+		{"a pending check is 0 in weft_ready", func() {}, "/metrics", 200, `weft_ready{check="renderer"} 0`},
+		{"a passing function check is 1 in weft_ready", func() {}, "/metrics", 200, `weft_ready{check="nats"} 1`},
 		{"ready", func() { c.Set("renderer", nil) }, "/readyz", 200, `"ready":true`},
+		{"a passing check is 1 in weft_ready", func() {}, "/metrics", 200, `weft_ready{check="renderer"} 1`},
 		{"function check", func() { connected = false }, "/readyz", 503, `"nats":"not connected"`},
+		{"a failing function check is 0 in weft_ready", func() {}, "/metrics", 200, `weft_ready{check="nats"} 0`},
 		{"metrics", func() {}, "/metrics", 200, "weft_test_things_total 1"},
 	}
 	for _, st := range steps {

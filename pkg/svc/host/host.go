@@ -360,8 +360,6 @@ func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger
 			return svc.Env{}, nil, nil, nil, err
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tp := telemetry.NewTracerProvider()
 	checks := health.NewChecks()
 	checks.Func("nats", func() error {
@@ -370,6 +368,8 @@ func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger
 		}
 		return nil
 	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), checks)
 	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName(), Site: s.Site}
 	return env, reg, refused, func() { _ = tp.Shutdown(context.Background()); nc.Close() }, nil
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 )
 
@@ -49,6 +50,17 @@ func newMetrics(reg prometheus.Registerer, queued func() float64) (*metrics, err
 			Help: "Times an order found every slot of a limit held and went back to wait in its queue, by the limit's scope.",
 		}, []string{"scope"}),
 	}
+	// Every outcome, and the cluster's limit (every order's limits may
+	// name it), is exported from the start at 0 (dashboards show them
+	// before the first pull): an alert on the increase
+	// of failed pulls then fires on an agent's first failure too, which a
+	// series that appears already at 1 would not show.
+	for _, o := range []string{msg.PullOutcomePulled, msg.PullOutcomePresent, msg.PullOutcomeFailed} {
+		m.pulls.WithLabelValues(o)
+		m.duration.WithLabelValues(o)
+	}
+	m.full.WithLabelValues(msg.ClusterSlotScope)
+	m.slotsHeld.WithLabelValues(msg.ClusterSlotScope)
 	queuedPulls := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "weft_puller_agent_queued_pulls",
 		Help: "Pull orders of this node waiting in their queue for a pull slot (a limit is full).",
