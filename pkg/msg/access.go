@@ -21,6 +21,7 @@ const (
 	RolePullerAgent      Role = "puller-agent"
 	RolePullerGate       Role = "puller-gate"
 	RoleAuditor          Role = "auditor"
+	RoleOperator         Role = "operator"
 	RoleProvisioner      Role = "provisioner"
 	RoleAdmin            Role = "admin"
 )
@@ -135,7 +136,7 @@ func Accesses() []Access {
 			Role: RoleDeployer, What: "weft-deployer: turns accepted verdicts into deploy orders, carries them out, answers status requests and deploy triggers",
 			Publish:   []string{DeployAll, DeployedAll, DLQSubject("deployer")},
 			Subscribe: []string{DeployAll},
-			Serve:     []string{TriggerDeployAll, APIStatus},
+			Serve:     []string{TriggerDeployAll, APIStatus, APIHistoryAll, APIDiffAll, APIRollbackAll, APIUnpinAll},
 			Streams:   []string{StreamDeploys},
 			Consumers: []Consumer{
 				{Stream: StreamValidated, Name: "deployer-orders", Filters: []string{ValidatedAll}},
@@ -144,8 +145,9 @@ func Accesses() []Access {
 			KVRead:     []string{BucketResources, BucketStatus},
 			ObjectRead: []string{ObjectBundles},
 			KVWrite: []KVWrite{
-				{BucketStatus, []string{DeployStatusKey("*", "*")}},
-				{BucketLeases, []string{DeployLeaseKey("*", "*")}},
+				{BucketStatus, []string{DeployStatusKey("*", "*"), PinKey("*")}},
+				{BucketLeases, []string{DeployLeaseKey("*", "*"), HistoryPruneLease}},
+				{BucketHistory, []string{">"}},
 			},
 		}, configFollower),
 		merge(Access{
@@ -175,7 +177,13 @@ func Accesses() []Access {
 		{
 			Role: RoleAuditor, What: "people and tools that watch: nats sub 'weft.>', weft status; publishes nothing",
 			Subscribe: []string{AllSubjects},
-			KVRead:    []string{BucketStatus, BucketPulls},
+			Request:   []string{APIHistoryAll, APIDiffAll},
+			KVRead:    []string{BucketStatus, BucketPulls, BucketHistory},
+		},
+		{
+			Role: RoleOperator, What: "people who steer deploys: weft status, history, diff, rollback, unpin; re-render and re-deploy triggers",
+			Request: []string{APIStatus, APIHistoryAll, APIDiffAll, APIRollbackAll, APIUnpinAll, TriggerRenderAll, TriggerDeployAll},
+			KVRead:  []string{BucketStatus, BucketHistory},
 		},
 		{
 			Role: RoleProvisioner, What: "weft provision: creates and updates every stream, bucket and store, once per deployment and upgrade",

@@ -125,7 +125,9 @@ func (o provisionOptions) sources(name string) []*jetstream.StreamSource {
 			case StreamValidated:
 				out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: ValidatedSubject(t), Domain: o.hubDomain})
 			case KVStream(BucketStatus):
-				out = append(out, &jetstream.StreamSource{Name: name, FilterSubject: statusSubject(ValidationStatusKey(t)), Domain: o.hubDomain})
+				out = append(out,
+					&jetstream.StreamSource{Name: name, FilterSubject: statusSubject(ValidationStatusKey(t)), Domain: o.hubDomain},
+					&jetstream.StreamSource{Name: name, FilterSubject: statusSubject(PinKey(t)), Domain: o.hubDomain})
 			}
 		}
 		if name == ObjectStream(ObjectBundles) {

@@ -500,6 +500,8 @@ type TargetReport struct {
 	Render     *RenderStatus     `json:"render,omitempty"`
 	Validation *ValidationStatus `json:"validation,omitempty"`
 	Deploys    []DeployStatus    `json:"deploys,omitempty"`
+	// Pin is the bundle the target is held on (weft rollback), if any.
+	Pin *Pin `json:"pin,omitempty"`
 }
 
 // StatusReport answers APIStatus and `weft status`.
