@@ -1,12 +1,15 @@
 package msg
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Schemas of the history, diff, rollback and unpin API and of what it
@@ -283,4 +286,24 @@ func DecodeReply[T Message](data []byte, into T) error {
 func IsAPIError(err error) bool {
 	var e *APIError
 	return errors.As(err, &e)
+}
+
+// Requester is the part of *nats.Conn Ask needs.
+type Requester interface {
+	RequestMsgWithContext(ctx context.Context, m *nats.Msg) (*nats.Msg, error)
+}
+
+// Ask sends req on subject and decodes the answer into into; an answer
+// that is an APIError is returned as an *APIError, and no answer as
+// nats.ErrNoResponders or the context's error.
+func Ask[Req, Rep Message](ctx context.Context, nc Requester, subject string, req Req, into Rep) error {
+	m, err := NewMsg(subject, "", req)
+	if err != nil {
+		return err
+	}
+	rep, err := nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	return DecodeReply(rep.Data, into)
 }

@@ -118,6 +118,7 @@ type deployer struct {
 	status    jetstream.KeyValue
 	leases    jetstream.KeyValue // deploy leases: one replica applies to an instance at a time
 	bundles   jetstream.ObjectStore
+	history   jetstream.KeyValue // each target's bundles: verdicts, deploys
 	instances instanceSet
 	// elsewhere: the targets other sites' deployers deliver, by site
 	// ("" is the hub).
@@ -143,6 +144,9 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			return err
 		}
 		if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
+			return err
+		}
+		if d.history, err = env.JS.KeyValue(ctx, msg.BucketHistory); err != nil {
 			return err
 		}
 		d.leases, err = env.JS.KeyValue(ctx, msg.BucketLeases)
@@ -204,6 +208,12 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			g.Go(func() error { return d.checkDrift(ctx, name, every) })
 		}
 	}
+	// Watching from before the catch-up reads the pins.
+	pins, err := d.status.Watch(ctx, pinKeys, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("deployer: watch the pins: %w", err)
+	}
+	g.Go(func() error { return d.followPins(ctx, pins) })
 	if env.Site != "" {
 		// Watching from before the catch-up reads the statuses.
 		w, err := d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly())
@@ -217,8 +227,12 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return bus.Serve(ctx, env.NC, msg.TriggerDeployAll, "weft-deployer", d.onTrigger, stage("trigger-deploy"))
 	})
 	g.Go(func() error {
-		return bus.Serve(ctx, env.NC, msg.APIStatus, "weft-api", d.onStatus, stage("api-status"))
+		return bus.Serve(ctx, env.NC, msg.APIStatus, msg.APIQueue, d.onStatus, stage("api-status"))
 	})
+	for _, api := range d.historyAPI() {
+		g.Go(func() error { return bus.Serve(ctx, env.NC, api.subject, msg.APIQueue, api.handler, stage(api.stage)) })
+	}
+	g.Go(func() error { return d.prunePeriodically(ctx) })
 	return g.Wait()
 }
 
@@ -229,12 +243,17 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	ins, ok := d.instances.of(v.Target)
-	if site, there := d.elsewhere[v.Target]; !ok && there {
+	site, there := d.elsewhere[v.Target]
+	if !ok && !there {
+		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
+	}
+	if err := d.recordVerdict(ctx, v); err != nil {
+		return err
+	}
+	d.pruneOnce(ctx)
+	if there {
 		d.env.Log.DebugContext(ctx, "verdict on a target of another site; left to its deployer", "target", v.Target, "site", site)
 		return nil
-	}
-	if !ok {
-		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
 	}
 	if !v.OK {
 		d.env.Log.WarnContext(ctx, "bundle refused by validation; the deployed configuration stays", "target", v.Target, "version", v.Version, "reason", v.Reason)
@@ -252,6 +271,12 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		return msg.Unconfirmed(msg.AgeOf(m.Metadata()), "verdict %s v%d: the validation status last accepted v%d", v.Target, v.Version, vs.LastGoodVersion)
 	case v.BundleHash != vs.LastGood:
 		return msg.Permanent(fmt.Errorf("%w: verdict %s v%d names bundle %s, the validation status %s", msg.ErrUnconfirmed, v.Target, v.Version, v.BundleHash, vs.LastGood))
+	}
+	if pin, err := d.readPin(ctx, v.Target); err != nil || pin != nil {
+		if pin != nil {
+			d.env.Log.InfoContext(ctx, "target pinned; the accepted bundle is kept in the history, not deployed", "target", v.Target, "version", v.Version, "pinned", pin.Version, "since", pin.Since, "by", pin.By)
+		}
+		return err
 	}
 	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, true)
 }
@@ -327,15 +352,16 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 		return msg.Permanent(fmt.Errorf("unknown target %q", name))
 	}
 	d.env.Log.InfoContext(ctx, "re-deploy requested", "target", name, "reason", t.Reason)
-	version, hash, err := d.lastAccepted(ctx, name)
+	version, hash, _, err := d.desired(ctx, name)
 	if err != nil {
 		return err
 	}
 	return d.order(ctx, ins, version, hash, msg.OrderTrigger, false)
 }
 
-// lastAccepted is the bundle every instance of target should hold: the
-// last one the validator stored as accepted. Only the status counts, never
+// lastAccepted is the bundle every instance of target should hold unless
+// the target is pinned (desired): the last one the validator stored as
+// accepted. Only the status counts, never
 // a verdict read from the stream, which anyone able to publish could have
 // forged; a verdict is turned into orders only once the status confirms
 // it. A target with nothing accepted yet is a permanent error.
@@ -416,20 +442,28 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 	if err != nil {
 		return err
 	}
+	pin, err := d.readPin(ctx, o.Target)
+	if err != nil {
+		return err
+	}
 	if st.Version > vs.LastGoodVersion {
 		// Written from an order nothing confirmed: it orders nothing.
 		log.WarnContext(ctx, "deploy status names a version never accepted; not trusted", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
 		st.Version = 0
 	}
-	current, err := confirmOrder(o, vs, st)
+	current, err := confirmPinned(o, vs, st, pin)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}
-	if !current || o.Version < st.Version && !o.Reapply() {
+	if !current || o.Version < st.Version && !o.Reapply() && !pinned(o, pin) {
 		out.Outcome = msg.OutcomeSkipped
-		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
+		if pin != nil && !pinned(o, pin) {
+			log.InfoContext(ctx, "order skipped: the target is pinned on another bundle", "pinned", pin.Version, "pinned_bundle", pin.BundleHash)
+		} else {
+			log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
+		}
 		return d.finish(ctx, out, seq, start, nil, 0)
 	}
 	b, err := d.bundle(ctx, in, o.BundleHash)
@@ -528,6 +562,11 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 		}
 		if err := d.writeStatus(ctx, *st, rev); err != nil {
 			return err
+		}
+		if out.Outcome != msg.OutcomeFailed {
+			if err := d.recordDeploy(ctx, out); err != nil {
+				d.env.Log.ErrorContext(ctx, "deployed, but not recorded in the history", "target", out.Target, "instance", out.Instance, "version", out.Version, "err", err)
+			}
 		}
 	}
 	return nil

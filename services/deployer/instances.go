@@ -140,7 +140,8 @@ func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetst
 	return cons, renew, nil
 }
 
-// catchUp orders the last accepted bundle for every instance, through the
+// catchUp orders the bundle every instance should hold (the pinned one, or
+// the last accepted one: desired) for every instance, through the
 // same apply path as any order: an instance behind it (added to the
 // configuration, an order lost with a deployer that died before publishing
 // it) is brought up to date, and one whose files or program changed while
@@ -151,7 +152,7 @@ func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetst
 // order (DeployStatus.Order), so replicas starting together give one.
 func (d *deployer) catchUp(ctx context.Context) error {
 	for target, ins := range d.instances.all() {
-		version, hash, err := d.lastAccepted(ctx, target)
+		version, hash, pin, err := d.desired(ctx, target)
 		if msg.IsPermanent(err) {
 			continue // nothing accepted yet
 		}
@@ -164,7 +165,7 @@ func (d *deployer) catchUp(ctx context.Context) error {
 				return err
 			}
 			id := fmt.Sprintf("%s.%s@%d", target, in.name, version)
-			if st.Version < version {
+			if st.Version < version && pin == nil {
 				d.env.Log.InfoContext(ctx, "instance behind the last accepted bundle", "target", target, "instance", in.name, "has", st.Version, "accepted", version)
 			} else {
 				id = fmt.Sprintf("%s.%s.start-%d-%d", target, in.name, st.Order, version)
@@ -201,7 +202,7 @@ func (d *deployer) checkDrift(ctx context.Context, target string, every time.Dur
 }
 
 func (d *deployer) orderDriftCheck(ctx context.Context, in *instance, period int64) error {
-	version, hash, err := d.lastAccepted(ctx, in.target)
+	version, hash, _, err := d.desired(ctx, in.target)
 	if msg.IsPermanent(err) {
 		return nil // nothing accepted yet: nothing to compare with
 	}
