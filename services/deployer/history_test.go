@@ -97,7 +97,9 @@ func TestRollbackPinsEveryInstance(t *testing.T) {
 	bus := testkit.NATS(t)
 	yaml := fmt.Sprintf(twoInstances, 10)
 	f, stop := run(t, bus, dir, "/etc/haproxy", yaml)
-	cfgOf := func(v int) string { return fmt.Sprintf("global\n  maxconn 100\n# version %d\ndefaults\n  timeout client 1s\n", v) }
+	cfgOf := func(v int) string {
+		return fmt.Sprintf("global\n  maxconn 100\n# version %d\ndefaults\n  timeout client 1s\n", v)
+	}
 	b1 := f.store(cfgOf(1))
 	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true, At: time.Now()})
 	status(t, bus, "a", 1)
