@@ -31,6 +31,10 @@ commands:
   render   render a target offline from a folder of manifests
   validate run the validator kinds offline on a rendered bundle
   status   show each target's render, validation and deploy state
+  history  list a target's kept bundles: verdicts, where they ran, the pin
+  diff     show the unified diff of two bundles of a target's history
+  rollback deploy an accepted bundle of the history and pin the target on it
+  unpin    lift a target's pin and deploy its last accepted bundle
   nats-config  print the NATS server's users block: one user per role with
            exactly the permissions of its role (nkeys written to --keys)
   provision  create or update every stream, bucket and store (run once with
@@ -93,6 +97,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "validate":
 		return validateCmd(ctx, args[1:], stdout, stderr)
+	case "history":
+		return historyCmd(ctx, args[1:], stdout, stderr)
+	case "diff":
+		return diffCmd(ctx, args[1:], stdout, stderr)
+	case "rollback":
+		return rollbackCmd(ctx, args[1:], stdout, stderr)
+	case "unpin":
+		return unpinCmd(ctx, args[1:], stdout, stderr)
 	case "nats-config":
 		return natsConfigCmd(args[1:], stdout, stderr)
 	case "provision":
