@@ -12,8 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer"
 )
 
 // ask sends a weft.api request and decodes its answer; an error answer is
@@ -284,5 +286,76 @@ func TestPruneKeepsPinnedAndRunning(t *testing.T) {
 		if st := status(t, bus, in, 1); st.BundleHash != hashes[1] {
 			t.Errorf("%s runs %s", in, st.BundleHash)
 		}
+	}
+}
+
+// TestPinHonouredByTwoReplicasOnACluster: two deployer replicas on
+// different nodes of a real 3-node cluster; a rollback asked through one
+// node pins both instances on v1, and neither replica deploys v3 on its
+// verdict or on re-deploy triggers answered by either of them, nor after
+// one of them restarts; unpin, asked through the other node, deploys v3.
+func TestPinHonouredByTwoReplicasOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := testkit.NATSCluster(t)
+	a, b := c.Bus(t, 0), c.Bus(t, 1)
+	c.Provision(t, a)
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(twoInstances, 10)), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := func(bus *testkit.Bus, name string) func() {
+		env := testkit.NewEnv(t, bus, name)
+		return testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, env.Env, cfg) })
+	}
+	stopA := replica(a, "deployer-a")
+	replica(b, "deployer-b")
+	f := &fixture{t: t, bus: a, dest: "/etc/haproxy"}
+	accept := func(v uint64) msg.Bundle {
+		bd := f.store(fmt.Sprintf("global\n# version %d\n", v))
+		f.verdict(msg.Validated{Target: "edge", Version: v, BundleHash: bd.Hash, OK: true, At: time.Now()})
+		return bd
+	}
+	accept(1)
+	accept(2)
+	for _, in := range []string{"a", "b"} {
+		status(t, a, in, 2)
+	}
+	var rb msg.RollbackReply
+	testkit.Eventually(t, time.Minute, func() error {
+		return ask(t, a, msg.APIRollbackSubject("edge"), msg.RollbackRequest{To: "1"}, &rb)
+	})
+	for _, in := range []string{"a", "b"} {
+		status(t, b, in, 1)
+	}
+	accept(3)
+	history(t, b, func(h msg.HistoryReply) error {
+		if len(h.Entries) == 0 || h.Entries[0].Version != 3 {
+			return fmt.Errorf("history %v, waiting for v3", versionsOf(h))
+		}
+		return nil
+	})
+	// Triggers are answered by either replica (one queue group).
+	for i, bus := range []*testkit.Bus{a, b, a, b} {
+		before := deploysOf(t, a, "a", 0).Deploys
+		if _, err := bus.NC.Request(msg.TriggerDeploySubject("edge"), nil, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if st := deploysOf(t, a, "a", before); st.Version != 1 {
+			t.Fatalf("trigger %d: a at v%d, pinned on 1", i, st.Version)
+		}
+		if i == 1 {
+			stopA()
+			stopA = replica(a, "deployer-a")
+		}
+	}
+	var up msg.UnpinReply
+	if err := ask(t, b, msg.APIUnpinSubject("edge"), msg.UnpinRequest{}, &up); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{"a", "b"} {
+		status(t, a, in, 3)
 	}
 }
