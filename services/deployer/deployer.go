@@ -50,6 +50,13 @@
 // delivered 0600, or with deploy.mode when it gives others nothing. The
 // deployer also answers weft.api.status.
 //
+// It keeps each target's history (msg.BucketHistory: every verdict, and
+// the instances that ran each bundle), pruned to the target's history
+// keep and max_age except for bundles running, pinned or last accepted,
+// and answers weft.api.history, .diff, .rollback and .unpin. A rollback
+// pins the target (msg.PinKey): every deployer then delivers the pinned
+// bundle in place of the last accepted one, until the pin is lifted.
+//
 // A deployer delivers only the targets of its site (svc.Env.Site; empty:
 // the hub): verdicts on the targets of other sites are left to their
 // deployers. A site's deployer runs on its leaf node's JetStream, which
