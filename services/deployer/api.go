@@ -50,20 +50,9 @@ func (d *deployer) historyAPI() []api {
 // (logged, dead-lettered when permanent).
 func (d *deployer) serveAPI(h apiHandler) func(context.Context, *nats.Msg) error {
 	return func(ctx context.Context, m *nats.Msg) error {
-		target := msg.SubjectToken(m.Subject, 3)
-		rep, err := h(ctx, target, m.Data)
+		rep, err := h(ctx, msg.SubjectToken(m.Subject, 3), m.Data)
 		if m.Reply != "" {
-			var out *nats.Msg
-			var eerr error
-			if err == nil {
-				out, eerr = msg.NewMsg(m.Reply, "", rep)
-			}
-			if err != nil || eerr != nil {
-				out, _ = msg.NewMsg(m.Reply, "", msg.APIError{Message: errors.Join(err, eerr).Error()})
-			}
-			if rerr := m.RespondMsg(out); rerr != nil && err == nil {
-				err = fmt.Errorf("answer %s: %w", m.Subject, rerr)
-			}
+			err = d.answer(m, rep, err)
 		}
 		if errors.Is(err, errRefused) {
 			d.env.Log.WarnContext(ctx, "request refused", "subject", m.Subject, "err", err)
@@ -71,6 +60,26 @@ func (d *deployer) serveAPI(h apiHandler) func(context.Context, *nats.Msg) error
 		}
 		return err
 	}
+}
+
+// answer sends rep, or err as a msg.APIError, to m's reply subject; it
+// returns the error the request ends with.
+func (d *deployer) answer(m *nats.Msg, rep msg.Message, err error) error {
+	var out *nats.Msg
+	if err == nil {
+		var eerr error
+		if out, eerr = msg.NewMsg(m.Reply, "", rep); eerr != nil {
+			// Too large, most likely (a diff of big bundles).
+			err = refused("the answer cannot be sent: %v", eerr)
+		}
+	}
+	if err != nil {
+		out, _ = msg.NewMsg(m.Reply, "", msg.APIError{Message: err.Error()})
+	}
+	if rerr := m.RespondMsg(out); rerr != nil && err == nil {
+		err = fmt.Errorf("answer %s: %w", m.Subject, rerr)
+	}
+	return err
 }
 
 // knownTarget refuses a target this deployer's configuration lacks.
