@@ -55,6 +55,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"nats-config", "-h"}, "usage: weft nats-config [flags]"},
 		{[]string{"nats-config", "--permissions-only"}, "weft_renderer = {"},
 		{[]string{"provision", "-h"}, "-nats-creds"},
+		{[]string{"history", "-h"}, "usage: weft history [flags] <target>"},
+		{[]string{"diff", "-h"}, "usage: weft diff [flags] <target> <from> <to>"},
+		{[]string{"rollback", "-h"}, "-to"},
+		{[]string{"unpin", "-h"}, "usage: weft unpin [flags] <target>"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -79,6 +83,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"nats-config", "--roles", "root"}, "unknown NATS role"},
 		{[]string{"status", "--nats-user", "u"}, "--nats-user and --nats-password go together"},
 		{[]string{"provision", "--nats-tls-cert", "c.pem"}, "--nats-tls-cert and --nats-tls-key go together"},
+		{[]string{"history"}, `weft history takes <target>, got []`},
+		{[]string{"diff", "edge", "1"}, `weft diff takes <target> <from> <to>, got ["edge" "1"]`},
+		{[]string{"rollback", "edge"}, "rollback needs --to <version|hash>"},
+		{[]string{"unpin", "edge", "--colour"}, "flag provided but not defined: -colour"},
 	}
 	for _, tc := range bad {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

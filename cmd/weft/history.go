@@ -22,6 +22,7 @@ import (
 // apiCommand is what the history, diff, rollback and unpin commands share:
 // a running weft's NATS, and the printing of an answer.
 type apiCommand struct {
+	c      command
 	fs     *flag.FlagSet
 	url    *string
 	asJSON *bool
@@ -29,7 +30,7 @@ type apiCommand struct {
 }
 
 func newAPICommand(c command) *apiCommand {
-	a := &apiCommand{fs: newFlags(c)}
+	a := &apiCommand{c: c, fs: newFlags(c)}
 	a.url = a.fs.String("nats-url", envOr("WEFT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server of a running weft [WEFT_NATS_URL]")
 	a.asJSON = a.fs.Bool("json", false, "print the answer as JSON")
 	a.auth.Flags(a.fs)
@@ -53,7 +54,7 @@ func (a *apiCommand) parse(args []string, want int, stdout, stderr io.Writer) ([
 	if len(pos) != want {
 		a.fs.SetOutput(stderr)
 		a.fs.Usage()
-		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s takes %d arguments, got %d", a.fs.Name(), want, len(pos))}
+		return nil, usageError(fmt.Errorf("%s takes%s, got %q", a.fs.Name(), a.c.args, pos))
 	}
 	return pos, nil
 }

@@ -160,6 +160,11 @@ func TestRollbackThroughHAProxy(t *testing.T) {
 			t.Errorf("rollback to %s answered:\n%s", tc.to, out)
 		}
 	}
+	var out, errOut bytes.Buffer
+	err := run([]string{"rollback", "quickstart", "--to", strconv.FormatUint(v3, 10), "--nats-url", s.bus.URL}, &out, &errOut)
+	if code, line := exitCode(err); code != ExitFailed || !strings.Contains(line, "was refused by validation") {
+		t.Errorf("weft rollback to a refused bundle: exit %d, %q", code, line)
+	}
 	before := deployed(0, 0).Deploys
 	if out := nats("req", msg.APIRollbackSubject("quickstart"), fmt.Sprintf(`{"to":"%d","by":"nats-cli"}`, v1)); !strings.Contains(out, msg.SchemaRollbackReply) {
 		t.Fatalf("rollback answered:\n%s", out)
