@@ -221,6 +221,13 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		return fmt.Errorf("deployer: watch the pins: %w", err)
 	}
 	g.Go(func() error { return d.followPins(ctx, pins) })
+	if env.Site == "" && len(cfg.Sites) > 0 {
+		deploys, err := d.status.Watch(ctx, siteDeploys)
+		if err != nil {
+			return fmt.Errorf("deployer: watch the sites' deploy statuses: %w", err)
+		}
+		g.Go(func() error { return d.followSiteDeploys(ctx, deploys) })
+	}
 	if env.Site != "" {
 		// Watching from before the catch-up reads the statuses.
 		w, err := d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly())
@@ -571,7 +578,8 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 			return err
 		}
 		if out.Outcome != msg.OutcomeFailed {
-			if err := d.recordDeploy(ctx, out); err != nil {
+			ran := msg.HistoryDeploy{Instance: out.Instance, Site: d.env.Site, At: out.At}
+			if err := d.recordDeploy(ctx, out.Target, out.Version, out.BundleHash, ran); err != nil {
 				d.env.Log.ErrorContext(ctx, "deployed, but not recorded in the history", "target", out.Target, "instance", out.Instance, "version", out.Version, "err", err)
 			}
 		}

@@ -78,21 +78,47 @@ func (d *deployer) recordVerdict(ctx context.Context, v msg.Validated) error {
 
 // recordDeploy adds an instance that now runs a bundle to its entry (once:
 // the first time it is applied). The entry of a bundle accepted before
-// the history was kept is made from the outcome.
-func (d *deployer) recordDeploy(ctx context.Context, out msg.Deployed) error {
-	return d.updateHistory(ctx, out.Target, out.Version, func(e *msg.HistoryEntry) bool {
-		if e.BundleHash != "" && e.BundleHash != out.BundleHash {
+// the history was kept is made from the deploy.
+func (d *deployer) recordDeploy(ctx context.Context, target string, version uint64, hash string, ran msg.HistoryDeploy) error {
+	return d.updateHistory(ctx, target, version, func(e *msg.HistoryEntry) bool {
+		if e.BundleHash != "" && e.BundleHash != hash {
 			return false // not the bundle the entry names: nothing to say
 		}
-		if slices.ContainsFunc(e.Deployed, func(h msg.HistoryDeploy) bool { return h.Instance == out.Instance }) {
+		if slices.ContainsFunc(e.Deployed, func(h msg.HistoryDeploy) bool { return h.Instance == ran.Instance && h.Site == ran.Site }) {
 			return false
 		}
 		if e.BundleHash == "" {
-			e.Target, e.Version, e.BundleHash, e.OK = out.Target, out.Version, out.BundleHash, true
+			e.Target, e.Version, e.BundleHash, e.OK = target, version, hash, true
 		}
-		e.Deployed = append(e.Deployed, msg.HistoryDeploy{Instance: out.Instance, Site: d.env.Site, At: out.At})
-		slices.SortFunc(e.Deployed, func(a, b msg.HistoryDeploy) int { return strings.Compare(a.Instance, b.Instance) })
+		e.Deployed = append(e.Deployed, ran)
+		slices.SortFunc(e.Deployed, func(a, b msg.HistoryDeploy) int {
+			return cmp.Or(strings.Compare(a.Site, b.Site), strings.Compare(a.Instance, b.Instance))
+		})
 		return true
+	})
+}
+
+// siteDeploys are the status keys of deploys; at the hub, those of its
+// sites are sourced from them.
+const siteDeploys = "deploy.>"
+
+// followSiteDeploys records, at the hub, the deploys its sites' deployers
+// report in their statuses (sourced into the hub's status bucket): a
+// site's own history is the site's, and the hub's history should say
+// where each bundle ran too. w replays every current status first, so
+// what happened while no hub deployer ran is recorded.
+func (d *deployer) followSiteDeploys(ctx context.Context, w jetstream.KeyWatcher) error {
+	return d.followKeys(ctx, w, siteDeploys, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			return
+		}
+		var st msg.DeployStatus
+		if err := msg.Decode(e.Value(), &st); err != nil || st.Site == "" || st.Site == d.env.Site || st.BundleHash == "" || st.Version == 0 {
+			return
+		}
+		if err := d.recordDeploy(ctx, st.Target, st.Version, st.BundleHash, msg.HistoryDeploy{Instance: st.Instance, Site: st.Site, At: st.At}); err != nil {
+			d.env.Log.WarnContext(ctx, "a site's deploy not recorded in the history", "target", st.Target, "site", st.Site, "instance", st.Instance, "version", st.Version, "err", err)
+		}
 	})
 }
 

@@ -77,7 +77,7 @@ func confirmPinned(o msg.DeployOrder, vs msg.ValidationStatus, st msg.DeployStat
 // set or lifted, the bundle its instances should now hold. w watches from
 // before the start's catch-up read the pins.
 func (d *deployer) followPins(ctx context.Context, w jetstream.KeyWatcher) error {
-	return d.followKeys(ctx, w, pinKeys, func(e jetstream.KeyValueEntry) { d.onPin(ctx, e) })
+	return d.followKeys(ctx, w, pinKeys, func(e jetstream.KeyValueEntry) { d.onPin(ctx, e) }, jetstream.UpdatesOnly())
 }
 
 func (d *deployer) onPin(ctx context.Context, e jetstream.KeyValueEntry) {
@@ -109,8 +109,8 @@ func (d *deployer) onPin(ctx context.Context, e jetstream.KeyValueEntry) {
 }
 
 // followKeys hands every put, delete or purge of the status keys pattern
-// to fn, from watch w on; a watch that ends is started again.
-func (d *deployer) followKeys(ctx context.Context, w jetstream.KeyWatcher, pattern string, fn func(jetstream.KeyValueEntry)) error {
+// to fn, from watch w on; a watch that ends is started again with opts.
+func (d *deployer) followKeys(ctx context.Context, w jetstream.KeyWatcher, pattern string, fn func(jetstream.KeyValueEntry), opts ...jetstream.WatchOpt) error {
 	for {
 		for e := range w.Updates() {
 			if e != nil {
@@ -124,7 +124,7 @@ func (d *deployer) followKeys(ctx context.Context, w jetstream.KeyWatcher, patte
 		d.env.Log.WarnContext(ctx, "watch of the status bucket ended; watching again", "keys", pattern)
 		for {
 			var err error
-			if w, err = d.status.Watch(ctx, pattern, jetstream.UpdatesOnly()); err == nil {
+			if w, err = d.status.Watch(ctx, pattern, opts...); err == nil {
 				break
 			}
 			select {

@@ -26,7 +26,7 @@ func (d *deployer) followAccepted(ctx context.Context, w jetstream.KeyWatcher) e
 		if e.Operation() == jetstream.KeyValuePut {
 			d.onAccepted(ctx, e)
 		}
-	})
+	}, jetstream.UpdatesOnly())
 }
 
 func (d *deployer) onAccepted(ctx context.Context, e jetstream.KeyValueEntry) {

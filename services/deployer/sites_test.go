@@ -144,8 +144,8 @@ func TestSiteHonoursAPin(t *testing.T) {
 }
 
 // TestHubPinsASiteTarget: the hub's deployer keeps the history of a site's
-// target and pins it on request, ordering nothing itself (the site's
-// deployer delivers it).
+// target (where it ran from the site's statuses) and pins it on request,
+// ordering nothing itself (the site's deployer delivers it).
 func TestHubPinsASiteTarget(t *testing.T) {
 	f := startAt(t, "")
 	b := f.store("global # edge\n")
@@ -166,4 +166,24 @@ func TestHubPinsASiteTarget(t *testing.T) {
 	if _, err := stream.GetLastMsgForSubject(context.Background(), msg.DeploySubject("edge", "local")); err == nil {
 		t.Errorf("the hub ordered a site's target")
 	}
+
+	// The site's deploy status, sourced to the hub, says where v1 ran.
+	at := time.Now().UTC().Truncate(time.Second)
+	ran := msg.DeployStatus{Target: "edge", Instance: "local", Site: "edge-1", Version: 1, BundleHash: b.Hash, At: at}
+	if _, err := msg.StoreStatus(context.Background(), kv, msg.DeployStatusKey("edge", "local"), ran, 0); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		var h msg.HistoryReply
+		if err := ask(t, f.bus, msg.APIHistorySubject("edge"), msg.HistoryRequest{}, &h); err != nil {
+			return err
+		}
+		if len(h.Entries) != 1 || len(h.Entries[0].Deployed) != 1 {
+			return fmt.Errorf("history %+v", h.Entries)
+		}
+		if got := h.Entries[0].Deployed[0]; got.Site != "edge-1" || got.Instance != "local" || !got.At.Equal(at) {
+			return fmt.Errorf("v1 ran on %+v", got)
+		}
+		return nil
+	})
 }
