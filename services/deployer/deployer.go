@@ -180,6 +180,29 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			consumers[c] = name + "/" + in.name
 		}
 	}
+	// Watching from before the catch-up reads the pins, and before any
+	// replica's consumers start, so replicas starting together read the
+	// instances' statuses at their catch-up before any order is carried
+	// out.
+	pins, err := d.status.Watch(ctx, pinKeys, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("deployer: watch the pins: %w", err)
+	}
+	var deploys jetstream.KeyWatcher
+	if env.Site == "" && len(cfg.Sites) > 0 {
+		if deploys, err = d.status.Watch(ctx, siteDeploys); err != nil {
+			return fmt.Errorf("deployer: watch the sites' deploy statuses: %w", err)
+		}
+	}
+	following := false // the watches are handed to their followers
+	defer func() {
+		if !following {
+			_ = pins.Stop()
+			if deploys != nil {
+				_ = deploys.Stop()
+			}
+		}
+	}()
 	orders, renewOrders, err := bus.Durable(ctx, env.JS, msg.StreamValidated, jetstream.ConsumerConfig{
 		Durable: OrdersConsumer, Description: "turns accepted verdicts into deploy orders",
 		// No MaxDeliver: a verdict is retried until it is turned into orders.
@@ -215,17 +238,9 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			g.Go(func() error { return d.checkDrift(ctx, name, every) })
 		}
 	}
-	// Watching from before the catch-up reads the pins.
-	pins, err := d.status.Watch(ctx, pinKeys, jetstream.UpdatesOnly())
-	if err != nil {
-		return fmt.Errorf("deployer: watch the pins: %w", err)
-	}
+	following = true
 	g.Go(func() error { return d.followPins(ctx, pins) })
-	if env.Site == "" && len(cfg.Sites) > 0 {
-		deploys, err := d.status.Watch(ctx, siteDeploys)
-		if err != nil {
-			return fmt.Errorf("deployer: watch the sites' deploy statuses: %w", err)
-		}
+	if deploys != nil {
 		g.Go(func() error { return d.followSiteDeploys(ctx, deploys) })
 	}
 	if env.Site != "" {
