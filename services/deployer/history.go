@@ -228,7 +228,7 @@ func (d *deployer) prune(ctx context.Context, now time.Time) (pruneResult, error
 	}
 	for _, e := range drop {
 		key := msg.HistoryKey(e.Target, e.Version)
-		if err := d.history.Delete(ctx, key); err != nil {
+		if err := d.history.Purge(ctx, key, jetstream.PurgeTTL(msg.HistoryMarkerTTL)); err != nil {
 			return res, fmt.Errorf("history: prune %s: %w", key, err)
 		}
 		res.entries = append(res.entries, key)

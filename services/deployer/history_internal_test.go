@@ -109,6 +109,15 @@ targets:
 	if len(res.kept) != 0 {
 		t.Errorf("stored again %v, none is old enough", res.kept)
 	}
+	// What is left of a pruned entry is a marker that expires.
+	stream, err := bus.JS.Stream(ctx, msg.KVStream(msg.BucketHistory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, "$KV."+msg.BucketHistory+"."+msg.HistoryKey("edge", 3))
+	if err != nil || m.Header.Get("KV-Operation") != "PURGE" || m.Header.Get("Nats-TTL") == "" {
+		t.Errorf("pruned entry left %v (%v), want a purge marker with a TTL", m, err)
+	}
 
 	// A pass later re-reads: nothing more goes; the protected bundles
 	// are stored again once they are half the store's retention old.
