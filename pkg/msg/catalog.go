@@ -26,7 +26,7 @@ func Catalog() []Entry {
 		{DeployedSubject("<target>", "<instance>"), "stream subject", SchemaDeployed, "deploy outcome: files written, reloads, error"},
 		{TriggerRenderSubject("<target>"), "core subject", SchemaTrigger + " (or empty)", "force a render of a target"},
 		{TriggerResyncSubject("<source>"), "core subject", SchemaTrigger + " (or empty)", "force a full re-read of a source"},
-		{TriggerDeploySubject("<target>"), "core subject", SchemaTrigger + " (or empty)", "re-deploy the last valid bundle (repairs drift)"},
+		{TriggerDeploySubject("<target>"), "core subject", SchemaTrigger + " (or empty)", "re-deploy the last valid bundle, or the pinned one (repairs drift)"},
 		{APIStatus, "core request", SchemaStatusReport, "status of every source and target"},
 		{APIHistorySubject("<target>"), "core request (queue group)", SchemaHistoryRequest + " (or empty) → " + SchemaHistoryReply, "the target's kept bundles, newest first: version, hash, render time, verdict, instances that ran it; the pin"},
 		{APIDiffSubject("<target>"), "core request (queue group)", SchemaDiffRequest + " → " + SchemaDiffReply, "unified diff, file by file, of two bundles of the history named by version or hash: `{\"from\":\"1\",\"to\":\"3\"}`"},

@@ -354,7 +354,8 @@ func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, h
 }
 
 // onTrigger re-deploys to every instance of a target the bundle it should
-// have: the last one the validator accepted, whatever was deployed last.
+// have: the pinned one, or else the last one the validator accepted,
+// whatever was deployed last.
 // This repairs drift (someone changed the instance) and delivers a bundle
 // an instance missed.
 func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
@@ -390,10 +391,10 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 
 // lastAccepted is the bundle every instance of target should hold unless
 // the target is pinned (desired): the last one the validator stored as
-// accepted. Only the status counts, never
-// a verdict read from the stream, which anyone able to publish could have
-// forged; a verdict is turned into orders only once the status confirms
-// it. A target with nothing accepted yet is a permanent error.
+// accepted. Only the status counts, never a verdict read from the stream,
+// which anyone able to publish could have forged; a verdict is turned into
+// orders only once the status confirms it. A target with nothing accepted
+// yet is a permanent error.
 func (d *deployer) lastAccepted(ctx context.Context, target string) (uint64, string, error) {
 	var vs msg.ValidationStatus
 	if _, err := msg.LoadStatus(ctx, d.status, msg.ValidationStatusKey(target), &vs); err != nil {
