@@ -180,29 +180,23 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			consumers[c] = name + "/" + in.name
 		}
 	}
-	// Watching from before the catch-up reads the pins, and before any
-	// replica's consumers start, so replicas starting together read the
-	// instances' statuses at their catch-up before any order is carried
-	// out.
-	pins, err := d.status.Watch(ctx, pinKeys, jetstream.UpdatesOnly())
+	// The watches start before the catch-up reads the pins and statuses,
+	// and that reads before any consumer of this replica starts
+	// (catchUpOrders).
+	ws, err := d.openWatches(ctx)
 	if err != nil {
-		return fmt.Errorf("deployer: watch the pins: %w", err)
-	}
-	var deploys jetstream.KeyWatcher
-	if env.Site == "" && len(cfg.Sites) > 0 {
-		if deploys, err = d.status.Watch(ctx, siteDeploys); err != nil {
-			return fmt.Errorf("deployer: watch the sites' deploy statuses: %w", err)
-		}
+		return err
 	}
 	following := false // the watches are handed to their followers
 	defer func() {
 		if !following {
-			_ = pins.Stop()
-			if deploys != nil {
-				_ = deploys.Stop()
-			}
+			ws.stop()
 		}
 	}()
+	catchUp, err := d.catchUpOrders(ctx)
+	if err != nil {
+		return fmt.Errorf("deployer: catch-up: %w", err)
+	}
 	orders, renewOrders, err := bus.Durable(ctx, env.JS, msg.StreamValidated, jetstream.ConsumerConfig{
 		Durable: OrdersConsumer, Description: "turns accepted verdicts into deploy orders",
 		// No MaxDeliver: a verdict is retried until it is turned into orders.
@@ -239,19 +233,14 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		}
 	}
 	following = true
-	g.Go(func() error { return d.followPins(ctx, pins) })
-	if deploys != nil {
-		g.Go(func() error { return d.followSiteDeploys(ctx, deploys) })
+	g.Go(func() error { return d.followPins(ctx, ws.pins) })
+	if ws.deploys != nil {
+		g.Go(func() error { return d.followSiteDeploys(ctx, ws.deploys) })
 	}
-	if env.Site != "" {
-		// Watching from before the catch-up reads the statuses.
-		w, err := d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly())
-		if err != nil {
-			return fmt.Errorf("deployer: watch the validation statuses: %w", err)
-		}
-		g.Go(func() error { return d.followAccepted(ctx, w) })
+	if ws.accepted != nil {
+		g.Go(func() error { return d.followAccepted(ctx, ws.accepted) })
 	}
-	g.Go(func() error { return d.catchUp(ctx) })
+	g.Go(func() error { return d.catchUp(ctx, catchUp) })
 	g.Go(func() error {
 		return bus.Serve(ctx, env.NC, msg.TriggerDeployAll, "weft-deployer", d.onTrigger, stage("trigger-deploy"))
 	})
@@ -265,13 +254,50 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	return g.Wait()
 }
 
+// watches are the watches of the status bucket a deployer follows: pins;
+// at the hub with sites, the sites' deploy statuses; at a site, the
+// validation statuses.
+type watches struct {
+	pins, deploys, accepted jetstream.KeyWatcher
+}
+
+func (w watches) stop() {
+	for _, kw := range []jetstream.KeyWatcher{w.pins, w.deploys, w.accepted} {
+		if kw != nil {
+			_ = kw.Stop()
+		}
+	}
+}
+
+func (d *deployer) openWatches(ctx context.Context) (watches, error) {
+	var w watches
+	var err error
+	if w.pins, err = d.status.Watch(ctx, pinKeys, jetstream.UpdatesOnly()); err != nil {
+		return w, fmt.Errorf("deployer: watch the pins: %w", err)
+	}
+	if d.env.Site == "" && len(d.cfg.Sites) > 0 {
+		// From the start: the deploys recorded while no hub deployer ran.
+		if w.deploys, err = d.status.Watch(ctx, siteDeploys); err != nil {
+			w.stop()
+			return w, fmt.Errorf("deployer: watch the sites' deploy statuses: %w", err)
+		}
+	}
+	if d.env.Site != "" {
+		if w.accepted, err = d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly()); err != nil {
+			w.stop()
+			return w, fmt.Errorf("deployer: watch the validation statuses: %w", err)
+		}
+	}
+	return w, nil
+}
+
 // onVerdict turns an accepted bundle into deploy orders.
 func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 	var v msg.Validated
 	if err := msg.Decode(m.Data(), &v); err != nil {
 		return err
 	}
-	ins, ok := d.instances.of(v.Target)
+	_, ok := d.instances.of(v.Target)
 	site, there := d.elsewhere[v.Target]
 	if !ok && !there {
 		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
@@ -307,6 +333,10 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		}
 		return err
 	}
+	// The instances are read after the validation status: a Pod instance
+	// added after this read reads the status itself after it was added
+	// (podFollower.add), so it gets this bundle one way or the other.
+	ins, _ := d.instances.of(v.Target)
 	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, true)
 }
 
