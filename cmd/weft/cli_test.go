@@ -58,6 +58,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"help", "audit"}, "usage: weft audit [flags]"},
 		{[]string{"audit", "-h"}, "-follow"},
 		{[]string{"why", "-h"}, "usage: weft why [flags] <target>"},
+		{[]string{"history", "-h"}, "usage: weft history [flags] <target>"},
+		{[]string{"diff", "-h"}, "usage: weft diff [flags] <target> <from> <to>"},
+		{[]string{"rollback", "-h"}, "-to"},
+		{[]string{"unpin", "-h"}, "usage: weft unpin [flags] <target>"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -87,6 +91,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"why"}, "why takes one target"},
 		{[]string{"why", "a", "b"}, "why takes one target"},
 		{[]string{"why", "a", "--instance"}, "flag needs an argument: -instance"},
+		{[]string{"history"}, `weft history takes <target>, got []`},
+		{[]string{"diff", "edge", "1"}, `weft diff takes <target> <from> <to>, got ["edge" "1"]`},
+		{[]string{"rollback", "edge"}, "rollback needs --to <version|hash>"},
+		{[]string{"unpin", "edge", "--colour"}, "flag provided but not defined: -colour"},
 	}
 	for _, tc := range bad {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

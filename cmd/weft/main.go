@@ -37,6 +37,10 @@ commands:
            order (--target T, --since 1h, --follow, --json)
   why      explain what a target's instances run: deploy, verdict, render
            and the object changes that made it (weft why <target>)
+  history  list a target's kept bundles: verdicts, where they ran, the pin
+  diff     show the unified diff of two bundles of a target's history
+  rollback deploy an accepted bundle of the history and pin the target on it
+  unpin    lift a target's pin and deploy its last accepted bundle
   nats-config  print the NATS server's users block: one user per role with
            exactly the permissions of its role (nkeys written to --keys)
   nats-keys  make the NATS keys of a Kubernetes installation in Secrets (one
@@ -105,6 +109,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return whyCmd(ctx, args[1:], stdout, stderr)
 	case "validate":
 		return validateCmd(ctx, args[1:], stdout, stderr)
+	case "history":
+		return historyCmd(ctx, args[1:], stdout, stderr)
+	case "diff":
+		return diffCmd(ctx, args[1:], stdout, stderr)
+	case "rollback":
+		return rollbackCmd(ctx, args[1:], stdout, stderr)
+	case "unpin":
+		return unpinCmd(ctx, args[1:], stdout, stderr)
 	case "nats-config":
 		return natsConfigCmd(args[1:], stdout, stderr)
 	case "nats-keys":

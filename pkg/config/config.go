@@ -56,6 +56,9 @@ type Config struct {
 	// the hub's NATS (default msg.DefaultHubDomain).
 	Sites     []string `json:"sites,omitempty"`
 	HubDomain string   `json:"hub_domain,omitempty"`
+	// History is how many bundles of each target are kept, and how long
+	// (default keep 20, max_age 168h); a target may override it.
+	History *History `json:"history,omitempty"`
 
 	// Dir is the folder of the file; relative paths were resolved against it.
 	Dir string `json:"-"`
@@ -201,6 +204,9 @@ type Target struct {
 	Render   Render   `json:"render,omitempty"`
 	Validate Validate `json:"validate,omitempty"`
 	Deploy   Deploy   `json:"deploy"`
+	// History overrides the global history section for this target;
+	// after loading, it is always set.
+	History *History `json:"history,omitempty"`
 }
 
 // Fragment is a template rendered for every object of the watched type
@@ -547,6 +553,7 @@ func (c *Config) defaults() {
 		}
 		c.Targets[name] = t
 	}
+	c.historyDefaults()
 }
 
 func (c *Config) check(ps *problems) {
@@ -650,6 +657,7 @@ func (c *Config) check(ps *problems) {
 		}
 	}
 	c.checkSites(ps)
+	checkHistory(ps, path{"history"}, c.History, nil)
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
 	}
@@ -702,6 +710,7 @@ func (c *Config) checkTarget(ps *problems, name string, t Target) {
 			}
 		}
 	}
+	checkHistory(ps, f.k("history"), t.History, c.History)
 	d := t.Deploy
 	checkDeploy(f.k("deploy"), d, bad)
 	if d.Pods != nil && d.Pods.Type != "" {

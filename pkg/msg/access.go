@@ -21,6 +21,7 @@ const (
 	RolePullerAgent      Role = "puller-agent"
 	RolePullerGate       Role = "puller-gate"
 	RoleAuditor          Role = "auditor"
+	RoleOperator         Role = "operator"
 	RoleProvisioner      Role = "provisioner"
 	RoleSiteLink         Role = "site-link"
 	RoleAdmin            Role = "admin"
@@ -145,7 +146,7 @@ func Accesses() []Access {
 			Role: RoleDeployer, What: "weft-deployer: turns accepted verdicts into deploy orders, carries them out, answers status requests and deploy triggers",
 			Publish:   []string{DeployAll, DeployedAll, DLQSubject("deployer")},
 			Subscribe: []string{DeployAll},
-			Serve:     []string{TriggerDeployAll, APIStatus},
+			Serve:     []string{TriggerDeployAll, APIStatus, APIHistoryAll, APIDiffAll, APIRollbackAll, APIUnpinAll},
 			Streams:   []string{StreamDeploys},
 			Consumers: []Consumer{
 				{Stream: StreamValidated, Name: "deployer-orders", Filters: []string{ValidatedAll}},
@@ -154,8 +155,9 @@ func Accesses() []Access {
 			KVRead:     []string{BucketResources, BucketStatus},
 			ObjectRead: []string{ObjectBundles},
 			KVWrite: []KVWrite{
-				{BucketStatus, []string{DeployStatusKey("*", "*")}},
-				{BucketLeases, []string{DeployLeaseKey("*", "*")}},
+				{BucketStatus, []string{DeployStatusKey("*", "*"), PinKey("*")}},
+				{BucketLeases, []string{DeployLeaseKey("*", "*"), HistoryPruneLease}},
+				{BucketHistory, []string{">"}},
 			},
 		}, configFollower),
 		merge(Access{
@@ -183,10 +185,16 @@ func Accesses() []Access {
 			KVWrite:   []KVWrite{{BucketPulls, []string{">"}}, {BucketLeases, []string{"slot.>"}}},
 		},
 		{
-			Role: RoleAuditor, What: "people and tools that watch: nats sub 'weft.>', weft status, weft audit, weft why; publishes nothing",
+			Role: RoleAuditor, What: "people and tools that watch: nats sub 'weft.>', weft status, audit, why, history, diff; publishes nothing but the read-only history and diff queries",
 			Subscribe: []string{AllSubjects},
 			Read:      []string{StreamChanges, StreamRenders, StreamValidated, StreamDeploys, StreamDLQ},
-			KVRead:    []string{BucketStatus, BucketPulls},
+			Request:   []string{APIHistoryAll, APIDiffAll},
+			KVRead:    []string{BucketStatus, BucketPulls, BucketHistory},
+		},
+		{
+			Role: RoleOperator, What: "people who steer deploys: weft status, history, diff, rollback, unpin; re-render and re-deploy triggers",
+			Request: []string{APIStatus, APIHistoryAll, APIDiffAll, APIRollbackAll, APIUnpinAll, TriggerRenderAll, TriggerDeployAll},
+			KVRead:  []string{BucketStatus, BucketHistory},
 		},
 		{
 			Role: RoleProvisioner, What: "weft provision: creates and updates every stream, bucket and store, once per deployment and upgrade",

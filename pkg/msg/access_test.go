@@ -122,7 +122,8 @@ func TestPermissions(t *testing.T) {
 
 // TestAuditorWritesNothing: no subject the auditor may publish is a weft
 // subject, a bucket or store write, or a JetStream API call that changes
-// anything but its own ordered consumers.
+// anything but its own ordered consumers; it may ask the read-only
+// queries (history, diff), not a rollback or unpin.
 func TestAuditorWritesNothing(t *testing.T) {
 	a, err := msg.AccessOf(msg.RoleAuditor)
 	if err != nil {
@@ -131,7 +132,7 @@ func TestAuditorWritesNothing(t *testing.T) {
 	for _, s := range a.Permissions().Publish {
 		ok := strings.HasPrefix(s, "$JS.API.STREAM.INFO.") || strings.HasPrefix(s, "$JS.API.STREAM.MSG.GET.") ||
 			strings.HasPrefix(s, "$JS.API.CONSUMER.CREATE.") || strings.HasPrefix(s, "$JS.API.CONSUMER.DELETE.") ||
-			strings.HasPrefix(s, "$JS.FC.")
+			strings.HasPrefix(s, "$JS.FC.") || s == msg.APIHistoryAll || s == msg.APIDiffAll
 		if !ok {
 			t.Errorf("the auditor may publish %s", s)
 		}

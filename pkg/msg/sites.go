@@ -132,6 +132,7 @@ type linkSource struct {
 var linkSources = []linkSource{
 	{stream: StreamValidated, toSite: true, filter: ValidatedSubject},
 	{stream: KVStream(BucketStatus), toSite: true, filter: func(t string) string { return statusSubject(ValidationStatusKey(t)) }},
+	{stream: KVStream(BucketStatus), toSite: true, filter: func(t string) string { return statusSubject(PinKey(t)) }},
 	{stream: ObjectStream(ObjectBundles), toSite: true},
 	{stream: KVStream(BucketStatus), filter: func(string) string { return statusSubject("deploy.>") }},
 	{stream: StreamDeploys, filter: func(string) string { return DeployedAll }},

@@ -55,7 +55,7 @@ func TestProvisionSites(t *testing.T) {
 		want   []source
 	}{
 		{siteJS, msg.StreamValidated, []source{{msg.StreamValidated, "weft.validated.api", hub}, {msg.StreamValidated, "weft.validated.web", hub}}},
-		{siteJS, "KV_weft-status", []source{{"KV_weft-status", "$KV.weft-status.validate.api", hub}, {"KV_weft-status", "$KV.weft-status.validate.web", hub}}},
+		{siteJS, "KV_weft-status", []source{{"KV_weft-status", "$KV.weft-status.validate.api", hub}, {"KV_weft-status", "$KV.weft-status.pin.api", hub}, {"KV_weft-status", "$KV.weft-status.validate.web", hub}, {"KV_weft-status", "$KV.weft-status.pin.web", hub}}},
 		{siteJS, "OBJ_weft-bundles", []source{{"OBJ_weft-bundles", "", hub}}},
 		{siteJS, msg.StreamDeploys, nil},
 		{siteJS, "KV_weft-leases", nil},

@@ -65,6 +65,11 @@ func ReadStatus(ctx context.Context, kv StatusReader) (StatusReport, error) {
 			if Decode(e.Value(), &s) == nil {
 				tr(rest).Validation = &s
 			}
+		case "pin":
+			var s Pin
+			if Decode(e.Value(), &s) == nil {
+				tr(rest).Pin = &s
+			}
 		case "deploy":
 			var s DeployStatus
 			if Decode(e.Value(), &s) == nil {

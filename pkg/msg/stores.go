@@ -29,6 +29,9 @@ const (
 	BucketVerdicts  = "weft-verdicts"
 	BucketConfig    = "weft-config"
 	ObjectBundles   = "weft-bundles"
+	// BucketHistory indexes the bundles of each target (HistoryEntry
+	// under HistoryKey).
+	BucketHistory = "weft-history"
 )
 
 // BucketPulls is in pull.go.
@@ -88,15 +91,28 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 		{Bucket: BucketConfig, Description: "the active configuration, when it comes from a ConfigMap", History: 5, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketVerdicts, Description: "validation verdicts cached by bundle hash", History: 1, TTL: 7 * 24 * time.Hour, Replicas: replicas, Storage: jetstream.FileStorage},
 		{Bucket: BucketPulls, Description: "image pull status per PrePullImage and node", History: 1, Replicas: replicas, Storage: jetstream.FileStorage},
+		// A pruned entry is purged with a marker of its own TTL
+		// (HistoryMarkerTTL), so pruning leaves nothing behind.
+		{Bucket: BucketHistory, Description: "the bundles of each target: verdict and where deployed, by <target>.<version>", History: 1, LimitMarkerTTL: HistoryMarkerTTL, Replicas: replicas, Storage: jetstream.FileStorage},
 	}
 }
 
 // ObjectStores returns the configuration of every weft object store.
 func ObjectStores(replicas int) []jetstream.ObjectStoreConfig {
 	return []jetstream.ObjectStoreConfig{
-		{Bucket: ObjectBundles, Description: "rendered bundles keyed by content hash", Replicas: replicas, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
+		{Bucket: ObjectBundles, Description: "rendered bundles keyed by content hash", Replicas: replicas, Storage: jetstream.FileStorage, TTL: BundleRetention},
 	}
 }
+
+// BundleRetention is how long the bundle store keeps a bundle after it was
+// last stored: the longest history.max_age. The deployer stores again the
+// bundles it must keep (running, pinned, last accepted) before they are
+// that old (HistoryRefresh).
+const BundleRetention = 7 * 24 * time.Hour
+
+// HistoryMarkerTTL is how long the marker of a pruned history entry
+// stays, for watchers to see it go.
+const HistoryMarkerTTL = time.Hour
 
 // LeaseTTL bounds how long a key of the leases bucket lives without being
 // written again: a validator replica's heartbeat, and any key without a TTL

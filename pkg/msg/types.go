@@ -295,7 +295,7 @@ type DeployOrder struct {
 	Instance   string `json:"instance"`
 	Version    uint64 `json:"version"`
 	BundleHash string `json:"bundleHash"`
-	Reason     string `json:"reason,omitempty"` // OrderValidated, OrderTrigger, OrderDriftCheck, OrderCatchUp
+	Reason     string `json:"reason,omitempty"` // OrderValidated, OrderTrigger, OrderDriftCheck, OrderCatchUp, OrderRollback, OrderUnpin
 }
 
 // Why a deploy order was given (DeployOrder.Reason).
@@ -310,6 +310,12 @@ const (
 	// instance, lost order) and repairs one whose files or program changed
 	// while no deployer ran.
 	OrderCatchUp = "catch-up"
+	// OrderRollback: a pin was set (weft rollback); the order names the
+	// pinned bundle, whatever the instance has.
+	OrderRollback = "rollback"
+	// OrderUnpin: a pin was lifted; the order names the last accepted
+	// bundle.
+	OrderUnpin = "unpin"
 )
 
 // Reapply reports whether the order re-applies what the instance should
@@ -535,6 +541,8 @@ type TargetReport struct {
 	Render     *RenderStatus     `json:"render,omitempty"`
 	Validation *ValidationStatus `json:"validation,omitempty"`
 	Deploys    []DeployStatus    `json:"deploys,omitempty"`
+	// Pin is the bundle the target is held on (weft rollback), if any.
+	Pin *Pin `json:"pin,omitempty"`
 }
 
 // StatusReport answers APIStatus and `weft status`.

@@ -50,6 +50,13 @@
 // delivered 0600, or with deploy.mode when it gives others nothing. The
 // deployer also answers weft.api.status.
 //
+// It keeps each target's history (msg.BucketHistory: every verdict, and
+// the instances that ran each bundle), pruned to the target's history
+// keep and max_age except for bundles running, pinned or last accepted,
+// and answers weft.api.history, .diff, .rollback and .unpin. A rollback
+// pins the target (msg.PinKey): every deployer then delivers the pinned
+// bundle in place of the last accepted one, until the pin is lifted.
+//
 // A deployer delivers only the targets of its site (svc.Env.Site; empty:
 // the hub): verdicts on the targets of other sites are left to their
 // deployers. A site's deployer runs on its leaf node's JetStream, which
@@ -120,6 +127,7 @@ type deployer struct {
 	status    jetstream.KeyValue
 	leases    jetstream.KeyValue // deploy leases: one replica applies to an instance at a time
 	bundles   jetstream.ObjectStore
+	history   jetstream.KeyValue // each target's bundles: verdicts, deploys
 	instances instanceSet
 	// elsewhere: the targets other sites' deployers deliver, by site
 	// ("" is the hub).
@@ -147,6 +155,9 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
 			return err
 		}
+		if d.history, err = env.JS.KeyValue(ctx, msg.BucketHistory); err != nil {
+			return err
+		}
 		d.leases, err = env.JS.KeyValue(ctx, msg.BucketLeases)
 		return err
 	}); err != nil {
@@ -170,6 +181,23 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			}
 			consumers[c] = name + "/" + in.name
 		}
+	}
+	// The watches start before the catch-up reads the pins and statuses,
+	// and that reads before any consumer of this replica starts
+	// (catchUpOrders).
+	ws, err := d.openWatches(ctx)
+	if err != nil {
+		return err
+	}
+	following := false // the watches are handed to their followers
+	defer func() {
+		if !following {
+			ws.stop()
+		}
+	}()
+	catchUp, err := d.catchUpOrders(ctx)
+	if err != nil {
+		return fmt.Errorf("deployer: catch-up: %w", err)
 	}
 	orders, renewOrders, err := bus.Durable(ctx, env.JS, msg.StreamValidated, jetstream.ConsumerConfig{
 		Durable: OrdersConsumer, Description: "turns accepted verdicts into deploy orders",
@@ -206,22 +234,63 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 			g.Go(func() error { return d.checkDrift(ctx, name, every) })
 		}
 	}
-	if env.Site != "" {
-		// Watching from before the catch-up reads the statuses.
-		w, err := d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly())
-		if err != nil {
-			return fmt.Errorf("deployer: watch the validation statuses: %w", err)
-		}
-		g.Go(func() error { return d.followAccepted(ctx, w) })
+	following = true
+	g.Go(func() error { return d.followPins(ctx, ws.pins) })
+	if ws.deploys != nil {
+		g.Go(func() error { return d.followSiteDeploys(ctx, ws.deploys) })
 	}
-	g.Go(func() error { return d.catchUp(ctx) })
+	if ws.accepted != nil {
+		g.Go(func() error { return d.followAccepted(ctx, ws.accepted) })
+	}
+	g.Go(func() error { return d.catchUp(ctx, catchUp) })
 	g.Go(func() error {
 		return bus.Serve(ctx, env.NC, msg.TriggerDeployAll, "weft-deployer", d.onTrigger, stage("trigger-deploy"))
 	})
 	g.Go(func() error {
-		return bus.Serve(ctx, env.NC, msg.APIStatus, "weft-api", d.onStatus, stage("api-status"))
+		return bus.Serve(ctx, env.NC, msg.APIStatus, msg.APIQueue, d.onStatus, stage("api-status"))
 	})
+	for _, api := range d.historyAPI() {
+		g.Go(func() error { return bus.Serve(ctx, env.NC, api.subject, msg.APIQueue, api.handler, stage(api.stage)) })
+	}
+	g.Go(func() error { return d.prunePeriodically(ctx) })
 	return g.Wait()
+}
+
+// watches are the watches of the status bucket a deployer follows: pins;
+// at the hub with sites, the sites' deploy statuses; at a site, the
+// validation statuses.
+type watches struct {
+	pins, deploys, accepted jetstream.KeyWatcher
+}
+
+func (w watches) stop() {
+	for _, kw := range []jetstream.KeyWatcher{w.pins, w.deploys, w.accepted} {
+		if kw != nil {
+			_ = kw.Stop()
+		}
+	}
+}
+
+func (d *deployer) openWatches(ctx context.Context) (watches, error) {
+	var w watches
+	var err error
+	if w.pins, err = d.status.Watch(ctx, pinKeys, jetstream.UpdatesOnly()); err != nil {
+		return w, fmt.Errorf("deployer: watch the pins: %w", err)
+	}
+	if d.env.Site == "" && len(d.cfg.Sites) > 0 {
+		// From the start: the deploys recorded while no hub deployer ran.
+		if w.deploys, err = d.status.Watch(ctx, siteDeploys); err != nil {
+			w.stop()
+			return w, fmt.Errorf("deployer: watch the sites' deploy statuses: %w", err)
+		}
+	}
+	if d.env.Site != "" {
+		if w.accepted, err = d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly()); err != nil {
+			w.stop()
+			return w, fmt.Errorf("deployer: watch the validation statuses: %w", err)
+		}
+	}
+	return w, nil
 }
 
 // onVerdict turns an accepted bundle into deploy orders.
@@ -230,13 +299,18 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 	if err := msg.Decode(m.Data(), &v); err != nil {
 		return err
 	}
-	ins, ok := d.instances.of(v.Target)
-	if site, there := d.elsewhere[v.Target]; !ok && there {
+	_, ok := d.instances.of(v.Target)
+	site, there := d.elsewhere[v.Target]
+	if !ok && !there {
+		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
+	}
+	if err := d.recordVerdict(ctx, v); err != nil {
+		return err
+	}
+	d.pruneOnce(ctx)
+	if there {
 		d.env.Log.DebugContext(ctx, "verdict on a target of another site; left to its deployer", "target", v.Target, "site", site)
 		return nil
-	}
-	if !ok {
-		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
 	}
 	if !v.OK {
 		d.env.Log.WarnContext(ctx, "bundle refused by validation; the deployed configuration stays", "target", v.Target, "version", v.Version, "reason", v.Reason)
@@ -255,6 +329,16 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 	case v.BundleHash != vs.LastGood:
 		return msg.Permanent(fmt.Errorf("%w: verdict %s v%d names bundle %s, the validation status %s", msg.ErrUnconfirmed, v.Target, v.Version, v.BundleHash, vs.LastGood))
 	}
+	if pin, err := d.readPin(ctx, v.Target); err != nil || pin != nil {
+		if pin != nil {
+			d.env.Log.InfoContext(ctx, "target pinned; the accepted bundle is kept in the history, not deployed", "target", v.Target, "version", v.Version, "pinned", pin.Version, "since", pin.Since, "by", pin.By)
+		}
+		return err
+	}
+	// The instances are read after the validation status: a Pod instance
+	// added after this read reads the status itself after it was added
+	// (podFollower.add), so it gets this bundle one way or the other.
+	ins, _ := d.instances.of(v.Target)
 	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, true)
 }
 
@@ -302,7 +386,8 @@ func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, h
 }
 
 // onTrigger re-deploys to every instance of a target the bundle it should
-// have: the last one the validator accepted, whatever was deployed last.
+// have: the pinned one, or else the last one the validator accepted,
+// whatever was deployed last.
 // This repairs drift (someone changed the instance) and delivers a bundle
 // an instance missed.
 func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
@@ -329,18 +414,19 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 		return msg.Permanent(fmt.Errorf("unknown target %q", name))
 	}
 	d.env.Log.InfoContext(ctx, "re-deploy requested", "target", name, "reason", t.Reason)
-	version, hash, err := d.lastAccepted(ctx, name)
+	version, hash, _, err := d.desired(ctx, name)
 	if err != nil {
 		return err
 	}
 	return d.order(ctx, ins, version, hash, msg.OrderTrigger, false)
 }
 
-// lastAccepted is the bundle every instance of target should hold: the
-// last one the validator stored as accepted. Only the status counts, never
-// a verdict read from the stream, which anyone able to publish could have
-// forged; a verdict is turned into orders only once the status confirms
-// it. A target with nothing accepted yet is a permanent error.
+// lastAccepted is the bundle every instance of target should hold unless
+// the target is pinned (desired): the last one the validator stored as
+// accepted. Only the status counts, never a verdict read from the stream,
+// which anyone able to publish could have forged; a verdict is turned into
+// orders only once the status confirms it. A target with nothing accepted
+// yet is a permanent error.
 func (d *deployer) lastAccepted(ctx context.Context, target string) (uint64, string, error) {
 	var vs msg.ValidationStatus
 	if _, err := msg.LoadStatus(ctx, d.status, msg.ValidationStatusKey(target), &vs); err != nil {
@@ -418,20 +504,28 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 	if err != nil {
 		return err
 	}
+	pin, err := d.readPin(ctx, o.Target)
+	if err != nil {
+		return err
+	}
 	if st.Version > vs.LastGoodVersion {
 		// Written from an order nothing confirmed: it orders nothing.
 		log.WarnContext(ctx, "deploy status names a version never accepted; not trusted", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
 		st.Version = 0
 	}
-	current, err := confirmOrder(o, vs, st)
+	current, err := confirmPinned(o, vs, st, pin)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}
-	if !current || o.Version < st.Version && !o.Reapply() {
+	if !current || o.Version < st.Version && !o.Reapply() && !pinned(o, pin) {
 		out.Outcome = msg.OutcomeSkipped
-		log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
+		if pin != nil && !pinned(o, pin) {
+			log.InfoContext(ctx, "order skipped: the target is pinned on another bundle", "pinned", pin.Version, "pinned_bundle", pin.BundleHash)
+		} else {
+			log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
+		}
 		return d.finish(ctx, out, seq, start, nil, 0)
 	}
 	b, err := d.bundle(ctx, in, o.BundleHash)
@@ -530,6 +624,12 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 		}
 		if err := d.writeStatus(ctx, *st, rev); err != nil {
 			return err
+		}
+		if out.Outcome != msg.OutcomeFailed {
+			ran := msg.HistoryDeploy{Instance: out.Instance, Site: d.env.Site, At: out.At}
+			if err := d.recordDeploy(ctx, out.Target, out.Version, out.BundleHash, ran); err != nil {
+				d.env.Log.ErrorContext(ctx, "deployed, but not recorded in the history", "target", out.Target, "instance", out.Instance, "version", out.Version, "err", err)
+			}
 		}
 	}
 	return nil

@@ -76,7 +76,6 @@ require (
 	github.com/oasdiff/yaml v0.1.1 // indirect
 	github.com/oasdiff/yaml3 v0.0.14 // indirect
 	github.com/oklog/ulid/v2 v2.1.1 // indirect
-	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -132,6 +131,9 @@ require (
 
 replace github.com/haproxytech/go-method-gen => github.com/haproxytech/go-method-gen v0.1.1
 
-require github.com/weftio/weft/pkg/haproxycfg v0.0.0
+require (
+	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2
+	github.com/weftio/weft/pkg/haproxycfg v0.0.0
+)
 
 replace github.com/weftio/weft/pkg/haproxycfg => ../../pkg/haproxycfg

@@ -140,7 +140,14 @@ func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetst
 	return cons, renew, nil
 }
 
-// catchUp orders the last accepted bundle for every instance, through the
+// catchUpOrder is an order a starting deployer gives, with its message id.
+type catchUpOrder struct {
+	id    string
+	order msg.DeployOrder
+}
+
+// catchUpOrders are the orders of the bundle every instance should hold
+// (the pinned one, or the last accepted one: desired), given through the
 // same apply path as any order: an instance behind it (added to the
 // configuration, an order lost with a deployer that died before publishing
 // it) is brought up to date, and one whose files or program changed while
@@ -148,31 +155,42 @@ func (d *deployer) openConsumer(ctx context.Context, in *instance, deliver jetst
 // repaired; the drivers change nothing where nothing differs. The order of
 // an instance behind has the id an accepted verdict gives, so an order
 // already given is not given twice; the others have one per carried-out
-// order (DeployStatus.Order), so replicas starting together give one.
-func (d *deployer) catchUp(ctx context.Context) error {
+// order (DeployStatus.Order), so replicas starting together give one. They
+// are read first thing at start, before this replica's consumers exist,
+// so that replicas starting together read the statuses before any of them
+// carries an order out (catchUp gives them once the consumers run).
+func (d *deployer) catchUpOrders(ctx context.Context) ([]catchUpOrder, error) {
+	var out []catchUpOrder
 	for target, ins := range d.instances.all() {
-		version, hash, err := d.lastAccepted(ctx, target)
+		version, hash, pin, err := d.desired(ctx, target)
 		if msg.IsPermanent(err) {
 			continue // nothing accepted yet
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, in := range ins {
 			st, _, err := d.readStatus(ctx, in)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			id := fmt.Sprintf("%s.%s@%d", target, in.name, version)
-			if st.Version < version {
+			if st.Version < version && pin == nil {
 				d.env.Log.InfoContext(ctx, "instance behind the last accepted bundle", "target", target, "instance", in.name, "has", st.Version, "accepted", version)
 			} else {
 				id = fmt.Sprintf("%s.%s.start-%d-%d", target, in.name, st.Order, version)
 			}
-			o := msg.DeployOrder{Target: target, Instance: in.name, Version: version, BundleHash: hash, Reason: msg.OrderCatchUp}
-			if _, err := bus.Publish(ctx, d.env.JS, msg.DeploySubject(target, in.name), id, o); err != nil {
-				return err
-			}
+			out = append(out, catchUpOrder{id: id, order: msg.DeployOrder{Target: target, Instance: in.name, Version: version, BundleHash: hash, Reason: msg.OrderCatchUp}})
+		}
+	}
+	return out, nil
+}
+
+// catchUp gives the orders catchUpOrders read.
+func (d *deployer) catchUp(ctx context.Context, orders []catchUpOrder) error {
+	for _, c := range orders {
+		if _, err := bus.Publish(ctx, d.env.JS, msg.DeploySubject(c.order.Target, c.order.Instance), c.id, c.order); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -201,7 +219,7 @@ func (d *deployer) checkDrift(ctx context.Context, target string, every time.Dur
 }
 
 func (d *deployer) orderDriftCheck(ctx context.Context, in *instance, period int64) error {
-	version, hash, err := d.lastAccepted(ctx, in.target)
+	version, hash, _, err := d.desired(ctx, in.target)
 	if msg.IsPermanent(err) {
 		return nil // nothing accepted yet: nothing to compare with
 	}

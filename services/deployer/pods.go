@@ -240,7 +240,7 @@ func (p *podFollower) add(ctx context.Context, name, url string) {
 	p.d.env.Log.Info("pod instance added", "target", p.target, "instance", name, "url", url)
 	// Read after the instance was added, so that it gets either the
 	// order of a verdict or this catch-up.
-	version, hash, err := p.d.lastAccepted(ctx, p.target)
+	version, hash, _, err := p.d.desired(ctx, p.target)
 	if err == nil {
 		// Not de-duplicated: a Pod recreated under the same name needs
 		// the bundle again.

@@ -1,6 +1,7 @@
 package deployer_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -86,9 +87,13 @@ targets:
 			if f.file("haproxy.cfg") != "global # one\n" || f.file("maps/host.map") != "a b\n" {
 				t.Fatalf("files after the restart: %q %q", f.file("haproxy.cfg"), f.file("maps/host.map"))
 			}
-			if st := f.deployStatus(); st.Version != 1 || st.Deploys != 2 || st.LastError != "" {
-				t.Fatalf("status after the restart = %+v", st)
-			}
+			// The status is written right after the outcome is published.
+			testkit.Eventually(t, 5*time.Second, func() error {
+				if st := f.deployStatus(); st.Version != 1 || st.Deploys != 2 || st.LastError != "" {
+					return fmt.Errorf("status after the restart = %+v", st)
+				}
+				return nil
+			})
 		})
 	}
 }

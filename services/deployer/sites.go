@@ -3,7 +3,6 @@ package deployer
 import (
 	"context"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,29 +22,11 @@ const acceptedKeys = "validate.*"
 // ordered once. w watches from before the start's catch-up read the
 // statuses; a watch that ends is started again.
 func (d *deployer) followAccepted(ctx context.Context, w jetstream.KeyWatcher) error {
-	for {
-		for e := range w.Updates() {
-			if e != nil && e.Operation() == jetstream.KeyValuePut {
-				d.onAccepted(ctx, e)
-			}
+	return d.followKeys(ctx, w, acceptedKeys, func(e jetstream.KeyValueEntry) {
+		if e.Operation() == jetstream.KeyValuePut {
+			d.onAccepted(ctx, e)
 		}
-		_ = w.Stop()
-		if ctx.Err() != nil {
-			return nil
-		}
-		d.env.Log.WarnContext(ctx, "watch of the validation statuses ended; watching again")
-		for {
-			var err error
-			if w, err = d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly()); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	}, jetstream.UpdatesOnly())
 }
 
 func (d *deployer) onAccepted(ctx context.Context, e jetstream.KeyValueEntry) {
@@ -60,6 +41,14 @@ func (d *deployer) onAccepted(ctx context.Context, e jetstream.KeyValueEntry) {
 		return
 	}
 	if vs.LastGood == "" {
+		return
+	}
+	switch pin, err := d.readPin(ctx, target); {
+	case err != nil:
+		d.env.Log.ErrorContext(ctx, "pin unreadable; the last accepted bundle is not ordered now, a trigger or a restart orders what should run", "target", target, "err", err)
+		return
+	case pin != nil:
+		d.env.Log.InfoContext(ctx, "target pinned; the last accepted bundle is not deployed", "target", target, "version", vs.LastGoodVersion, "pinned", pin.Version)
 		return
 	}
 	if err := d.order(ctx, ins, vs.LastGoodVersion, vs.LastGood, msg.OrderValidated, true); err != nil {

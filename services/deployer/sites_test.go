@@ -100,3 +100,90 @@ func TestHubLeavesSiteTargets(t *testing.T) {
 		t.Errorf("%d messages dead-lettered", info.State.Msgs)
 	}
 }
+
+// TestSiteHonoursAPin: the pin of a site's target reaches the site as a
+// status key (sourced from the hub): the site's deployer deploys the
+// pinned bundle, keeps it when a newer one is accepted and on a re-deploy
+// trigger, and deploys the last accepted one once the pin is lifted.
+func TestSiteHonoursAPin(t *testing.T) {
+	f := startAt(t, "edge-1")
+	cfg := func(v uint64) string { return fmt.Sprintf("global # v%d\n", v) }
+	hashes := map[uint64]string{}
+	accept := func(v uint64) {
+		b := f.store(cfg(v))
+		hashes[v] = b.Hash
+		recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: v, BundleHash: b.Hash, OK: true})
+	}
+	for v := uint64(1); v <= 2; v++ {
+		accept(v)
+		if d := f.outcome(v); d.Version != v || d.Outcome != msg.OutcomeApplied {
+			t.Fatalf("outcome %+v, want v%d applied", d, v)
+		}
+	}
+	kv, _ := f.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	pin, _ := msg.Encode(msg.Pin{Target: "edge", Version: 1, BundleHash: hashes[1], Since: time.Now()})
+	if _, err := kv.Put(context.Background(), msg.PinKey("edge"), pin); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.outcome(3); d.Version != 1 || d.Outcome != msg.OutcomeApplied || f.file("haproxy.cfg") != cfg(1) {
+		t.Fatalf("outcome %+v and %q after the pin, want v1 applied", d, f.file("haproxy.cfg"))
+	}
+	accept(3)
+	if _, err := f.bus.NC.Request(msg.TriggerDeploySubject("edge"), nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.outcome(4); d.Version != 1 || f.file("haproxy.cfg") != cfg(1) {
+		t.Fatalf("outcome %+v and %q after v3 and a trigger, want v1 kept", d, f.file("haproxy.cfg"))
+	}
+	if err := kv.Delete(context.Background(), msg.PinKey("edge")); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.outcome(5); d.Version != 3 || f.file("haproxy.cfg") != cfg(3) {
+		t.Fatalf("outcome %+v and %q after the pin was lifted, want v3", d, f.file("haproxy.cfg"))
+	}
+}
+
+// TestHubPinsASiteTarget: the hub's deployer keeps the history of a site's
+// target (where it ran from the site's statuses) and pins it on request,
+// ordering nothing itself (the site's deployer delivers it).
+func TestHubPinsASiteTarget(t *testing.T) {
+	f := startAt(t, "")
+	b := f.store("global # edge\n")
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true, At: time.Now()})
+	var rb msg.RollbackReply
+	testkit.Eventually(t, 10*time.Second, func() error {
+		return ask(t, f.bus, msg.APIRollbackSubject("edge"), msg.RollbackRequest{To: "1"}, &rb)
+	})
+	if rb.Pin.Version != 1 || len(rb.Instances) != 0 {
+		t.Fatalf("rollback reply %+v, want the pin and no instance of the hub", rb)
+	}
+	kv, _ := f.bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	var p msg.Pin
+	if rev, err := msg.LoadStatus(context.Background(), kv, msg.PinKey("edge"), &p); err != nil || rev == 0 || p.BundleHash != b.Hash {
+		t.Fatalf("pin %+v (%v)", p, err)
+	}
+	stream, _ := f.bus.JS.Stream(context.Background(), msg.StreamDeploys)
+	if _, err := stream.GetLastMsgForSubject(context.Background(), msg.DeploySubject("edge", "local")); err == nil {
+		t.Errorf("the hub ordered a site's target")
+	}
+
+	// The site's deploy status, sourced to the hub, says where v1 ran.
+	at := time.Now().UTC().Truncate(time.Second)
+	ran := msg.DeployStatus{Target: "edge", Instance: "local", Site: "edge-1", Version: 1, BundleHash: b.Hash, At: at}
+	if _, err := msg.StoreStatus(context.Background(), kv, msg.DeployStatusKey("edge", "local"), ran, 0); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		var h msg.HistoryReply
+		if err := ask(t, f.bus, msg.APIHistorySubject("edge"), msg.HistoryRequest{}, &h); err != nil {
+			return err
+		}
+		if len(h.Entries) != 1 || len(h.Entries[0].Deployed) != 1 {
+			return fmt.Errorf("history %+v", h.Entries)
+		}
+		if got := h.Entries[0].Deployed[0]; got.Site != "edge-1" || got.Instance != "local" || !got.At.Equal(at) {
+			return fmt.Errorf("v1 ran on %+v", got)
+		}
+		return nil
+	})
+}

@@ -127,6 +127,15 @@ func TestRolePermissions(t *testing.T) {
 		{msg.RoleAuditor, msg.StatusSubject(msg.SyncStatusKey("src", "pods"))},
 		{msg.RoleAuditor, "$O." + msg.ObjectBundles + ".M.x"},
 		{msg.RoleAuditor, "$JS.API.STREAM.PURGE." + msg.StreamRenders},
+		// The auditor asks history and diffs, never a rollback or unpin;
+		// only the deployer writes pins and the history.
+		{msg.RoleAuditor, msg.APIRollbackSubject("edge")},
+		{msg.RoleAuditor, msg.APIUnpinSubject("edge")},
+		{msg.RoleAuditor, msg.StatusSubject(msg.PinKey("edge"))},
+		{msg.RoleOperator, msg.StatusSubject(msg.PinKey("edge"))},
+		{msg.RoleOperator, msg.DeploySubject("edge", "main")},
+		{msg.RoleValidator, msg.StatusSubject(msg.PinKey("edge"))},
+		{msg.RoleRenderer, "$KV." + msg.BucketHistory + "." + msg.HistoryKey("edge", 1)},
 	}
 	for _, r := range refusals {
 		t.Run(string(r.role)+" refused "+r.subject, func(t *testing.T) {
@@ -147,12 +156,43 @@ func TestRolePermissions(t *testing.T) {
 		{msg.RoleDeployer, msg.StatusSubject(msg.DeployStatusKey("edge", "main"))},
 		{msg.RolePullerAgent, msg.PulledSubject("n1")},
 		{msg.RolePullerController, msg.PullSubject("n1")},
+		{msg.RoleDeployer, msg.StatusSubject(msg.PinKey("edge"))},
+		{msg.RoleDeployer, "$KV." + msg.BucketHistory + "." + msg.HistoryKey("edge", 1)},
 	}
 	for _, a := range allowed {
 		t.Run(string(a.role)+" publishes "+a.subject, func(t *testing.T) {
 			published(t, s.Connect(t, a.role), a.subject)
 		})
 	}
+
+	t.Run("the auditor asks history and diffs, the operator also rolls back", func(t *testing.T) {
+		// The deployer answers the API; here the admin stands in for it.
+		sub, err := admin.NC.Subscribe(msg.APIAll, func(m *nats.Msg) { _ = m.Respond([]byte("answered")) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := admin.NC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		asks := []struct {
+			role    msg.Role
+			subject string
+		}{
+			{msg.RoleAuditor, msg.APIHistorySubject("edge")},
+			{msg.RoleAuditor, msg.APIDiffSubject("edge")},
+			{msg.RoleOperator, msg.APIHistorySubject("edge")},
+			{msg.RoleOperator, msg.APIRollbackSubject("edge")},
+			{msg.RoleOperator, msg.APIUnpinSubject("edge")},
+			{msg.RoleOperator, msg.APIStatus},
+		}
+		for _, a := range asks {
+			rep, err := s.Connect(t, a.role).NC.Request(a.subject, nil, 10*time.Second)
+			if err != nil || string(rep.Data) != "answered" {
+				t.Errorf("%s asks %s: %v", a.role, a.subject, err)
+			}
+		}
+	})
 
 	t.Run("the auditor sees every message and reads the status bucket", func(t *testing.T) {
 		aud := s.Connect(t, msg.RoleAuditor)

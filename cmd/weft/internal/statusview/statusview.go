@@ -1,7 +1,8 @@
 // Package statusview prints a status report for people: one block per
 // target with its last render, verdict and each instance's deploy state,
 // the sync state and object count of every source's types, the links to
-// the hub's sites, and the image pulls not done yet; Failing names what
+// the hub's sites, the targets a rollback pinned, and the image pulls not
+// done yet; Failing names what
 // failed last and the sites the hub has not heard from.
 package statusview
 
@@ -57,6 +58,7 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		}
 	}
 	_ = tw.Flush()
+	writePins(w, rep)
 	if len(rep.Syncs) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -85,6 +87,32 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\nas of %s\n", rep.At.Format(time.RFC3339))
+}
+
+// writePins lists the targets a rollback holds on a bundle.
+func writePins(w io.Writer, rep msg.StatusReport) {
+	var pinned []msg.Pin
+	for _, t := range rep.Targets {
+		if t.Pin != nil {
+			pinned = append(pinned, *t.Pin)
+		}
+	}
+	if len(pinned) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PINNED\tBUNDLE\tSINCE\tBY\tREASON")
+	for _, p := range pinned {
+		by := p.By
+		if by == "" {
+			by = "-"
+		}
+		fmt.Fprintf(tw, "%s\tv%d %s\t%s (%s)\t%s\t%s\n", p.Target, p.Version, short(p.BundleHash),
+			p.Since.Format(time.RFC3339), rep.At.Sub(p.Since).Round(time.Second), by, oneLine(p.Reason))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "(newer accepted bundles of a pinned target are not deployed until: weft unpin <target>)")
 }
 
 // Failing names every target whose last render, validation or deploy (of

@@ -76,7 +76,30 @@ func TestWrite(t *testing.T) {
 	tests = append(tests, struct {
 		name string
 		rep  msg.StatusReport
-	}{"sites", sites})
+	}{"sites", sites}, struct {
+		name string
+		rep  msg.StatusReport
+	}{"pinned", msg.StatusReport{
+		At: at,
+		Targets: []msg.TargetReport{
+			{
+				Target:     "edge",
+				Render:     &msg.RenderStatus{Target: "edge", Version: 4, BundleHash: "89abcdef01234567"},
+				Validation: &msg.ValidationStatus{Target: "edge", Version: 4, OK: true, LastGood: "89abcdef01234567", LastGoodVersion: 4},
+				Deploys: []msg.DeployStatus{
+					{Target: "edge", Instance: "a", Version: 1, BundleHash: "0123456789abcdef", Reloads: map[string]int64{"structure": 2}},
+					{Target: "edge", Instance: "b", Version: 1, BundleHash: "0123456789abcdef", Reloads: map[string]int64{"structure": 2}},
+				},
+				Pin: &msg.Pin{Target: "edge", Version: 1, BundleHash: "0123456789abcdef", Since: at.Add(-10 * time.Minute), By: "alice", Reason: "v2 drops the /api route"},
+			},
+			{
+				Target:     "shop",
+				Validation: &msg.ValidationStatus{Target: "shop", Version: 2, OK: true},
+				Deploys:    []msg.DeployStatus{{Target: "shop", Instance: "local", Version: 2, BundleHash: "fedcba9876543210"}},
+				Pin:        &msg.Pin{Target: "shop", Version: 2, BundleHash: "fedcba9876543210", Since: at.Add(-time.Hour)},
+			},
+		},
+	}})
 	t.Run("failing sites", func(t *testing.T) {
 		got := statusview.Failing(sites)
 		want := []string{
