@@ -26,7 +26,8 @@ type OTLPSpan struct {
 	Service  string // the resource's service.name
 	Resource map[string]string
 	Name     string
-	TraceID  string // hex
+	Attrs    map[string]string // the span's attributes, values as text
+	TraceID  string            // hex
 	SpanID   string
 	ParentID string // empty: a root span
 	Protocol string // grpc or http/protobuf: how it came
@@ -155,7 +156,7 @@ func (c *OTLPCollector) keep(req *coltracepb.ExportTraceServiceRequest, protocol
 
 func otlpSpan(sp *tracepb.Span, res map[string]string, protocol string) OTLPSpan {
 	return OTLPSpan{
-		Service: res["service.name"], Resource: res, Name: sp.GetName(),
+		Service: res["service.name"], Resource: res, Name: sp.GetName(), Attrs: attrs(sp.GetAttributes()),
 		TraceID: hex.EncodeToString(sp.GetTraceId()), SpanID: hex.EncodeToString(sp.GetSpanId()),
 		ParentID: hex.EncodeToString(sp.GetParentSpanId()), Protocol: protocol,
 	}
@@ -164,12 +165,17 @@ func otlpSpan(sp *tracepb.Span, res map[string]string, protocol string) OTLPSpan
 func attrs(kvs []*commonpb.KeyValue) map[string]string {
 	m := map[string]string{}
 	for _, kv := range kvs {
-		v := kv.GetValue()
-		switch {
-		case v.GetStringValue() != "":
-			m[kv.GetKey()] = v.GetStringValue()
+		switch v := kv.GetValue().GetValue().(type) {
+		case *commonpb.AnyValue_StringValue:
+			m[kv.GetKey()] = v.StringValue
+		case *commonpb.AnyValue_IntValue:
+			m[kv.GetKey()] = fmt.Sprint(v.IntValue)
+		case *commonpb.AnyValue_BoolValue:
+			m[kv.GetKey()] = fmt.Sprint(v.BoolValue)
+		case *commonpb.AnyValue_DoubleValue:
+			m[kv.GetKey()] = fmt.Sprint(v.DoubleValue)
 		default:
-			m[kv.GetKey()] = fmt.Sprint(v.GetValue())
+			m[kv.GetKey()] = fmt.Sprint(kv.GetValue())
 		}
 	}
 	return m

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Protocols of OTLP export (OTEL_EXPORTER_OTLP_PROTOCOL).
@@ -32,6 +34,16 @@ type TracingOptions struct {
 	// Instance is service.instance.id: the host (or pod) and process id.
 	Instance string
 }
+
+// reconnect is how the gRPC exporter reconnects to a collector it lost,
+// or never reached: gRPC's backoff, at most reconnectMax apart rather than
+// two minutes, so spans flow again soon after the collector is back.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMax},
+	MinConnectTimeout: 5 * time.Second,
+}
+
+const reconnectMax = 5 * time.Second
 
 // Tracing is a process's tracer providers, one per service, each with
 // its own resource (service.name weft-<service>) and all exporting through
@@ -91,7 +103,7 @@ func NewTracing(ctx context.Context, o TracingOptions) (*Tracing, error) {
 	var err error
 	switch t.protocol {
 	case ProtocolGRPC:
-		t.exporter, err = otlptracegrpc.New(ctx)
+		t.exporter, err = otlptracegrpc.New(ctx, otlptracegrpc.WithDialOption(grpc.WithConnectParams(reconnect)))
 	default:
 		t.exporter, err = otlptracehttp.New(ctx)
 	}
