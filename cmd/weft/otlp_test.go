@@ -291,6 +291,11 @@ func checkTrace(spans []testkit.OTLPSpan, stages []stage) error {
 	return errors.Join(errs...)
 }
 
+// spansNamed returns the spans called name.
+func spansNamed(spans []testkit.OTLPSpan, name string) []testkit.OTLPSpan {
+	return slices.DeleteFunc(slices.Clone(spans), func(s testkit.OTLPSpan) bool { return s.Name != name })
+}
+
 // ancestor reports whether the span id is s's parent, or its parent's, ...
 func ancestor(byID map[string]testkit.OTLPSpan, s testkit.OTLPSpan, id string) bool {
 	for seen := 0; s.ParentID != "" && seen < len(byID); seen++ {
@@ -339,8 +344,23 @@ func TestTraceOfAChangeReachesTheCollector(t *testing.T) {
 			otlpEnv(t, c, tc.protocol)
 			d := tc.run(t, c)
 			d.deployed("server web-2 127.0.0.2:8080")
+			// The first deploy's spans are in before the change.
+			testkit.Eventually(t, time.Minute, func() error {
+				if n := len(spansNamed(c.Spans(), "deployer orders")); n < 2 {
+					return fmt.Errorf("%d spans of the first deploy's orders", n)
+				}
+				return nil
+			})
+			before := len(c.Spans())
 			id := d.change(`"127.0.0.2"`, `"127.0.0.8"`)
 			d.traceOfChange(id)
+			// A stage that began a trace of its own would leave the
+			// change's trace whole and its own span outside it.
+			for _, s := range c.Spans()[before:] {
+				if s.TraceID != id && slices.ContainsFunc(changeStages, func(st stage) bool { return st.name == s.Name }) {
+					t.Errorf("span %q (%s) of the change is in trace %s, not the change's %s", s.Name, s.Service, s.TraceID, id)
+				}
+			}
 			t.Logf("trace %s:\n%s", id, describe(c.Trace(id)))
 			for _, s := range d.c.Spans() {
 				if s.Protocol != tc.protocol {

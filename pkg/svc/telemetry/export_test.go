@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
@@ -71,8 +72,15 @@ func TestTracingExportsOnShutdown(t *testing.T) {
 			if n := c.Requests(); n != 0 {
 				t.Fatalf("%d export requests before Shutdown: the batch was not held", n)
 			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(tr.Metrics()...)
 			if err := tr.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
+			}
+			for _, service := range []string{"renderer", "deployer"} {
+				if n := testkit.LabeledValue(t, reg, "weft_tracing_spans_exported_total", map[string]string{"service": service}); n != 1 {
+					t.Errorf("%s: %v spans counted exported, want 1", service, n)
+				}
 			}
 			got := map[string]testkit.OTLPSpan{}
 			for _, s := range c.Spans() {
@@ -211,6 +219,8 @@ func TestTracingSurvivesAnUnreachableCollector(t *testing.T) {
 			otel.SetErrorHandler(telemetry.ErrorLog(telemetry.NewLogger(logs, slog.LevelInfo), time.Hour))
 			t.Cleanup(func() { otel.SetErrorHandler(telemetry.ErrorLog(slog.New(slog.DiscardHandler), time.Hour)) })
 			tr := newTracing(t)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(tr.Metrics()...)
 			tracer := tr.Provider("renderer").Tracer("renderer")
 			// More spans than the batch queue holds: the surplus is
 			// dropped, nothing waits for the collector.
@@ -221,6 +231,12 @@ func TestTracingSurvivesAnUnreachableCollector(t *testing.T) {
 			testkit.Eventually(t, time.Minute, func() error {
 				if !strings.Contains(logs.String(), "tracing: OpenTelemetry error") {
 					return errors.New("no export error logged yet")
+				}
+				return nil
+			})
+			testkit.Eventually(t, time.Minute, func() error {
+				if n := testkit.LabeledValue(t, reg, "weft_tracing_spans_failed_total", map[string]string{"service": "renderer"}); n == 0 {
+					return errors.New("no span counted failed yet")
 				}
 				return nil
 			})
