@@ -207,6 +207,10 @@ var changeStages = []stage{
 	{name: "validator renders", service: "weft-validator", after: "render quickstart"},
 	{name: "validator validate-haproxy", service: "weft-validator", after: "validator renders"},
 	{name: "validator validate-template", service: "weft-validator", after: "validator renders"},
+	// Every kind a validator serves answers every request, not only
+	// those the target expects.
+	{name: "validator validate-syntax", service: "weft-validator", after: "validator renders"},
+	{name: "validator validate-policy", service: "weft-validator", after: "validator renders"},
 	{name: "deployer verdicts", service: "weft-deployer", after: "validator renders"},
 	{name: "deployer orders", service: "weft-deployer", after: "deployer verdicts", attr: msg.DeploySubject("quickstart", "a")},
 	{name: "deployer orders", service: "weft-deployer", after: "deployer verdicts", attr: msg.DeploySubject("quickstart", "b")},
