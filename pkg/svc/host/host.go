@@ -11,7 +11,10 @@
 // stays and an ERROR record says why. A configuration whose sites differ
 // from those provisioned is provisioned again before the services restart
 // on it. Addresses the process listens on are checked before anything
-// starts (CheckAddrs).
+// starts (CheckAddrs), and so are the OpenTelemetry environment variables:
+// each service gets a tracer provider of its own (telemetry.Tracing), whose
+// spans are exported when those variables ask for it and flushed when the
+// process stops.
 //
 // A binary with NoConfig (the puller's node agent) reads no configuration
 // file and embeds no NATS server: it takes only the connection settings,
