@@ -35,6 +35,7 @@ func upCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(reload)
 	b := binary
 	b.Reload = reload
+	b.Version = version // service.version of the spans
 	fs := newFlags(command{name: "up", summary: "Run every service (watcher, renderer, validator, deployer) in one process, over an\nembedded NATS server unless --nats-url names one, until SIGINT or SIGTERM. SIGHUP,\nor a change of the configuration file, reads the configuration again. With --site,\nonly the deployer of that site's targets, on the site's NATS leaf node."})
 	var s host.Settings
 	s.Flags(fs, binary.EmbeddedDefault)

@@ -11,7 +11,10 @@
 // stays and an ERROR record says why. A configuration whose sites differ
 // from those provisioned is provisioned again before the services restart
 // on it. Addresses the process listens on are checked before anything
-// starts (CheckAddrs).
+// starts (CheckAddrs), and so are the OpenTelemetry environment variables:
+// each service gets a tracer provider of its own (telemetry.Tracing), whose
+// spans are exported when those variables ask for it and flushed when the
+// process stops.
 //
 // A binary with NoConfig (the puller's node agent) reads no configuration
 // file and embeds no NATS server: it takes only the connection settings,
@@ -174,6 +177,9 @@ type Binary struct {
 	NoConfig bool
 	// Connection names the NATS connection; empty: "weft".
 	Connection string
+	// Version is the program's version, the service.version of its spans;
+	// empty: the main module's version from the build information.
+	Version string
 }
 
 // Main parses args and runs the binary's services until a signal. It
@@ -209,8 +215,14 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		return fmt.Errorf("log level: %w", err)
 	}
 	log := telemetry.NewLogger(os.Stderr, level)
+	tracing, err := startTracing(ctx, b, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(tracing, log)
+	b.Services = traced(b.Services, tracing)
 	if b.NoConfig {
-		return runWithoutConfig(ctx, s, b, log)
+		return runWithoutConfig(ctx, s, b, tracing, log)
 	}
 	var fileCfg *config.Config
 	var fileHash string
@@ -259,7 +271,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if fileCfg != nil {
 		provision = fileCfg.ProvisionOptions(s.Site)
 	}
-	env, reg, refused, closeNATS, err := connect(ctx, s, url, b.Connection, log, provision...)
+	env, reg, refused, closeNATS, err := connect(ctx, s, url, b, tracing, log, provision...)
 	if err != nil {
 		return err
 	}
@@ -309,14 +321,14 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 
 // runWithoutConfig is Run for a binary with NoConfig: the services run
 // once, on no configuration.
-func runWithoutConfig(ctx context.Context, s Settings, b Binary, log *slog.Logger) error {
+func runWithoutConfig(ctx context.Context, s Settings, b Binary, tracing *telemetry.Tracing, log *slog.Logger) error {
 	if s.NATSURL == "" {
 		return errors.New("--nats-url (or WEFT_NATS_URL) is required: this program embeds no NATS server")
 	}
 	if err := CheckAddrs(s.Addrs()...); err != nil {
 		return err
 	}
-	env, reg, _, closeNATS, err := connect(ctx, s, s.NATSURL, b.Connection, log)
+	env, reg, _, closeNATS, err := connect(ctx, s, s.NATSURL, b, tracing, log)
 	if err != nil {
 		return err
 	}
@@ -329,11 +341,12 @@ func runWithoutConfig(ctx context.Context, s Settings, b Binary, log *slog.Logge
 	return err
 }
 
-// connect connects to the NATS server at url as the settings say (name:
-// the connection's name, "" for "weft"), provisions the streams and
-// buckets unless told not to, and returns the services' environment, the
-// process's metrics registry, and what closes the connection.
-func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger, provision ...msg.ProvisionOption) (svc.Env, *prometheus.Registry, <-chan error, func(), error) {
+// connect connects to the NATS server at url as the settings say (named
+// b.Connection, "" for "weft"), provisions the streams and buckets unless
+// told not to, and returns the services' environment, the process's
+// metrics registry, and what closes the connection.
+func connect(ctx context.Context, s Settings, url string, b Binary, tracing *telemetry.Tracing, log *slog.Logger, provision ...msg.ProvisionOption) (svc.Env, *prometheus.Registry, <-chan error, func(), error) {
+	name := b.Connection
 	if name == "" {
 		name = "weft"
 	}
@@ -360,7 +373,6 @@ func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger
 			return svc.Env{}, nil, nil, nil, err
 		}
 	}
-	tp := telemetry.NewTracerProvider()
 	checks := health.NewChecks()
 	checks.Func("nats", func() error {
 		if !nc.IsConnected() {
@@ -370,8 +382,9 @@ func connect(ctx context.Context, s Settings, url, name string, log *slog.Logger
 	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), checks)
-	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tp, Health: checks, Replica: svc.ReplicaName(), Site: s.Site}
-	return env, reg, refused, func() { _ = tp.Shutdown(context.Background()); nc.Close() }, nil
+	reg.MustRegister(tracing.Metrics()...)
+	env := svc.Env{NC: nc, JS: js, Log: log, Registry: reg, Tracer: tracing.Provider(processService(b)), Health: checks, Replica: svc.ReplicaName(), Site: s.Site}
+	return env, reg, refused, nc.Close, nil
 }
 
 // serveHealth serves /healthz, /readyz and /metrics (what metrics gathers)

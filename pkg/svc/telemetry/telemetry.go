@@ -1,7 +1,14 @@
 // Package telemetry carries OpenTelemetry trace context through NATS message
-// headers (W3C traceparent) and builds the JSON logger every service logs
-// with: its records carry the current trace and span ids, and durations
-// are written as Go duration strings ("1.5s", "250ms"), not nanoseconds.
+// headers (W3C traceparent), builds the JSON logger every service logs
+// with (its records carry the current trace and span ids, and durations
+// are written as Go duration strings ("1.5s", "250ms"), not nanoseconds),
+// and makes a process's tracer providers (Tracing): one per service, whose
+// spans name the service (service.name weft-<service>) and leave the
+// process through the official OTLP exporters when the standard
+// OpenTelemetry environment variables ask for it, batched and flushed on
+// Shutdown. A bad value of those variables is an error at start
+// (ErrSetting), naming the variable; a collector that cannot be reached
+// only costs spans, reported through otel's error handler (ErrorLog).
 package telemetry
 
 import (
