@@ -201,6 +201,9 @@ type Target struct {
 	Render   Render   `json:"render,omitempty"`
 	Validate Validate `json:"validate,omitempty"`
 	Deploy   Deploy   `json:"deploy"`
+	// IngressStatus publishes the instances' addresses on the Ingresses
+	// the target serves (see IngressStatus).
+	IngressStatus *IngressStatus `json:"ingress_status,omitempty"`
 }
 
 // Fragment is a template rendered for every object of the watched type
@@ -545,6 +548,7 @@ func (c *Config) defaults() {
 		if t.Validate.Timeout == 0 {
 			t.Validate.Timeout = Duration(DefaultValidateTimeout)
 		}
+		c.ingressStatusDefaults(&t)
 		c.Targets[name] = t
 	}
 }
@@ -650,8 +654,10 @@ func (c *Config) check(ps *problems) {
 		}
 	}
 	c.checkSites(ps)
+	classes := map[string]string{}
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
+		c.checkIngressStatus(ps, name, c.Targets[name], classes)
 	}
 	c.checkPuller(ps)
 }
