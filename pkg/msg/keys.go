@@ -50,6 +50,10 @@ func RenderLeaseKey(target string) string            { return "render." + target
 // carrying out an order for one instance.
 func DeployLeaseKey(target, instance string) string { return "deploy." + target + "." + instance }
 
+// IngressStatusLeaseKey is the leases-bucket key held by the watcher
+// replica that writes the status of the Ingresses a target serves.
+func IngressStatusLeaseKey(target string) string { return "ingress-status." + target }
+
 // LeaseSubject is the subject a leases-bucket key is stored under in the
 // bucket's stream: a lease renewed with a TTL of its own is published there.
 func LeaseSubject(key string) string { return "$KV." + BucketLeases + "." + key }
