@@ -135,6 +135,14 @@ func (c *Config) checkIngressStatus(ps *problems, name string, t Target, classes
 	} else {
 		classes[s.Class] = name
 	}
+	if s.DefaultClass {
+		const classless = "" // the key of the Ingresses without a class
+		if other, ok := classes[classless]; ok {
+			ps.add(f.k("default_class"), "the Ingresses without a class are claimed by target %q too", other)
+		} else {
+			classes[classless] = name
+		}
+	}
 	if s.Resync < 0 {
 		ps.add(f.k("resync"), "must not be negative")
 	}

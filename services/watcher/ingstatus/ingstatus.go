@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -280,11 +281,14 @@ func (w *writer) reconcile(ctx context.Context) error {
 	}
 	manager := FieldManager(w.o.Target)
 	var errs []error
+	seen := map[types.UID]bool{}
+	defer func() { maps.DeleteFunc(w.wrote, func(uid types.UID, _ written) bool { return !seen[uid] }) }()
 	for _, obj := range w.ingresses.List() {
 		ing, ok := obj.(*netv1.Ingress)
 		if !ok {
 			continue
 		}
+		seen[ing.UID] = true
 		have := ing.Status.LoadBalancer.Ingress
 		if wr, ok := w.wrote[ing.UID]; ok && wr.on == ing.ResourceVersion {
 			have = wr.status // the cache has not seen the write yet
