@@ -95,7 +95,7 @@ func TestFromPods(t *testing.T) {
 // IPs, as a user that may read Ingresses and Pods but not yet write
 // Ingress statuses: every refused write is counted and logged, and retried
 // until the permission is granted; then Pods coming and going change the
-// status.
+// status. The lease is held on a real nats-server as the watcher's user.
 func TestPodsAndRefusedWrites(t *testing.T) {
 	k := testkit.Kube(t)
 	ctx := context.Background()
@@ -132,19 +132,26 @@ func TestPodsAndRefusedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bus := testkit.NATS(t)
-	env := testkit.NewEnv(t, bus, "w1")
+	// the lease on a real nats-server, as the watcher's NATS user
+	srv := testkit.NATSWithUsers(t, "")
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := msg.Provision(pctx, srv.Connect(t, msg.RoleProvisioner).JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	nc := srv.Connect(t, msg.RoleWatcher)
+	env := testkit.NewEnv(t, nc.Bus, "w1")
 	m, err := ingstatus.NewMetrics(env.Registry, "watcher")
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := bus.JS.KeyValue(ctx, msg.BucketLeases)
+	leases, err := nc.JS.KeyValue(ctx, msg.BucketLeases)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := ingstatus.Options{
 		Target: "edge", Client: writer, Owner: "w1", Log: env.Log, Metrics: m,
-		Leases: ingstatus.Leases{KV: leases, Pub: bus.JS},
+		Leases: ingstatus.Leases{KV: leases, Pub: nc.JS},
 		Spec: config.IngressStatus{Class: "weft", Resync: config.Duration(time.Hour),
 			From: config.IngressStatusFrom{Pods: &config.IngressStatusPods{Namespace: "default", Selector: "app=haproxy", Address: config.PodHostIP}}},
 	}
@@ -179,6 +186,14 @@ func TestPodsAndRefusedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIPs(t, cs, "10.0.0.1,10.0.0.3")
+	if e, err := leases.Get(ctx, msg.IngressStatusLeaseKey("edge")); err != nil || string(e.Value()) != "w1" {
+		t.Errorf("lease %s: %v", msg.IngressStatusLeaseKey("edge"), err)
+	}
+	select {
+	case err := <-nc.Errs:
+		t.Errorf("the watcher's NATS user was refused: %v", err)
+	default:
+	}
 }
 
 func result(t *testing.T, reg prometheus.Gatherer, r string) float64 {
