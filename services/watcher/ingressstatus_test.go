@@ -3,6 +3,7 @@ package watcher_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,10 +24,12 @@ const writesMetric = "weft_watcher_ingress_status_writes_total"
 // TestIngressStatusFromService runs two watcher replicas on one NATS with
 // a target whose ingress_status takes its addresses from a LoadBalancer
 // Service: the two Ingresses of the class get the Service's addresses and
-// follow their changes, the Ingresses of another class and without a
-// class are never touched, an Ingress that moves to another class has its
-// status cleared, only the lease holder writes, and the other replica
-// takes over when the holder stops.
+// follow their changes (and a status changed behind weft's back is set
+// back), the Ingresses of another class and without a class are never
+// touched, an Ingress that moves to another class has its status cleared,
+// only the lease holder writes, the other replica takes over when the
+// holder stops, and a Service that goes missing is reported without
+// touching any status.
 func TestIngressStatusFromService(t *testing.T) {
 	k := testkit.Kube(t)
 	ctx := context.Background()
@@ -118,6 +121,17 @@ targets:
 		lb2 := []netv1.IngressLoadBalancerIngress{{IP: "203.0.113.20"}, {Hostname: "lb.example.com"}}
 		waitStatus(t, cs, "a", lb2)
 		waitStatus(t, cs, "b", lb2)
+		// a status changed behind weft's back is set back
+		testkit.Eventually(t, 10*time.Second, func() error {
+			a, err := cs.NetworkingV1().Ingresses("default").Get(ctx, "a", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			a.Status.LoadBalancer.Ingress = []netv1.IngressLoadBalancerIngress{{IP: "192.0.2.66"}}
+			_, err = cs.NetworkingV1().Ingresses("default").UpdateStatus(ctx, a, metav1.UpdateOptions{FieldManager: "intruder"})
+			return err
+		})
+		waitStatus(t, cs, "a", lb2)
 	})
 
 	t.Run("an Ingress that leaves the class is cleared", func(t *testing.T) {
@@ -176,6 +190,19 @@ targets:
 		if w := writes(holder); w != before {
 			t.Errorf("the stopped replica wrote: %v writes, had %v", w, before)
 		}
+	})
+
+	t.Run("a missing Service is reported and changes nothing", func(t *testing.T) {
+		if err := cs.CoreV1().Services("weft-system").Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 30*time.Second, func() error {
+			if !strings.Contains(envs[standby].Logs.String(), "Service weft-system/weft-haproxy not found") {
+				return fmt.Errorf("no error logged")
+			}
+			return nil
+		})
+		waitStatus(t, cs, "a", []netv1.IngressLoadBalancerIngress{{IP: "203.0.113.30"}})
 	})
 }
 
