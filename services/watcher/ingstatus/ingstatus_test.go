@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -175,17 +177,17 @@ func TestPodsAndRefusedWrites(t *testing.T) {
 	if _, err := cs.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitIPs(t, cs, "10.0.0.1,10.0.0.2")
+	waitAddrs(t, cs, "10.0.0.1,10.0.0.2")
 	if w := result(t, env.Registry, ingstatus.ResultWritten); w != 1 {
 		t.Errorf("%v writes, want 1", w)
 	}
 
 	runPod(t, cs, "haproxy-2", "10.0.0.3")
-	waitIPs(t, cs, "10.0.0.1,10.0.0.2,10.0.0.3")
+	waitAddrs(t, cs, "10.0.0.1,10.0.0.2,10.0.0.3")
 	if err := cs.CoreV1().Pods("default").Delete(ctx, "haproxy-0", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
-	waitIPs(t, cs, "10.0.0.1,10.0.0.3")
+	waitAddrs(t, cs, "10.0.0.1,10.0.0.3")
 	if e, err := leases.Get(ctx, msg.IngressStatusLeaseKey("edge")); err != nil || string(e.Value()) != "w1" {
 		t.Errorf("lease %s: %v", msg.IngressStatusLeaseKey("edge"), err)
 	}
@@ -217,8 +219,84 @@ func runPod(t *testing.T, cs kubernetes.Interface, name, host string) {
 	}
 }
 
-// waitIPs waits until Ingress web's status lists ips (comma-separated).
-func waitIPs(t *testing.T, cs kubernetes.Interface, ips string) {
+// TestTakeoverAfterHolderDies: the holder's NATS connection goes with it,
+// so its lease is neither renewed nor released; the other replica takes
+// the lease once its TTL is over, and sets back a status changed since.
+func TestTakeoverAfterHolderDies(t *testing.T) {
+	k := testkit.Kube(t)
+	ctx := context.Background()
+	cs := k.Clientset
+	if _, err := cs.NetworkingV1().Ingresses("default").Create(ctx, &netv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: netv1.IngressSpec{IngressClassName: ptr("weft"), DefaultBackend: &netv1.IngressBackend{
+			Service: &netv1.IngressServiceBackend{Name: "app", Port: netv1.ServiceBackendPort{Number: 80}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bus := testkit.NATS(t)
+	spec := config.IngressStatus{Class: "weft", Resync: config.Duration(time.Hour),
+		From: config.IngressStatusFrom{Addresses: []string{"203.0.113.1", "lb.example.com"}}}
+	type replica struct {
+		env  *testkit.Env
+		nc   *nats.Conn
+		stop func()
+	}
+	start := func(name string) *replica {
+		nc, err := nats.Connect(bus.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases, err := js.KeyValue(ctx, msg.BucketLeases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := testkit.NewEnv(t, bus, name)
+		m, err := ingstatus.NewMetrics(env.Registry, "watcher")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := ingstatus.Options{Target: "edge", Spec: spec, Client: cs, Owner: name, Log: env.Log, Metrics: m,
+			Leases: ingstatus.Leases{KV: leases, Pub: js}}
+		return &replica{env: env, nc: nc, stop: testkit.Run(t, func(ctx context.Context) error { return ingstatus.Run(ctx, o) })}
+	}
+	writes := func(r *replica) float64 { return result(t, r.env.Registry, ingstatus.ResultWritten) }
+	first := start("r1")
+	waitAddrs(t, cs, "203.0.113.1,lb.example.com")
+	second := start("r2")
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if w := writes(first); w != 1 {
+			return fmt.Errorf("r1 counted %v writes, want 1", w)
+		}
+		return nil
+	})
+
+	first.nc.Close() // dies: no renewal, no release
+	first.stop()
+	testkit.Eventually(t, 10*time.Second, func() error {
+		ing, err := cs.NetworkingV1().Ingresses("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ing.Status.LoadBalancer.Ingress = []netv1.IngressLoadBalancerIngress{{IP: "192.0.2.66"}}
+		_, err = cs.NetworkingV1().Ingresses("default").UpdateStatus(ctx, ing, metav1.UpdateOptions{FieldManager: "intruder"})
+		return err
+	})
+	waitAddrs(t, cs, "203.0.113.1,lb.example.com")
+	if w := writes(second); w != 1 {
+		t.Errorf("r2 counted %v writes, want 1", w)
+	}
+	if w := writes(first); w != 1 {
+		t.Errorf("r1 counted %v writes after it died, want 1", w)
+	}
+}
+
+// waitAddrs waits until Ingress web's status lists addrs (comma-separated).
+func waitAddrs(t *testing.T, cs kubernetes.Interface, addrs string) {
 	t.Helper()
 	testkit.Eventually(t, 30*time.Second, func() error {
 		ing, err := cs.NetworkingV1().Ingresses("default").Get(context.Background(), "web", metav1.GetOptions{})
@@ -227,10 +305,10 @@ func waitIPs(t *testing.T, cs kubernetes.Interface, ips string) {
 		}
 		var got []string
 		for _, a := range ing.Status.LoadBalancer.Ingress {
-			got = append(got, a.IP)
+			got = append(got, a.IP+a.Hostname)
 		}
-		if strings.Join(got, ",") != ips {
-			return fmt.Errorf("status %v, want %s", got, ips)
+		if strings.Join(got, ",") != addrs {
+			return fmt.Errorf("status %v, want %s", got, addrs)
 		}
 		return nil
 	})
