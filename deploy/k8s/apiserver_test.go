@@ -11,6 +11,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -317,6 +318,8 @@ const (
 	pullSecret = "registry"
 	gatedPod   = "web-0"
 	appSA      = "web"
+	appIngress = "web"
+	appService = "web"
 )
 
 func (a *apiServer) fixtures(t *testing.T) {
@@ -345,6 +348,17 @@ func (a *apiServer) fixtures(t *testing.T) {
 			SchedulingGates: []corev1.PodSchedulingGate{{Name: "weft.io/images"}},
 			Containers:      []corev1.Container{{Name: "web", Image: "registry.example/web:1"}},
 		},
+	}, metav1.CreateOptions{})
+	must(err)
+	_, err = cs.CoreV1().Services(appNS).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: appService},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	must(err)
+	_, err = cs.NetworkingV1().Ingresses(appNS).Create(ctx, &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: appIngress},
+		Spec: networkingv1.IngressSpec{IngressClassName: ptr("weft"), DefaultBackend: &networkingv1.IngressBackend{
+			Service: &networkingv1.IngressServiceBackend{Name: appService, Port: networkingv1.ServiceBackendPort{Number: 80}}}},
 	}, metav1.CreateOptions{})
 	must(err)
 }
@@ -403,6 +417,33 @@ func testRBAC(t *testing.T, a *apiServer, builds map[string][]*unstructured.Unst
 		}},
 		{"weft-watcher", "delete a pod", false, func(ctx context.Context, c as) error {
 			return c.cs.CoreV1().Pods(appNS).Delete(ctx, gatedPod, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		}},
+		// ... except the status of Ingresses (ingress_status)
+		{"weft-watcher", "update an ingress status", true, func(ctx context.Context, c as) error {
+			ing, err := a.Clientset.NetworkingV1().Ingresses(appNS).Get(ctx, appIngress, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("as administrator: %w", err)
+			}
+			ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.10"}}
+			_, err = c.cs.NetworkingV1().Ingresses(appNS).UpdateStatus(ctx, ing, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"weft-watcher", "update an ingress", false, func(ctx context.Context, c as) error {
+			ing, err := a.Clientset.NetworkingV1().Ingresses(appNS).Get(ctx, appIngress, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("as administrator: %w", err)
+			}
+			ing.Spec.IngressClassName = ptr("other")
+			_, err = c.cs.NetworkingV1().Ingresses(appNS).Update(ctx, ing, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"weft-watcher", "update a service status", false, func(ctx context.Context, c as) error {
+			svc, err := a.Clientset.CoreV1().Services(appNS).Get(ctx, appService, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("as administrator: %w", err)
+			}
+			_, err = c.cs.CoreV1().Services(appNS).UpdateStatus(ctx, svc, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
 		}},
 		// the node agent: pull secrets by name, nothing else
 		{"weft-puller-agent", "get a pull secret", true, func(ctx context.Context, c as) error {
@@ -646,3 +687,5 @@ func (a *apiServer) watches(t *testing.T, sa, weftYAML string) {
 		}})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

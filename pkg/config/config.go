@@ -207,6 +207,9 @@ type Target struct {
 	// History overrides the global history section for this target;
 	// after loading, it is always set.
 	History *History `json:"history,omitempty"`
+	// IngressStatus publishes the instances' addresses on the Ingresses
+	// the target serves (see IngressStatus).
+	IngressStatus *IngressStatus `json:"ingress_status,omitempty"`
 }
 
 // Fragment is a template rendered for every object of the watched type
@@ -551,6 +554,7 @@ func (c *Config) defaults() {
 		if t.Validate.Timeout == 0 {
 			t.Validate.Timeout = Duration(DefaultValidateTimeout)
 		}
+		c.ingressStatusDefaults(&t)
 		c.Targets[name] = t
 	}
 	c.historyDefaults()
@@ -658,8 +662,10 @@ func (c *Config) check(ps *problems) {
 	}
 	c.checkSites(ps)
 	checkHistory(ps, path{"history"}, c.History, nil)
+	classes := map[string]string{}
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
+		c.checkIngressStatus(ps, name, c.Targets[name], classes)
 	}
 	c.checkPuller(ps)
 }

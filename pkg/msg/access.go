@@ -113,6 +113,7 @@ func Accesses() []Access {
 				{BucketResources, []string{">"}},
 				{BucketStatus, []string{SyncStatusKey("*", "*")}},
 				{BucketConfig, []string{ConfigKey}},
+				{BucketLeases, []string{IngressStatusLeaseKey("*")}},
 			},
 		}, configFollower),
 		merge(Access{

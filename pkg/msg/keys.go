@@ -54,6 +54,10 @@ func DeployLeaseKey(target, instance string) string { return "deploy." + target 
 // pruning the history, so one replica prunes at a time.
 const HistoryPruneLease = "prune.history"
 
+// IngressStatusLeaseKey is the leases-bucket key held by the watcher
+// replica that writes the status of the Ingresses a target serves.
+func IngressStatusLeaseKey(target string) string { return "ingress-status." + target }
+
 // LeaseSubject is the subject a leases-bucket key is stored under in the
 // bucket's stream: a lease renewed with a TTL of its own is published there.
 func LeaseSubject(key string) string { return "$KV." + BucketLeases + "." + key }

@@ -105,6 +105,8 @@ func TestRolePermissions(t *testing.T) {
 		{msg.RoleWatcher, msg.StatusSubject(msg.RenderStatusKey("edge"))},
 		{msg.RoleWatcher, msg.StatusSubject(msg.ValidationStatusKey("edge"))},
 		{msg.RoleWatcher, msg.ValidatedSubject("edge")},
+		{msg.RoleWatcher, msg.LeaseSubject(msg.RenderLeaseKey("edge"))},
+		{msg.RoleRenderer, msg.LeaseSubject(msg.IngressStatusLeaseKey("edge"))},
 		// The renderer writes no watched object and no verdict.
 		{msg.RoleRenderer, msg.ResourceSubject(msg.ResourceKey("src", "pods", "ns", "p"))},
 		{msg.RoleRenderer, msg.ValidatedSubject("edge")},
@@ -151,6 +153,7 @@ func TestRolePermissions(t *testing.T) {
 		{msg.RoleRenderer, msg.StatusSubject(msg.RenderStatusKey("edge"))},
 		{msg.RoleWatcher, msg.ResourceSubject(msg.ResourceKey("src", "pods", "ns", "p"))},
 		{msg.RoleWatcher, msg.StatusSubject(msg.SyncStatusKey("src", "pods"))},
+		{msg.RoleWatcher, msg.LeaseSubject(msg.IngressStatusLeaseKey("edge"))},
 		{msg.RoleValidator, msg.ValidatedSubject("edge")},
 		{msg.RoleDeployer, msg.DeploySubject("edge", "main")},
 		{msg.RoleDeployer, msg.StatusSubject(msg.DeployStatusKey("edge", "main"))},

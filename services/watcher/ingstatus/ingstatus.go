@@ -1,0 +1,467 @@
+// Package ingstatus writes the addresses of a target's HAProxy fleet to
+// status.loadBalancer.ingress of the Ingresses the target serves
+// (weft.yaml: targets.<t>.ingress_status).
+//
+// Contract:
+//   - One replica writes: the holder of the lease ingress-status.<target>
+//     in weft-leases. Only while it holds the lease does a replica watch
+//     the Ingresses and the address source and write; a replica that stops
+//     releases the lease, one that dies loses it after LeaseTTL, and
+//     another replica takes over.
+//   - Level-based: every event (an Ingress, the Service or a Pod changed),
+//     every resync and every retry looks at all Ingresses again from the
+//     informers' caches, and writes only the statuses that differ from
+//     what they should be. A write that fails is counted, logged and
+//     retried with backoff; a conflict is looked at again.
+//   - An Ingress is the target's when spec.ingressClassName names its
+//     class, or, without one, the annotation kubernetes.io/ingress.class
+//     does, or, with neither, when the target claims the default class.
+//     Those get the addresses. Ingresses of another class are never
+//     written, except to clear the status this target wrote on an Ingress
+//     that left its class: what the target wrote is recorded by the API
+//     server itself, as the field manager FieldManager(target) owning
+//     status.loadBalancer.ingress, so it survives restarts and failover.
+//   - Addresses that cannot be read (the Service missing, not of type
+//     LoadBalancer) are reported and change nothing: no status is
+//     written from a missing answer.
+package ingstatus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	netv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/lease"
+)
+
+// LeaseTTL is how long the ingress-status lease outlives its holder's
+// last renewal: how soon another replica takes over from a dead one.
+const LeaseTTL = 5 * time.Second
+
+// Retry bounds of a failed write or an unreadable address source.
+const (
+	RetryMin = time.Second
+	RetryMax = 30 * time.Second
+)
+
+// LegacyClassAnnotation names an Ingress's class before ingressClassName.
+const LegacyClassAnnotation = "kubernetes.io/ingress.class"
+
+// Results of a status write (the result label of the writes metric).
+const (
+	ResultWritten  = "written"
+	ResultCleared  = "cleared"
+	ResultConflict = "conflict"
+	ResultFailed   = "failed"
+)
+
+// ErrAddresses is an address source that gave no answer.
+var ErrAddresses = errors.New("ingress status: addresses unavailable")
+
+// FieldManager is the field manager of a target's status writes.
+func FieldManager(target string) string { return "weft-ingress-status-" + target }
+
+// Metrics counts status writes by result.
+type Metrics struct {
+	Writes *prometheus.CounterVec
+}
+
+// NewMetrics registers weft_<service>_ingress_status_writes_total.
+func NewMetrics(reg prometheus.Registerer, service string) (*Metrics, error) {
+	m := &Metrics{Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weft_" + service + "_ingress_status_writes_total",
+		Help: "Ingress status writes, by result (written, cleared, conflict, failed).",
+	}, []string{"result"})}
+	if err := reg.Register(m.Writes); err != nil {
+		return nil, fmt.Errorf("ingress status metrics: %w", err)
+	}
+	return m, nil
+}
+
+// Leases is the leases bucket and the publisher of key-TTL renewals.
+type Leases struct {
+	KV  lease.KV
+	Pub lease.Publisher
+}
+
+// Options configure the writer of one target.
+type Options struct {
+	Target  string
+	Spec    config.IngressStatus
+	Client  kubernetes.Interface
+	Leases  Leases
+	Owner   string // this replica, unique among replicas
+	Log     *slog.Logger
+	Metrics *Metrics
+}
+
+// Run writes the target's Ingress statuses whenever this replica holds the
+// lease, until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	if o.Client == nil || o.Log == nil || o.Metrics == nil {
+		return errors.New("ingress status: client, logger and metrics are required")
+	}
+	key := msg.IngressStatusLeaseKey(o.Target)
+	l, err := lease.New(o.Leases.KV, key, o.Owner, LeaseTTL, lease.WithKeyTTL(o.Leases.Pub, msg.LeaseSubject(key)))
+	if err != nil {
+		return fmt.Errorf("ingress status %s: %w", o.Target, err)
+	}
+	log := o.Log.With("target", o.Target, "class", o.Spec.Class)
+	var (
+		mu     sync.Mutex
+		cancel context.CancelFunc
+		wg     sync.WaitGroup
+	)
+	stop := func() {
+		mu.Lock()
+		if cancel != nil {
+			cancel()
+			cancel = nil
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+	defer stop()
+	return l.Run(ctx, nil, func(held bool) {
+		if !held {
+			log.InfoContext(ctx, "ingress status lease lost; no longer writing")
+			stop()
+			return
+		}
+		log.InfoContext(ctx, "ingress status lease taken; writing the statuses of the class")
+		mu.Lock()
+		var wctx context.Context
+		wctx, cancel = context.WithCancel(ctx)
+		mu.Unlock()
+		w := &writer{o: o, log: log, poke: make(chan struct{}, 1), wrote: map[types.UID]written{}}
+		wg.Go(func() { w.run(wctx) })
+	})
+}
+
+// writer keeps the statuses while its context lasts (the lease is held).
+type writer struct {
+	o    Options
+	log  *slog.Logger
+	poke chan struct{}
+
+	ingresses cache.Indexer
+	services  cache.Indexer // from.service: the one Service
+	pods      cache.Indexer // from.pods: the instance Pods
+
+	// wrote is what this writer wrote on each Ingress, until the cache
+	// shows a version newer than the one written on: a cache that has not
+	// seen the write yet is not written again (it would conflict).
+	wrote map[types.UID]written
+}
+
+type written struct {
+	on     string // resourceVersion the write was made on
+	status []netv1.IngressLoadBalancerIngress
+}
+
+func (w *writer) wake() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+// run starts the informers, then reconciles on every event, resync and
+// retry until ctx is done.
+func (w *writer) run(ctx context.Context) {
+	resync := w.o.Spec.Resync.D()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.wake() },
+		UpdateFunc: func(any, any) { w.wake() },
+		DeleteFunc: func(any) { w.wake() },
+	}
+	all := informers.NewSharedInformerFactory(w.o.Client, resync)
+	ing := all.Networking().V1().Ingresses().Informer()
+	w.ingresses = ing.GetIndexer()
+	var synced []cache.InformerSynced
+	if _, err := ing.AddEventHandler(handler); err != nil {
+		w.log.ErrorContext(ctx, "ingress status: watching Ingresses", "err", err)
+		return
+	}
+	synced = append(synced, ing.HasSynced)
+	from := w.o.Spec.From
+	var factories = []informers.SharedInformerFactory{all}
+	switch {
+	case from.Service != "":
+		ns, name := from.ServiceName()
+		f := informers.NewSharedInformerFactoryWithOptions(w.o.Client, resync, informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
+		inf := f.Core().V1().Services().Informer()
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			w.log.ErrorContext(ctx, "ingress status: watching the Service", "err", err)
+			return
+		}
+		w.services, synced, factories = inf.GetIndexer(), append(synced, inf.HasSynced), append(factories, f)
+	case from.Pods != nil:
+		f := informers.NewSharedInformerFactoryWithOptions(w.o.Client, resync, informers.WithNamespace(from.Pods.Namespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = from.Pods.Selector }))
+		inf := f.Core().V1().Pods().Informer()
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			w.log.ErrorContext(ctx, "ingress status: watching the instance Pods", "err", err)
+			return
+		}
+		w.pods, synced, factories = inf.GetIndexer(), append(synced, inf.HasSynced), append(factories, f)
+	}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	w.loop(ctx, resync)
+}
+
+// loop reconciles on every poke, every resync and after a failure with
+// backoff, until ctx is done.
+func (w *writer) loop(ctx context.Context, resync time.Duration) {
+	backoff := time.Duration(0)
+	retry := time.NewTimer(0) // the first look, at once
+	defer retry.Stop()
+	var tick <-chan time.Time
+	if resync > 0 {
+		t := time.NewTicker(resync)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.poke:
+		case <-tick:
+		case <-retry.C:
+		}
+		err := w.reconcile(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = 0
+			continue
+		}
+		backoff = min(max(backoff*2, RetryMin), RetryMax)
+		retry.Reset(backoff)
+		w.log.WarnContext(ctx, "ingress status not in place; looking again", "err", err, "retry_in", backoff)
+	}
+}
+
+// reconcile writes every Ingress status that differs from what it should
+// be, and returns the first reason to look again.
+func (w *writer) reconcile(ctx context.Context) error {
+	want, err := w.addresses()
+	if err != nil {
+		w.log.ErrorContext(ctx, "ingress status: cannot read the instances' addresses; statuses left as they are", "err", err)
+		return err
+	}
+	manager := FieldManager(w.o.Target)
+	var errs []error
+	seen := map[types.UID]bool{}
+	defer func() { maps.DeleteFunc(w.wrote, func(uid types.UID, _ written) bool { return !seen[uid] }) }()
+	for _, obj := range w.ingresses.List() {
+		ing, ok := obj.(*netv1.Ingress)
+		if !ok {
+			continue
+		}
+		seen[ing.UID] = true
+		have := ing.Status.LoadBalancer.Ingress
+		if wr, ok := w.wrote[ing.UID]; ok && wr.on == ing.ResourceVersion {
+			have = wr.status // the cache has not seen the write yet
+		} else {
+			delete(w.wrote, ing.UID)
+		}
+		mine := Claims(w.o.Spec, ing)
+		var next []netv1.IngressLoadBalancerIngress
+		switch {
+		case mine:
+			next = want
+		case len(have) > 0 && WrittenBy(ing, manager):
+			next = nil // left the class: clear what this target wrote
+		default:
+			continue // another class's: never touched
+		}
+		if Equal(have, next) {
+			continue
+		}
+		if err := w.write(ctx, ing, next, manager); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// write updates one Ingress's status through the status subresource.
+func (w *writer) write(ctx context.Context, ing *netv1.Ingress, next []netv1.IngressLoadBalancerIngress, manager string) error {
+	up := ing.DeepCopy()
+	up.Status.LoadBalancer.Ingress = next
+	_, err := w.o.Client.NetworkingV1().Ingresses(ing.Namespace).UpdateStatus(ctx, up, metav1.UpdateOptions{FieldManager: manager})
+	name := ing.Namespace + "/" + ing.Name
+	switch {
+	case err == nil:
+		w.wrote[ing.UID] = written{on: ing.ResourceVersion, status: next}
+		result := ResultWritten
+		if len(next) == 0 {
+			result = ResultCleared
+		}
+		w.o.Metrics.Writes.WithLabelValues(result).Inc()
+		w.log.InfoContext(ctx, "ingress status written", "ingress", name, "addresses", addressList(next))
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil // gone: nothing to write
+	case apierrors.IsConflict(err):
+		w.o.Metrics.Writes.WithLabelValues(ResultConflict).Inc()
+		w.log.DebugContext(ctx, "ingress changed since it was read; looking again", "ingress", name)
+		return fmt.Errorf("ingress %s: %w", name, err)
+	case ctx.Err() != nil:
+		return ctx.Err() // lease lost or stopping
+	default:
+		w.o.Metrics.Writes.WithLabelValues(ResultFailed).Inc()
+		w.log.ErrorContext(ctx, "writing the ingress status failed; retrying", "ingress", name, "err", err)
+		return fmt.Errorf("ingress %s: %w", name, err)
+	}
+}
+
+// addresses returns what the class's Ingresses should show.
+func (w *writer) addresses() ([]netv1.IngressLoadBalancerIngress, error) {
+	from := w.o.Spec.From
+	switch {
+	case from.Service != "":
+		ns, name := from.ServiceName()
+		obj, ok, err := w.services.GetByKey(ns + "/" + name)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("%w: Service %s not found", ErrAddresses, from.Service)
+		}
+		svc := obj.(*corev1.Service)
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			return nil, fmt.Errorf("%w: Service %s is of type %s, not LoadBalancer", ErrAddresses, from.Service, svc.Spec.Type)
+		}
+		return FromService(svc), nil
+	case from.Pods != nil:
+		var pods []*corev1.Pod
+		for _, obj := range w.pods.List() {
+			if p, ok := obj.(*corev1.Pod); ok {
+				pods = append(pods, p)
+			}
+		}
+		return FromPods(pods, from.Pods.Address), nil
+	default:
+		return FromAddresses(from.Addresses), nil
+	}
+}
+
+// Claims reports whether ing belongs to the class spec serves.
+func Claims(spec config.IngressStatus, ing *netv1.Ingress) bool {
+	if c := ing.Spec.IngressClassName; c != nil && *c != "" {
+		return *c == spec.Class
+	}
+	if c := ing.Annotations[LegacyClassAnnotation]; c != "" {
+		return c == spec.Class
+	}
+	return spec.DefaultClass
+}
+
+// WrittenBy reports whether manager owns ing's status.loadBalancer.ingress
+// (it wrote the addresses there last).
+func WrittenBy(ing *netv1.Ingress, manager string) bool {
+	for _, mf := range ing.ManagedFields {
+		if mf.Manager != manager || mf.Subresource != "status" || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Status struct {
+				LoadBalancer map[string]json.RawMessage `json:"f:loadBalancer"`
+			} `json:"f:status"`
+		}
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) == nil {
+			if _, ok := fields.Status.LoadBalancer["f:ingress"]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FromService returns a LoadBalancer Service's addresses.
+func FromService(svc *corev1.Service) []netv1.IngressLoadBalancerIngress {
+	var out []netv1.IngressLoadBalancerIngress
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP == "" && in.Hostname == "" {
+			continue
+		}
+		out = append(out, netv1.IngressLoadBalancerIngress{IP: in.IP, Hostname: in.Hostname})
+	}
+	return out
+}
+
+// FromPods returns the distinct host or pod IPs (address: config.PodHostIP
+// or config.PodPodIP) of the running Pods, sorted.
+func FromPods(pods []*corev1.Pod, address string) []netv1.IngressLoadBalancerIngress {
+	var ips []string
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		ip := p.Status.HostIP
+		if address == config.PodPodIP {
+			ip = p.Status.PodIP
+		}
+		if ip != "" {
+			ips = append(ips, ip)
+		}
+	}
+	slices.Sort(ips)
+	return FromAddresses(slices.Compact(ips))
+}
+
+// FromAddresses turns IPs and DNS names into status entries.
+func FromAddresses(addrs []string) []netv1.IngressLoadBalancerIngress {
+	var out []netv1.IngressLoadBalancerIngress
+	for _, a := range addrs {
+		if _, err := netip.ParseAddr(a); err == nil {
+			out = append(out, netv1.IngressLoadBalancerIngress{IP: a})
+		} else {
+			out = append(out, netv1.IngressLoadBalancerIngress{Hostname: a})
+		}
+	}
+	return out
+}
+
+// Equal compares two statuses' addresses (IP and hostname, in order).
+func Equal(a, b []netv1.IngressLoadBalancerIngress) bool {
+	return slices.EqualFunc(a, b, func(x, y netv1.IngressLoadBalancerIngress) bool {
+		return x.IP == y.IP && x.Hostname == y.Hostname && len(x.Ports) == 0 && len(y.Ports) == 0
+	})
+}
+
+func addressList(in []netv1.IngressLoadBalancerIngress) string {
+	var s []string
+	for _, a := range in {
+		s = append(s, a.IP+a.Hostname)
+	}
+	return strings.Join(s, ",")
+}
