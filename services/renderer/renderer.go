@@ -178,7 +178,10 @@ type renderer struct {
 	bundles jetstream.ObjectStore
 	renders jetstream.Stream
 	ix      *index.Index
+	specs   []index.Spec // of ix: dry runs copy it
+	leases  jetstream.KeyValue
 	follow  *follower
+	webhook *webhook // nil: none
 	targets map[string]*targetState
 	reqs    chan request
 	synced  chan struct{}
@@ -245,12 +248,22 @@ func (r *renderer) deaf() bool {
 
 // Run renders every target of cfg until ctx is done.
 func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
+	return (&Options{}).Run(ctx, env, cfg)
+}
+
+// Run renders every target of cfg until ctx is done, and serves the
+// validating admission webhook when o says where. It reads o when called,
+// so flags can fill o after o.Run was handed to a host.
+func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err := env.Check(); err != nil {
 		return err
 	}
 	env = env.For(Service)
 	r, err := newRenderer(ctx, env, cfg)
 	if err != nil {
+		return err
+	}
+	if r.webhook, err = newWebhook(r, *o); err != nil {
 		return err
 	}
 	return r.run(ctx)
@@ -290,6 +303,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	for _, name := range cfg.ResourceTypes() {
 		specs = append(specs, index.Spec{Type: name, IndexBy: cfg.WatchedResources[name].IndexBy})
 	}
+	r.specs, r.leases = specs, leases
 	if r.ix, err = index.New(specs); err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
@@ -434,6 +448,9 @@ func (r *renderer) run(ctx context.Context) error {
 		return bus.Serve(ctx, r.env.NC, msg.TriggerRenderAll, "", r.onTrigger, triggers) // every replica: the lease holder renders
 	})
 	g.Go(func() error { return r.loop(ctx) })
+	if r.webhook != nil {
+		g.Go(func() error { return r.webhook.run(ctx) })
+	}
 	for name, ts := range r.targets {
 		g.Go(func() error {
 			return ts.lease.Run(ctx, r.deaf, func(held bool) {
@@ -805,17 +822,7 @@ func (r *renderer) resources() map[string]any {
 }
 
 // values are the values of every value source by name.
-func (r *renderer) values() map[string]any {
-	items := r.ix.Store(config.ValuesType).Items()
-	out := make(map[string]any, len(items))
-	for _, it := range items {
-		name, _ := it.Object["name"].(string)
-		if name != "" {
-			out[name] = it.Object["value"]
-		}
-	}
-	return out
-}
+func (r *renderer) values() map[string]any { return valuesOf(r.ix) }
 
 func (r *renderer) retryLater(req request) {
 	req.force = true
