@@ -54,7 +54,10 @@ targets:
           default_backend be_default
         backend be_default
           server s0 127.0.0.1:8080
-        {%%- for _, ing in resources.ingresses.items() %%}
+        {%%- for id, ing in resources.ingresses.items() %%}
+        {%%- set ann = ing.metadata.get("annotations", {}) %%}
+        {%%- if ann.get("weft.io/weight") == "0" %%}{%% do register_error("ingresses", id, "weight 0 sends no traffic") %%}{%%- endif %%}
+        # share {{ 100 // (ann.get("weft.io/parts", "1") | int) }}
         backend be_{{ ing.metadata.name }}
           {{ ing.metadata.get("annotations", {}).get("weft.io/backend-line", "") }}
           server s1 127.0.0.1:8080
@@ -138,6 +141,22 @@ func TestValidationWebhookOnAPIServer(t *testing.T) {
 	_, err = ings.Update(ctx, good, metav1.UpdateOptions{})
 	refused("update", err)
 
+	// What the object makes the render report (register_error) or fail
+	// on refuses it too.
+	zero := ingress("zero", "timeout server 5s")
+	zero.Annotations["weft.io/weight"] = "0"
+	_, err = ings.Create(ctx, zero, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "lb: template: weight 0 sends no traffic") {
+		t.Fatalf("an Ingress the template registers an error for: got %v", err)
+	}
+	split := ingress("split", "timeout server 5s")
+	split.Annotations["weft.io/parts"] = "0"
+	_, err = ings.Create(ctx, split, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "lb: render: ") || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("an Ingress the render fails on: got %v", err)
+	}
+	t.Logf("render failure refused: %v", err)
+
 	cms := k.Clientset.CoreV1().ConfigMaps("default")
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "any"}, Data: map[string]string{"x": "frobnicate yes"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a ConfigMap (no webhook on its type) was refused: %v", err)
@@ -145,8 +164,8 @@ func TestValidationWebhookOnAPIServer(t *testing.T) {
 	if n := testkit.LabeledValue(t, renv.Registry, "weft_renderer_webhook_requests_total", map[string]string{"result": "ignored"}); n < 1 {
 		t.Fatalf("ignored requests = %v, want the ConfigMap's", n)
 	}
-	if n := testkit.LabeledValue(t, renv.Registry, "weft_renderer_webhook_requests_total", map[string]string{"type": "ingresses", "result": "refused"}); n != 2 {
-		t.Fatalf("refused requests = %v, want 2", n)
+	if n := testkit.LabeledValue(t, renv.Registry, "weft_renderer_webhook_requests_total", map[string]string{"type": "ingresses", "result": "refused"}); n != 4 {
+		t.Fatalf("refused requests = %v, want 4", n)
 	}
 	data, _ := os.ReadFile(out)
 	if strings.Contains(string(data), "frobnicate") {

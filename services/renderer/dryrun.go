@@ -29,6 +29,7 @@ type proposal struct {
 	id     string // the admission request's uid: names the dry-run objects
 	typ    string // watched type
 	key    string // resource key in the resources bucket
+	name   string // namespace/name, or name
 	object map[string]any
 }
 
@@ -189,11 +190,12 @@ func (r *renderer) renderOn(ctx context.Context, name string, tc config.Target, 
 	return t.RenderFetching(ctx, resources, valuesOf(ix), r.fetch)
 }
 
-// objectErrors are the messages of the resource errors naming p.
+// objectErrors are the messages of the resource errors (register_error)
+// naming p: by its id in the index (the key), or by namespace/name.
 func objectErrors(errs []msg.ResourceError, p proposal) []string {
 	var out []string
 	for _, e := range errs {
-		if e.Type == p.typ && e.ID == p.key {
+		if e.Type == p.typ && (e.ID == p.key || e.ID == p.name) {
 			out = append(out, e.Message)
 		}
 	}

@@ -194,7 +194,7 @@ func (w *webhook) admit(ctx context.Context, source string, req *admissionv1.Adm
 	}
 	var found []string
 	for _, typ := range typs {
-		p := proposal{id: string(req.UID) + "-" + typ, typ: typ, key: msg.ResourceKey(src, typ, req.Namespace, name), object: obj}
+		p := proposal{id: string(req.UID) + "-" + typ, typ: typ, key: msg.ResourceKey(src, typ, req.Namespace, name), name: objectName(req.Namespace, name), object: obj}
 		refusals, err := w.r.dryRun(ctx, p)
 		if err != nil {
 			w.requests.WithLabelValues(typ, map[bool]string{true: resultFailOpen, false: resultFailShut}[cfg.ValidationWebhook.Admits()]).Inc()
@@ -243,6 +243,13 @@ func (w *webhook) source(name string) (string, error) {
 		return "", errors.New("weft.yaml has no kubernetes source")
 	}
 	return "", fmt.Errorf("weft.yaml has several kubernetes sources (%s): the webhook's path names one, %s/<source>", strings.Join(kube, ", "), WebhookPath)
+}
+
+func objectName(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
 }
 
 // watches reports whether objects of type r in namespace with obj's labels
