@@ -28,6 +28,20 @@
 // kept in the status; the last good bundle stays where it is. A render's
 // provenance names the objects changed since the target's previous render
 // and the fields that differ, when this replica published that render.
+//
+// With Options.WebhookListen, the renderer also serves the validating
+// admission webhook (webhook.go): a create or update of an object of a
+// watched type with enable_validation_webhook is rendered in a dry run,
+// every template target over a copy of the index with the object in place
+// and a freshly compiled copy of the target, and each bundle is validated
+// by the same scatter-gather as a real render, under a dry-run name in the
+// object store (removed afterwards). The object is refused with the
+// problems it causes: those the same target rendered without it does not
+// have, a render failure, or an error the templates register against it.
+// Nothing of a dry run is published, cached or deployed. What cannot be
+// decided within validation_webhook.timeout (validators down, NATS down,
+// the state not read yet) is answered by validation_webhook.failure_policy.
+// Deletes are never refused.
 package renderer
 
 import (
