@@ -114,6 +114,7 @@ func TestOnAPIServer(t *testing.T) {
 			})
 		}
 	})
+	t.Run("renderer webhook rules", func(t *testing.T) { a.checkWebhookRules(t, builds) })
 	t.Run("CRDs established", func(t *testing.T) {
 		crds := a.Client.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 		n := 0

@@ -41,6 +41,7 @@ var installations = []installation{
 	{name: "single", dir: "overlays/single", weftYAML: "overlays/single/weft.yaml"},
 	{name: "ingress", dir: "overlays/ingress", weftYAML: "overlays/ingress/weft.yaml"},
 	{name: "ingress+monitoring+gate", dir: "overlays/ingress", components: []string{"components/monitoring", "components/gate"}, weftYAML: "overlays/ingress/weft.yaml"},
+	{name: "ingress+webhook", dir: "overlays/ingress", components: []string{"components/webhook"}, weftYAML: "overlays/ingress/weft.yaml"},
 	{name: "site", dir: "overlays/site", weftYAML: "overlays/site/weft.yaml"},
 }
 
@@ -136,6 +137,10 @@ func workloads(t *testing.T, objs []*unstructured.Unstructured) []workload {
 // container runtime's socket, which is root's.
 var rootWorkloads = []string{"weft-puller-agent"}
 
+// operatorSecrets are Secrets the operator (or cert-manager) creates: the
+// webhooks' serving certificates.
+var operatorSecrets = []string{"weft-puller-gate-tls", "weft-renderer-webhook-tls"}
+
 // noKubeAPI are the ServiceAccounts of services that never talk to the API
 // server.
 var noKubeAPI = []string{"weft-renderer", "weft-validator", "weft-deployer", "weft-nats", "weft-haproxy"}
@@ -197,7 +202,7 @@ func podProblems(w workload, have map[string]bool, pdbs []*policyv1.PodDisruptio
 		switch {
 		case v.ConfigMap != nil && !have["ConfigMap/"+v.ConfigMap.Name]:
 			add("volume %s: ConfigMap %s is not in the build", v.Name, v.ConfigMap.Name)
-		case v.Secret != nil && !have["Secret/"+v.Secret.SecretName] && v.Secret.SecretName != "weft-puller-gate-tls":
+		case v.Secret != nil && !have["Secret/"+v.Secret.SecretName] && !slices.Contains(operatorSecrets, v.Secret.SecretName):
 			add("volume %s: Secret %s is not in the build", v.Name, v.Secret.SecretName)
 		case v.HostPath != nil && !root:
 			add("volume %s: hostPath %s", v.Name, v.HostPath.Path)
