@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/deployer"
 	"github.com/weftio/weft/services/renderer"
@@ -86,7 +88,8 @@ func ingress(name, line string) *networkingv1.Ingress {
 // haproxy's error; a good one is admitted and deployed; a ConfigMap (a
 // type without enable_validation_webhook) is admitted whatever it holds.
 // With the validators stopped, failure_policy fail refuses and ignore
-// admits.
+// admits. Each service runs on its own NATS user, and the server refuses
+// nothing.
 func TestValidationWebhookOnAPIServer(t *testing.T) {
 	testkit.HAProxy(t)
 	k := testkit.Kube(t)
@@ -94,13 +97,33 @@ func TestValidationWebhookOnAPIServer(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cfg := webhookConfig(t, k.Kubeconfig, dir, config.FailurePolicyFail)
-	bus := testkit.NATS(t)
-	env := testkit.NewEnv(t, bus, "wh")
-	testkit.Run(t, func(ctx context.Context) error { return watcher.Run(ctx, env.Env, cfg) })
-	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, env.Env, cfg) })
-	venv := testkit.NewEnv(t, bus, "wh-validator")
+	// Every service on its own NATS user, as generated from the access
+	// table: the server must refuse nothing the dry runs do.
+	keys := t.TempDir()
+	var conf bytes.Buffer
+	if err := run([]string{"nats-config", "--keys", keys}, &conf, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	srv := testkit.NATSServer(t, conf.String())
+	var errOut bytes.Buffer
+	if err := run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleProvisioner)}, &bytes.Buffer{}, &errOut); err != nil {
+		t.Fatalf("weft provision: %v\n%s", err, errOut.String())
+	}
+	var v violations
+	t.Cleanup(func() {
+		if s := v.String(); s != "" {
+			t.Errorf("the NATS server refused:\n%s", s)
+		}
+	})
+	bus := roleBus(t, srv.URL, keys, msg.RoleAdmin, &v)
+	wenv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleWatcher, &v), "wh")
+	testkit.Run(t, func(ctx context.Context) error { return watcher.Run(ctx, wenv.Env, cfg) })
+	denv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleDeployer, &v), "wh")
+	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, denv.Env, cfg) })
+	venv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleValidator, &v), "wh-validator")
 	stopValidator := testkit.Run(t, func(ctx context.Context) error { return validator.Run(ctx, venv.Env, cfg) })
-	renv := testkit.NewEnv(t, bus, "wh-renderer")
+	rbus := roleBus(t, srv.URL, keys, msg.RoleRenderer, &v)
+	renv := testkit.NewEnv(t, rbus, "wh-renderer")
 	opts := renderer.Options{WebhookListen: wh.Addr, WebhookCert: wh.CertFile, WebhookKey: wh.KeyFile}
 	stopRenderer := testkit.Run(t, func(ctx context.Context) error { return opts.Run(ctx, renv.Env, cfg) })
 	ings := k.Clientset.NetworkingV1().Ingresses("default")
@@ -232,7 +255,7 @@ func TestValidationWebhookOnAPIServer(t *testing.T) {
 	}
 	stopRenderer()
 	ignore := webhookConfig(t, k.Kubeconfig, dir, config.FailurePolicyIgnore)
-	ienv := testkit.NewEnv(t, bus, "wh-renderer-2")
+	ienv := testkit.NewEnv(t, rbus, "wh-renderer-2")
 	testkit.Run(t, func(ctx context.Context) error { return opts.Run(ctx, ienv.Env, ignore) })
 	waitFor(t, "failure_policy ignore admits", func() error {
 		_, err := ings.Create(ctx, ingress("later", "timeout server 6s"), metav1.CreateOptions{})
