@@ -67,9 +67,15 @@ const maxBody = 7 << 20
 // maxMessage caps the refusal message the API server returns to the client.
 const maxMessage = 4000
 
+// maxDryRuns bounds the dry runs in progress (each copies the index and
+// compiles and renders every target); a request waits for a turn within
+// its timeout.
+const maxDryRuns = 2
+
 type webhook struct {
 	r        *renderer
 	addr     string
+	turns    chan struct{}
 	certs    *certfile.Pair
 	requests *prometheus.CounterVec
 	log      *slog.Logger
@@ -82,7 +88,7 @@ func newWebhook(r *renderer, o Options) (*webhook, error) {
 	if o.WebhookCert == "" || o.WebhookKey == "" {
 		return nil, errors.New("renderer: --webhook-listen needs --webhook-cert and --webhook-key (WEFT_WEBHOOK_CERT, WEFT_WEBHOOK_KEY): the API server calls webhooks over HTTPS")
 	}
-	w := &webhook{r: r, addr: o.WebhookListen, log: r.env.Log.With("part", "webhook"),
+	w := &webhook{r: r, addr: o.WebhookListen, turns: make(chan struct{}, maxDryRuns), log: r.env.Log.With("part", "webhook"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_renderer_webhook_requests_total",
 			Help: "Admission requests by watched type and result (admitted, refused, ignored, undecided-admitted, undecided-refused, malformed).",
@@ -125,6 +131,12 @@ func (w *webhook) run(ctx context.Context) error {
 
 // ServeHTTP answers one AdmissionReview.
 func (w *webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("webhook: a request panicked; the API server applies the configuration's failurePolicy", "panic", p, "path", req.URL.Path)
+			http.Error(rw, "internal error", http.StatusInternalServerError)
+		}
+	}()
 	source, ok := strings.CutPrefix(req.URL.Path, WebhookPath)
 	if !ok || (source != "" && !strings.HasPrefix(source, "/")) {
 		http.NotFound(rw, req)
@@ -189,6 +201,13 @@ func (w *webhook) admit(ctx context.Context, source string, req *admissionv1.Adm
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ValidationWebhook.Timeout.D())
 	defer cancel()
+	select {
+	case w.turns <- struct{}{}:
+		defer func() { <-w.turns }()
+	case <-ctx.Done():
+		w.requests.WithLabelValues(typs[0], map[bool]string{true: resultFailOpen, false: resultFailShut}[cfg.ValidationWebhook.Admits()]).Inc()
+		return w.undecided(log, typs[0], fmt.Errorf("%w: %d dry runs in progress took all the time", ErrUndecided, maxDryRuns))
+	}
 	for _, p := range cfg.IgnorePaths() {
 		p.Delete(obj)
 	}
