@@ -1,15 +1,19 @@
 package renderer
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 func TestWebhookWatches(t *testing.T) {
@@ -116,6 +120,39 @@ func TestWebhookRefusesWhatIsNoAdmissionReview(t *testing.T) {
 			w.ServeHTTP(rec, req)
 			if rec.Code != tt.want {
 				t.Fatalf("status %d (%s), want %d", rec.Code, rec.Body, tt.want)
+			}
+		})
+	}
+}
+
+func TestDryRunExpectsRegisteredKinds(t *testing.T) {
+	bus := testkit.NATS(t)
+	ctx := context.Background()
+	leases, err := bus.JS.KeyValue(ctx, msg.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{msg.KindHeartbeatKey("haproxy", "v1"), msg.KindHeartbeatKey("syntax", "v2.pod"), msg.KindHeartbeatKey("haproxy", "v2.pod")} {
+		data, _ := msg.Encode(msg.Heartbeat{Kind: "x", Replica: "y", At: time.Now()})
+		if _, err := leases.Put(ctx, k, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &renderer{leases: leases}
+	tests := []struct {
+		name string
+		v    config.Validate
+		want string
+	}{
+		{"configured", config.Validate{Kinds: []string{"template"}, Expect: config.ExpectConfigured}, "template"},
+		{"registered and configured", config.Validate{Kinds: []string{"template"}, Expect: config.ExpectRegistered}, "haproxy,syntax,template"},
+		{"registered only", config.Validate{Expect: config.ExpectRegistered}, "haproxy,syntax"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := r.expectedKinds(ctx, tt.v)
+			if err != nil || strings.Join(got, ",") != tt.want {
+				t.Fatalf("expectedKinds = %v, %v; want %s", got, err, tt.want)
 			}
 		})
 	}
