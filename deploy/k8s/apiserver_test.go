@@ -44,7 +44,7 @@ func startAPIServer(t *testing.T) *apiServer {
 	// The puller's CRDs and, so the monitoring component can be applied,
 	// a minimal ServiceMonitor CRD: the overlays' custom objects need them
 	// served before a dry run can accept them.
-	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml")
+	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml", "testdata/cert-manager-crds.yaml")
 	disc, err := discovery.NewDiscoveryClientForConfig(k.Config)
 	if err != nil {
 		t.Fatal(err)

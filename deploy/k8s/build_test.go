@@ -41,7 +41,7 @@ var installations = []installation{
 	{name: "single", dir: "overlays/single", weftYAML: "overlays/single/weft.yaml"},
 	{name: "ingress", dir: "overlays/ingress", weftYAML: "overlays/ingress/weft.yaml"},
 	{name: "ingress+monitoring+gate", dir: "overlays/ingress", components: []string{"components/monitoring", "components/gate"}, weftYAML: "overlays/ingress/weft.yaml"},
-	{name: "ingress+webhook", dir: "overlays/ingress", components: []string{"components/webhook"}, weftYAML: "overlays/ingress/weft.yaml"},
+	{name: "ingress+webhook", dir: "overlays/ingress", components: []string{"components/webhook", "components/webhook-cert-manager"}, weftYAML: "overlays/ingress/weft.yaml"},
 	{name: "site", dir: "overlays/site", weftYAML: "overlays/site/weft.yaml"},
 }
 
