@@ -43,9 +43,9 @@ func startAPIServer(t *testing.T) *apiServer {
 	t.Helper()
 	k := testkit.Kube(t)
 	// The puller's CRDs and, so the monitoring component can be applied,
-	// minimal ServiceMonitor and PrometheusRule CRDs: the overlays' custom
+	// minimal ServiceMonitor, PrometheusRule and cert-manager CRDs: the overlays' custom
 	// objects need them served before a dry run can accept them.
-	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml", "testdata/prometheusrule-crd.yaml")
+	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml", "testdata/prometheusrule-crd.yaml", "testdata/cert-manager-crds.yaml")
 	disc, err := discovery.NewDiscoveryClientForConfig(k.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +115,7 @@ func TestOnAPIServer(t *testing.T) {
 			})
 		}
 	})
+	t.Run("renderer webhook rules", func(t *testing.T) { a.checkWebhookRules(t, builds) })
 	t.Run("CRDs established", func(t *testing.T) {
 		crds := a.Client.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 		n := 0

@@ -45,6 +45,7 @@ var installations = []installation{
 	{name: "single", dir: "overlays/single", weftYAML: "overlays/single/weft.yaml"},
 	{name: "ingress", dir: "overlays/ingress", weftYAML: "overlays/ingress/weft.yaml"},
 	{name: "ingress+monitoring+gate", dir: "overlays/ingress", components: []string{"components/monitoring", "components/gate"}, weftYAML: "overlays/ingress/weft.yaml"},
+	{name: "ingress+webhook", dir: "overlays/ingress", components: []string{"components/webhook", "components/webhook-cert-manager"}, weftYAML: "overlays/ingress/weft.yaml"},
 	{name: "site", dir: "overlays/site", weftYAML: "overlays/site/weft.yaml"},
 }
 
@@ -288,9 +289,10 @@ func podProblems(w workload, have map[string]bool, pdbs []*policyv1.PodDisruptio
 }
 
 // madeByPeople are the Secrets an installation names that people make:
-// the gate's serving certificate (components/gate) and, at a site, the
-// copy of the hub's site-link key (overlays/site).
-var madeByPeople = []string{"weft-puller-gate-tls", "weft-nats-hub-link"}
+// the webhooks' serving certificates (components/gate, components/webhook;
+// or cert-manager makes them) and, at a site, the copy of the hub's
+// site-link key (overlays/site).
+var madeByPeople = []string{"weft-puller-gate-tls", "weft-renderer-webhook-tls", "weft-nats-hub-link"}
 
 // madeAtInstall are the Secrets the installation's Job weft-nats-setup
 // makes with `weft nats-keys`: one per role of pkg/msg's access table and

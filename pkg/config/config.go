@@ -59,6 +59,9 @@ type Config struct {
 	// History is how many bundles of each target are kept, and how long
 	// (default keep 20, max_age 168h); a target may override it.
 	History *History `json:"history,omitempty"`
+	// ValidationWebhook tunes the validating admission webhook that the
+	// watched types with enable_validation_webhook go through.
+	ValidationWebhook ValidationWebhook `json:"validation_webhook,omitempty"`
 
 	// Dir is the folder of the file; relative paths were resolved against it.
 	Dir string `json:"-"`
@@ -161,9 +164,52 @@ type Resource struct {
 	// Store is "full" (the object is kept in the bucket) or "on-demand"
 	// (only metadata is kept; templates fetch the body when they ask).
 	Store string `json:"store,omitempty"`
-	// EnableValidationWebhook is accepted for compatibility; weft validates
-	// rendered output, not admission requests.
+	// EnableValidationWebhook sends creates and updates of objects of this
+	// type through the renderer's validating admission webhook: each is
+	// rendered in a dry run with the proposed object in place and refused
+	// when a target's bundle would be refused. Needs store: full.
 	EnableValidationWebhook bool `json:"enable_validation_webhook,omitempty"`
+}
+
+// Failure policies of the validating admission webhook.
+const (
+	FailurePolicyFail   = "fail"
+	FailurePolicyIgnore = "ignore"
+)
+
+// Defaults of ValidationWebhook.
+const (
+	DefaultWebhookTimeout = 5 * time.Second
+	// MaxWebhookTimeout is below the API server's default timeoutSeconds
+	// (10): an answer must leave the webhook before the API server gives up.
+	MaxWebhookTimeout = 9 * time.Second
+)
+
+// ValidationWebhook tunes the validating admission webhook.
+type ValidationWebhook struct {
+	// Timeout bounds a dry run (render and validation); when weft cannot
+	// decide within it, FailurePolicy answers (default 5s, at most 9s).
+	Timeout Duration `json:"timeout,omitempty"`
+	// FailurePolicy is fail (refuse what cannot be decided, the default)
+	// or ignore (admit it); the generated ValidatingWebhookConfiguration
+	// carries it as failurePolicy, for when the webhook cannot be reached.
+	FailurePolicy string `json:"failure_policy,omitempty"`
+}
+
+// Admits reports whether an object the webhook cannot decide on is
+// admitted.
+func (w ValidationWebhook) Admits() bool { return w.FailurePolicy == FailurePolicyIgnore }
+
+// WebhookTypes returns the watched types with enable_validation_webhook,
+// sorted.
+func (c *Config) WebhookTypes() []string {
+	var out []string
+	for _, name := range c.ResourceTypes() {
+		if c.WatchedResources[name].EnableValidationWebhook {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Template is one template text.
@@ -513,6 +559,10 @@ func (c *Config) defaults() {
 			s.Resync = Duration(DefaultResync)
 		}
 	}
+	if c.ValidationWebhook.Timeout == 0 {
+		c.ValidationWebhook.Timeout = Duration(DefaultWebhookTimeout)
+	}
+	c.ValidationWebhook.FailurePolicy = strings.ToLower(cmp.Or(c.ValidationWebhook.FailurePolicy, FailurePolicyFail))
 	for name, r := range c.WatchedResources {
 		if r.Store == "" {
 			r.Store = StoreFull
@@ -659,6 +709,15 @@ func (c *Config) check(ps *problems) {
 		if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
 			bad(f.k("field_selector"), "%v", err)
 		}
+		if r.EnableValidationWebhook && r.Store != StoreFull {
+			bad(f.k("enable_validation_webhook"), "needs store: %s (a dry run renders the proposed object whole)", StoreFull)
+		}
+	}
+	if w := c.ValidationWebhook; w.Timeout < 0 || w.Timeout.D() > MaxWebhookTimeout {
+		bad(path{"validation_webhook", "timeout"}, "must be between 0 and %s (the API server gives up after 10s), got %s", MaxWebhookTimeout, w.Timeout.D())
+	}
+	if p := c.ValidationWebhook.FailurePolicy; p != FailurePolicyFail && p != FailurePolicyIgnore {
+		bad(path{"validation_webhook", "failure_policy"}, "must be %s or %s, got %q", FailurePolicyFail, FailurePolicyIgnore, p)
 	}
 	c.checkSites(ps)
 	checkHistory(ps, path{"history"}, c.History, nil)

@@ -33,6 +33,10 @@ func TestLoadGood(t *testing.T) {
 		{"targets", strings.Join(c.TargetNames(), ","), "edge"},
 		{"types", strings.Join(c.ResourceTypes(), ","), "endpoints,ingresses"},
 		{"ignore paths", len(c.IgnorePaths()), 1},
+		{"default webhook timeout", c.ValidationWebhook.Timeout.D(), config.DefaultWebhookTimeout},
+		{"default webhook failure policy", c.ValidationWebhook.FailurePolicy, config.FailurePolicyFail},
+		{"webhook refuses what it cannot decide", c.ValidationWebhook.Admits(), false},
+		{"no webhook types", len(c.WebhookTypes()), 0},
 	}
 	for _, ck := range checks {
 		if !equal(ck.got, ck.want) {

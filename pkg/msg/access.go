@@ -117,10 +117,10 @@ func Accesses() []Access {
 			},
 		}, configFollower),
 		merge(Access{
-			Role: RoleRenderer, What: "weft-renderer: follows changes, renders bundles into the object store, publishes renders",
+			Role: RoleRenderer, What: "weft-renderer: follows changes, renders bundles into the object store, publishes renders; its admission webhook asks the validator kinds about dry runs",
 			Publish:   []string{RenderAll, DLQSubject("renderer")},
 			Serve:     []string{TriggerRenderAll},
-			Request:   []string{FetchSubject("*")},
+			Request:   []string{FetchSubject("*"), ValidateAll},
 			Streams:   []string{StreamRenders, StreamChanges},
 			Consumers: []Consumer{{Stream: StreamChanges, Name: "*", Filters: []string{ChangeAll, SyncAll}, Delete: true}},
 			KVRead:    []string{BucketResources},

@@ -222,6 +222,23 @@ type ValidateRequest struct {
 	// Kinds are the kinds the requester waits for; the others do not
 	// check (empty: every kind answers).
 	Kinds []string `json:"kinds,omitempty"`
+	// DryRunObject marks a dry run (the validating admission webhook): the
+	// bundle of BundleHash is the object of this name in ObjectBundles
+	// (DryRunObjectName), removed once the requester has its answers. No
+	// verdict on a dry run is cached, published or kept in a status.
+	DryRunObject string `json:"dryRunObject,omitempty"`
+}
+
+// DryRunObjectName is the object store name of the bundle of one dry run
+// (id: the admission request's uid and the target).
+func DryRunObjectName(id string) string { return "dryrun-" + id }
+
+// BundleObject is the object store name the request's bundle is read from.
+func (v ValidateRequest) BundleObject() string {
+	if v.DryRunObject != "" {
+		return v.DryRunObject
+	}
+	return v.BundleHash
 }
 
 // Wants reports whether kind is asked to answer.
@@ -239,6 +256,9 @@ func (v ValidateRequest) Validate() error {
 	}
 	if (v.BundleHash == "") == (v.ConfigHash == "") {
 		return fmt.Errorf("%w: a validation request names exactly one of bundleHash and configHash", ErrInvalid)
+	}
+	if v.DryRunObject != "" && v.BundleHash == "" {
+		return fmt.Errorf("%w: a dry run validates a bundle (bundleHash)", ErrInvalid)
 	}
 	return nil
 }

@@ -101,9 +101,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
-	k8s.io/api v0.37.0 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect
-	k8s.io/apimachinery v0.37.0 // indirect
 	k8s.io/client-go v0.37.0 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
@@ -119,6 +117,8 @@ replace github.com/weftio/weft/pkg/svc => ../../pkg/svc
 require (
 	github.com/weftio/weft/pkg/testkit v0.0.0
 	go.uber.org/goleak v1.3.0
+	k8s.io/api v0.37.0
+	k8s.io/apimachinery v0.37.0
 )
 
 replace github.com/weftio/weft/pkg/testkit => ../../pkg/testkit

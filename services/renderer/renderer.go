@@ -28,6 +28,20 @@
 // kept in the status; the last good bundle stays where it is. A render's
 // provenance names the objects changed since the target's previous render
 // and the fields that differ, when this replica published that render.
+//
+// With Options.WebhookListen, the renderer also serves the validating
+// admission webhook (webhook.go): a create or update of an object of a
+// watched type with enable_validation_webhook is rendered in a dry run,
+// every template target over a copy of the index with the object in place
+// and a freshly compiled copy of the target, and each bundle is validated
+// by the same scatter-gather as a real render, under a dry-run name in the
+// object store (removed afterwards). The object is refused with the
+// problems it causes: those the same target rendered without it does not
+// have, a render failure, or an error the templates register against it.
+// Nothing of a dry run is published, cached or deployed. What cannot be
+// decided within validation_webhook.timeout (validators down, NATS down,
+// the state not read yet) is answered by validation_webhook.failure_policy.
+// Deletes are never refused.
 package renderer
 
 import (
@@ -178,7 +192,10 @@ type renderer struct {
 	bundles jetstream.ObjectStore
 	renders jetstream.Stream
 	ix      *index.Index
+	specs   []index.Spec // of ix: dry runs copy it
+	leases  jetstream.KeyValue
 	follow  *follower
+	webhook *webhook // nil: none
 	targets map[string]*targetState
 	reqs    chan request
 	synced  chan struct{}
@@ -245,12 +262,22 @@ func (r *renderer) deaf() bool {
 
 // Run renders every target of cfg until ctx is done.
 func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
+	return (&Options{}).Run(ctx, env, cfg)
+}
+
+// Run renders every target of cfg until ctx is done, and serves the
+// validating admission webhook when o says where. It reads o when called,
+// so flags can fill o after o.Run was handed to a host.
+func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err := env.Check(); err != nil {
 		return err
 	}
 	env = env.For(Service)
 	r, err := newRenderer(ctx, env, cfg)
 	if err != nil {
+		return err
+	}
+	if r.webhook, err = newWebhook(r, *o); err != nil {
 		return err
 	}
 	return r.run(ctx)
@@ -290,6 +317,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	for _, name := range cfg.ResourceTypes() {
 		specs = append(specs, index.Spec{Type: name, IndexBy: cfg.WatchedResources[name].IndexBy})
 	}
+	r.specs, r.leases = specs, leases
 	if r.ix, err = index.New(specs); err != nil {
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
@@ -434,6 +462,9 @@ func (r *renderer) run(ctx context.Context) error {
 		return bus.Serve(ctx, r.env.NC, msg.TriggerRenderAll, "", r.onTrigger, triggers) // every replica: the lease holder renders
 	})
 	g.Go(func() error { return r.loop(ctx) })
+	if r.webhook != nil {
+		g.Go(func() error { return r.webhook.run(ctx) })
+	}
 	for name, ts := range r.targets {
 		g.Go(func() error {
 			return ts.lease.Run(ctx, r.deaf, func(held bool) {
@@ -805,17 +836,7 @@ func (r *renderer) resources() map[string]any {
 }
 
 // values are the values of every value source by name.
-func (r *renderer) values() map[string]any {
-	items := r.ix.Store(config.ValuesType).Items()
-	out := make(map[string]any, len(items))
-	for _, it := range items {
-		name, _ := it.Object["name"].(string)
-		if name != "" {
-			out[name] = it.Object["value"]
-		}
-	}
-	return out
-}
+func (r *renderer) values() map[string]any { return valuesOf(r.ix) }
 
 func (r *renderer) retryLater(req request) {
 	req.force = true

@@ -21,7 +21,10 @@
 // one beyond that status is retried for msg.ConfirmWait and then
 // dead-lettered, so a forged render cannot make real versions look old. A
 // gather without a verdict (a kind that did not answer, or could not read
-// the bundle) is asked again, never taken as a refusal.
+// the bundle) is asked again, never taken as a refusal. A dry run's request
+// (msg.ValidateRequest.DryRunObject, from the renderer's admission webhook)
+// is answered from the bundle under that name; its gather is the
+// requester's, so nothing of it is cached, published or kept in a status.
 package validator
 
 import (
@@ -266,7 +269,7 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 			}
 		default:
 			var b msg.Bundle
-			if b, err = v.bundle(ctx, req.BundleHash); err == nil {
+			if b, err = v.bundle(ctx, req.BundleObject()); err == nil {
 				reply.Problems, err = c.Check(ctx, b)
 			}
 		}
@@ -292,7 +295,7 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 	}
 }
 
-// bundle reads a bundle. Not finding it is not final: the render naming it
+// bundle reads a bundle (or a dry run's, by its object name). Not finding it is not final: the render naming it
 // was published after the bundle was stored, so a store that does not have
 // it yet (a node catching up) or lost it (expired) makes the kind undecided,
 // and the gatherer asks again.

@@ -320,3 +320,56 @@ func TestBundleNotYetReadableIsAskedAgain(t *testing.T) {
 		t.Fatalf("status after the verdict = %+v (%v)", after, err)
 	}
 }
+
+// TestDryRunBundleIsReadUnderItsOwnName: a dry run's bundle sits in the
+// object store under its dry-run name, not its hash; every kind reads it
+// from there and answers, and nothing of the answers is kept: no verdict
+// cached, no verdict published, no validation status.
+func TestDryRunBundleIsReadUnderItsOwnName(t *testing.T) {
+	f := start(t)
+	ctx := context.Background()
+	obs, err := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bundle(t, strings.Replace(goodCfg, "maxconn 100", "maxconn 100\n  frobnicate yes", 1), "a b\n")
+	name := msg.DryRunObjectName("uid-1-edge")
+	data, _ := msg.EncodeBundle(bad)
+	if _, err := obs.PutBytes(ctx, name, data); err != nil {
+		t.Fatal(err)
+	}
+	res, err := gather.Validate(ctx, f.bus.NC, msg.ValidateSubject("edge"),
+		msg.ValidateRequest{Target: "edge", BundleHash: bad.Hash, DryRunObject: name}, []string{"haproxy", "template"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Replies) != 2 || len(res.Undecided()) != 0 || res.OK() {
+		t.Fatalf("result = %+v, want both kinds deciding, haproxy refusing", res)
+	}
+	found := false
+	for _, r := range res.Replies {
+		for _, p := range r.Problems {
+			found = found || (r.Kind == "haproxy" && p.File == "haproxy.cfg" && p.Line == 3 && strings.Contains(p.Message, "frobnicate"))
+		}
+	}
+	if !found {
+		t.Fatalf("no haproxy.cfg:3 problem in %+v", res.Replies)
+	}
+	if _, err := obs.GetInfo(ctx, bad.Hash); err == nil {
+		t.Fatal("the dry run's bundle is in the store under its hash")
+	}
+	verdicts, _ := f.bus.JS.KeyValue(ctx, msg.BucketVerdicts)
+	if keys, err := verdicts.ListKeys(ctx); err == nil {
+		for k := range keys.Keys() {
+			t.Errorf("verdict cached for a dry run: %s", k)
+		}
+	}
+	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if _, err := status.Get(ctx, msg.ValidationStatusKey("edge")); err == nil {
+		t.Error("a dry run wrote the validation status")
+	}
+	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	if _, err := stream.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge")); err == nil {
+		t.Error("a verdict was published for a dry run")
+	}
+}

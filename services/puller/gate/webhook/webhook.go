@@ -34,6 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/weftio/weft/pkg/svc"
+	"github.com/weftio/weft/pkg/svc/certfile"
 	"github.com/weftio/weft/services/puller/gate"
 )
 
@@ -74,7 +75,7 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	m       *metrics
-	certs   *certFiles
+	certs   *certfile.Pair
 }
 
 // New returns a Server deciding through d. The certificate files are read
@@ -95,8 +96,8 @@ func New(d Decider, opts Options, log *slog.Logger, reg prometheus.Registerer) (
 	}
 	s := &Server{decider: d, opts: opts, log: log, m: m}
 	if opts.CertFile != "" || opts.KeyFile != "" {
-		s.certs = &certFiles{cert: opts.CertFile, key: opts.KeyFile, log: log, failed: m.errors.WithLabelValues(reasonCertificate)}
-		if err := s.certs.load(); err != nil {
+		var err error
+		if s.certs, err = certfile.Load(opts.CertFile, opts.KeyFile, log, m.errors.WithLabelValues(reasonCertificate).Inc); err != nil {
 			return nil, fmt.Errorf("webhook: %w", err)
 		}
 	}
@@ -114,7 +115,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{
 		Handler:           s,
-		TLSConfig:         s.certs.tlsConfig(),
+		TLSConfig:         s.certs.TLSConfig(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}

@@ -1,4 +1,5 @@
-// Command weft-renderer runs the renderer service against a NATS server.
+// Command weft-renderer runs the renderer service against a NATS server,
+// and the validating admission webhook when --webhook-listen says where.
 package main
 
 import (
@@ -17,5 +18,6 @@ func main() {
 }
 
 func run() error {
-	return host.Main(host.Binary{Name: "weft-renderer", Services: []host.Service{{Name: renderer.Service, Run: renderer.Run}}}, os.Args[1:])
+	var o renderer.Options
+	return host.Main(host.Binary{Name: "weft-renderer", Flags: o.Flags, Services: []host.Service{{Name: renderer.Service, Run: o.Run}}}, os.Args[1:])
 }
