@@ -235,6 +235,7 @@ func TestSiteLinkPermissions(t *testing.T) {
 	wantPub := append([]string{
 		"$JS.*.API.CONSUMER.CREATE.WEFT_VALIDATED.*.weft.validated.*",
 		"$JS.*.API.CONSUMER.CREATE.KV_weft-status.*.$KV.weft-status.validate.*",
+		"$JS.*.API.CONSUMER.CREATE.KV_weft-status.*.$KV.weft-status.pin.*",
 		"$JS.*.API.CONSUMER.CREATE.OBJ_weft-bundles",
 	}, flow...)
 	wantSub := append([]string{"$JS.*.API.CONSUMER.>"}, flow...)
