@@ -80,6 +80,17 @@ func (d *deployer) readCanary(ctx context.Context, target string) (*msg.Canary, 
 }
 
 func (d *deployer) writeCanary(ctx context.Context, c msg.Canary, rev uint64) (uint64, error) {
+	if _, err := msg.Encode(c); errors.Is(err, msg.ErrTooLarge) {
+		// A configuration with very many proxies and servers: the views
+		// do not fit in the record, so the canaries are judged by the
+		// deploy outcome, and the record says so.
+		d.env.Log.WarnContext(ctx, "HAProxy's view of the canaries is too large for the canary record; judged by the deploy outcome", "target", c.Target, "version", c.Version)
+		c.Instances = slices.Clone(c.Instances)
+		for i := range c.Instances {
+			c.Instances[i].Before, c.Instances[i].Start = nil, nil
+			c.Instances[i].Unobserved = "HAProxy's view is too large for the canary record: judged by the deploy outcome"
+		}
+	}
 	rev, err := msg.StoreStatus(ctx, d.status, msg.CanaryKey(c.Target), c, rev)
 	if err != nil {
 		return 0, fmt.Errorf("canary of %s: %w", c.Target, err)
@@ -350,6 +361,7 @@ func (d *deployer) canaryDeployed(ctx context.Context, c *msg.Canary, rev uint64
 		if err != nil {
 			return fmt.Errorf("canary instance %s: HAProxy's view at the start of the hold: %w", ci.Instance, err)
 		}
+		s.Servers = nil // judged against the view before the deploy
 		c.Instances[i].Start = s
 	}
 	c.Phase, c.HoldFrom = msg.CanaryHolding, time.Now().UTC()
@@ -366,7 +378,7 @@ func (d *deployer) canaryJudge(ctx context.Context, conf *config.Canary, c *msg.
 	var reasons []string
 	for _, ci := range c.Instances {
 		if ci.Unobserved != "" || ci.Start == nil {
-			continue
+			continue // judged by the deploy outcome, which succeeded
 		}
 		end, err := readStats(ctx, d.instance(c.Target, ci.Instance).view)
 		if err != nil {

@@ -299,7 +299,9 @@ func (r *canaryRig) canaryMetric(result string) float64 {
 // that HAProxy's health checks mark them DOWN on a, is refused by the
 // canary: a is rolled back and its HAProxy serves the previous bundle
 // again, b and c never get it, the history and the record say why, and
-// weft_deployer_canary_total counts it; (3) the next good bundle goes
+// weft_deployer_canary_total counts it; so is one whose backend answers
+// 503 while traffic goes through the canary during the hold, on its 5xx
+// share; (3) the next good bundle goes
 // through the canary again, and a deployer stopped during its hold is
 // replaced by another replica that resumes the same hold, then deploys the
 // rest.
@@ -393,24 +395,52 @@ func TestCanaryThroughHAProxy(t *testing.T) {
 		t.Errorf("weft_deployer_canary_total{result=refused} = %v, want 1", n)
 	}
 
-	// (3) v4 goes through the canary again; the deployer stops during the
+	// v4 makes be_app answer 503 (HAProxy counts those on the frontend)
+	// while traffic goes through a during the hold: refused on the 5xx
+	// share, a back on v2.
+	traffic := make(chan struct{})
+	trafficDone := make(chan struct{})
+	go func() {
+		defer close(trafficDone)
+		for {
+			select {
+			case <-traffic:
+				return
+			case <-time.After(20 * time.Millisecond):
+				r.hs["a"].get("x")
+			}
+		}
+	}()
+	r.accept(4, strings.Replace(canaryConfig("v4", apps...), "backend be_app\n", "backend be_app\n  http-request return status 503\n", 1))
+	refused = r.waitCanary(4, msg.CanaryRefused)
+	close(traffic)
+	<-trafficDone
+	if !strings.Contains(refused.Reason, "frontend fe_http: 5xx ratio 1.00 during the hold") || strings.Contains(refused.Reason, "servers down") {
+		t.Errorf("refusal of v4: %q", refused.Reason)
+	}
+	r.served("a", "v2")
+	if n := r.canaryMetric(msg.CanaryRefused); n != 2 {
+		t.Errorf("weft_deployer_canary_total{result=refused} = %v, want 2", n)
+	}
+
+	// (3) v5 goes through the canary again; the deployer stops during the
 	// hold, another replica resumes it.
-	r.accept(4, canaryConfig("v4", apps...))
-	holding = r.waitCanary(4, msg.CanaryHolding)
+	r.accept(5, canaryConfig("v5", apps...))
+	holding = r.waitCanary(5, msg.CanaryHolding)
 	if holding.PreviousVersion != 2 {
-		t.Errorf("v4's canary keeps v%d meanwhile, want v2", holding.PreviousVersion)
+		t.Errorf("v5's canary keeps v%d meanwhile, want v2", holding.PreviousVersion)
 	}
 	stop()
 	if st := r.deployStatus("b"); st.Version != 2 {
-		t.Fatalf("b at v%d during the hold of v4", st.Version)
+		t.Fatalf("b at v%d during the hold of v5", st.Version)
 	}
 	r.startDeployer("d2")
-	passed = r.waitCanary(4, msg.CanaryPassed)
+	passed = r.waitCanary(5, msg.CanaryPassed)
 	if !passed.HoldFrom.Equal(holding.HoldFrom) || !passed.StartedAt.Equal(holding.StartedAt) {
 		t.Errorf("the restarted deployer started the canary over: hold from %s, was %s", passed.HoldFrom, holding.HoldFrom)
 	}
 	for _, name := range []string{"a", "b", "c"} {
-		r.served(name, "v4")
+		r.served(name, "v5")
 	}
 	if n := r.canaryMetric(msg.CanaryPassed); n < 1 {
 		t.Errorf("weft_deployer_canary_total{result=passed} = %v", n)
