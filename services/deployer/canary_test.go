@@ -391,6 +391,14 @@ func TestCanaryThroughHAProxy(t *testing.T) {
 			t.Errorf("v3 ran on %v, want only a", deployedTo(e))
 		}
 	}
+	kv, _ := bus.JS.KeyValue(context.Background(), msg.BucketStatus)
+	rep, err := msg.ReadStatus(context.Background(), kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Targets) != 1 || rep.Targets[0].Canary == nil || rep.Targets[0].Canary.Reason != refused.Reason {
+		t.Errorf("the status report does not show the refused canary: %+v", rep.Targets)
+	}
 	if n := r.canaryMetric(msg.CanaryRefused); n != 1 {
 		t.Errorf("weft_deployer_canary_total{result=refused} = %v, want 1", n)
 	}
