@@ -38,7 +38,7 @@ import (
 // once the pin is lifted.
 
 // canaryTick is how often the judging replica looks at a canary.
-var canaryTick = 250 * time.Millisecond
+const canaryTick = 250 * time.Millisecond
 
 // canaryMinResponses is how many responses a frontend or backend must
 // send during the hold for its 5xx share to be judged.

@@ -57,6 +57,16 @@
 // pins the target (msg.PinKey): every deployer then delivers the pinned
 // bundle in place of the last accepted one, until the pin is lifted.
 //
+// With deploy.canary, an accepted verdict orders nothing itself: one
+// replica at a time (msg.CanaryLeaseKey) gives the bundle to the canary
+// instances, watches them for the hold through HAProxy's "show stat"
+// (servers UP before and DOWN after, the 5xx share during the hold against
+// the one before), and then orders it to the rest, or rolls the canaries
+// back to the previous bundle and records the bundle refused. The canary's
+// state is msg.CanaryKey in the status bucket, so a restarted deployer
+// resumes it, and every way of ordering a bundle gives each instance what
+// the canary allows it (desiredFor); a pin overrides a canary.
+//
 // A deployer delivers only the targets of its site (svc.Env.Site; empty:
 // the hub): verdicts on the targets of other sites are left to their
 // deployers. A site's deployer runs on its leaf node's JetStream, which
