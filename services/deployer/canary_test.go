@@ -148,7 +148,7 @@ targets:
         - {name: a, dest: %[1]s/a, master_socket: %[1]s/a/master.sock, admin_socket: %[1]s/a/admin.sock}
         - {name: b, dest: %[1]s/b, master_socket: %[1]s/b/master.sock, admin_socket: %[1]s/b/admin.sock}
         - {name: c, dest: %[1]s/c, master_socket: %[1]s/c/master.sock, admin_socket: %[1]s/c/admin.sock}
-      canary: {instances: 1, hold: 2s}
+      canary: {instances: 1, hold: 3s}
     haproxy_config: {template: unused}
 `
 
@@ -293,7 +293,7 @@ func (r *canaryRig) canaryMetric(result string) float64 {
 }
 
 // TestCanaryThroughHAProxy deploys to three real HAProxy instances with the
-// runtime driver and deploy.canary (instance a, a 2s hold):
+// runtime driver and deploy.canary (instance a, a 3s hold):
 // (1) a good bundle goes to a first, and to b and c only once the hold
 // passed; (2) a bundle that points be_app's servers at a closed port, so
 // that HAProxy's health checks mark them DOWN on a, is refused by the
@@ -332,7 +332,6 @@ func TestCanaryThroughHAProxy(t *testing.T) {
 	// (1) v2: a first; b and c keep v1 through the hold.
 	r.accept(2, canaryConfig("v2", apps...))
 	holding := r.waitCanary(2, msg.CanaryHolding)
-	r.served("a", "v2")
 	for _, name := range []string{"b", "c"} {
 		if st := r.deployStatus(name); st.Version != 1 {
 			t.Fatalf("%s at v%d during the hold of v2's canary", name, st.Version)
@@ -341,6 +340,7 @@ func TestCanaryThroughHAProxy(t *testing.T) {
 			t.Fatalf("%s answered %q", name, got)
 		}
 	}
+	r.served("a", "v2")
 	passed := r.waitCanary(2, msg.CanaryPassed)
 	if passed.Reason != "" || !passed.HoldFrom.Equal(holding.HoldFrom) || passed.DecidedAt.Before(holding.HoldFrom.Add(passed.Hold)) {
 		t.Errorf("v2 passed: %+v (hold from %s)", passed, holding.HoldFrom)
@@ -439,6 +439,9 @@ func TestCanaryThroughHAProxy(t *testing.T) {
 		t.Errorf("v5's canary keeps v%d meanwhile, want v2", holding.PreviousVersion)
 	}
 	stop()
+	if c, err := r.canary(); err != nil || c.Phase != msg.CanaryHolding {
+		t.Fatalf("the deployer stopped after the hold: %+v %v", c, err)
+	}
 	if st := r.deployStatus("b"); st.Version != 2 {
 		t.Fatalf("b at v%d during the hold of v5", st.Version)
 	}
