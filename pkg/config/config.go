@@ -366,6 +366,9 @@ type Deploy struct {
 	// Site names the site (one of sites) whose deployer delivers the
 	// target; empty: the hub's deployer.
 	Site string `json:"site,omitempty"`
+	// Canary deploys an accepted bundle to some instances first and the
+	// rest only after a hold that HAProxy's own view passed (see Canary).
+	Canary *Canary `json:"canary,omitempty"`
 }
 
 // Dataplane is how the dataplane driver reaches an HAProxy Dataplane API.
@@ -587,6 +590,12 @@ func (c *Config) defaults() {
 		}
 		if t.Deploy.Instance == "" {
 			t.Deploy.Instance = DefaultInstance
+		}
+		if c := t.Deploy.Canary; c != nil {
+			cc := *c
+			cc.Names = slices.Clone(c.Names)
+			cc.defaults()
+			t.Deploy.Canary = &cc
 		}
 		if t.Base == "" {
 			t.Base = t.Deploy.Dest
@@ -826,6 +835,9 @@ func checkDeploy(f path, d Deploy, bad func(p path, format string, args ...any))
 	}
 	if d.Pods != nil {
 		checkPods(f.k("pods"), d, bad)
+	}
+	if d.Canary != nil {
+		checkCanary(f.k("canary"), d, bad)
 	}
 	names, dests := map[string]bool{}, map[string]string{}
 	for i, in := range d.PerInstance() {

@@ -156,8 +156,8 @@ func Accesses() []Access {
 			KVRead:     []string{BucketResources, BucketStatus},
 			ObjectRead: []string{ObjectBundles},
 			KVWrite: []KVWrite{
-				{BucketStatus, []string{DeployStatusKey("*", "*"), PinKey("*")}},
-				{BucketLeases, []string{DeployLeaseKey("*", "*"), HistoryPruneLease}},
+				{BucketStatus, []string{DeployStatusKey("*", "*"), PinKey("*"), CanaryKey("*")}},
+				{BucketLeases, []string{DeployLeaseKey("*", "*"), HistoryPruneLease, CanaryLeaseKey("*")}},
 				{BucketHistory, []string{">"}},
 			},
 		}, configFollower),

@@ -70,6 +70,11 @@ func ReadStatus(ctx context.Context, kv StatusReader) (StatusReport, error) {
 			if Decode(e.Value(), &s) == nil {
 				tr(rest).Pin = &s
 			}
+		case "canary":
+			var s Canary
+			if Decode(e.Value(), &s) == nil {
+				tr(rest).Canary = &s
+			}
 		case "deploy":
 			var s DeployStatus
 			if Decode(e.Value(), &s) == nil {

@@ -315,7 +315,7 @@ type DeployOrder struct {
 	Instance   string `json:"instance"`
 	Version    uint64 `json:"version"`
 	BundleHash string `json:"bundleHash"`
-	Reason     string `json:"reason,omitempty"` // OrderValidated, OrderTrigger, OrderDriftCheck, OrderCatchUp, OrderRollback, OrderUnpin
+	Reason     string `json:"reason,omitempty"` // OrderValidated, OrderTrigger, ... (the Order constants)
 }
 
 // Why a deploy order was given (DeployOrder.Reason).
@@ -336,6 +336,14 @@ const (
 	// OrderUnpin: a pin was lifted; the order names the last accepted
 	// bundle.
 	OrderUnpin = "unpin"
+	// OrderCanary: a canary instance gets an accepted bundle before the
+	// rest (deploy.canary).
+	OrderCanary = "canary"
+	// OrderCanaryPassed: the canary passed; the rest get the bundle.
+	OrderCanaryPassed = "canary-passed"
+	// OrderCanaryRollback: the canary was refused; a canary goes back to
+	// the previous bundle, whatever it has.
+	OrderCanaryRollback = "canary-rollback"
 )
 
 // Reapply reports whether the order re-applies what the instance should
@@ -563,6 +571,8 @@ type TargetReport struct {
 	Deploys    []DeployStatus    `json:"deploys,omitempty"`
 	// Pin is the bundle the target is held on (weft rollback), if any.
 	Pin *Pin `json:"pin,omitempty"`
+	// Canary is the target's last canary (deploy.canary), if any.
+	Canary *Canary `json:"canary,omitempty"`
 }
 
 // StatusReport answers APIStatus and `weft status`.

@@ -57,6 +57,16 @@
 // pins the target (msg.PinKey): every deployer then delivers the pinned
 // bundle in place of the last accepted one, until the pin is lifted.
 //
+// With deploy.canary, an accepted verdict orders nothing itself: one
+// replica at a time (msg.CanaryLeaseKey) gives the bundle to the canary
+// instances, watches them for the hold through HAProxy's "show stat"
+// (servers UP before and DOWN after, the 5xx share during the hold against
+// the one before), and then orders it to the rest, or rolls the canaries
+// back to the previous bundle and records the bundle refused. The canary's
+// state is msg.CanaryKey in the status bucket, so a restarted deployer
+// resumes it, and every way of ordering a bundle gives each instance what
+// the canary allows it (desiredFor); a pin overrides a canary.
+//
 // A deployer delivers only the targets of its site (svc.Env.Site; empty:
 // the hub): verdicts on the targets of other sites are left to their
 // deployers. A site's deployer runs on its leaf node's JetStream, which
@@ -99,6 +109,7 @@ type metrics struct {
 	deploys    *prometheus.CounterVec
 	reloads    *prometheus.CounterVec
 	dur        *prometheus.HistogramVec
+	canaries   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -116,8 +127,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "weft_deployer_deploy_duration_seconds", Help: "Time to deploy a bundle to one instance.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"target", "driver"}),
+		canaries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_deployer_canary_total", Help: "Canary verdicts (deploy.canary) by target and result (passed, refused).",
+		}, []string{"target", "result"}),
 	}
-	return m, svc.Register(reg, Service, m.runtimeOps, m.deploys, m.reloads, m.dur)
+	return m, svc.Register(reg, Service, m.runtimeOps, m.deploys, m.reloads, m.dur, m.canaries)
 }
 
 type deployer struct {
@@ -235,6 +249,11 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		}
 	}
 	following = true
+	for _, name := range cfg.SiteTargets(env.Site) {
+		if c := cfg.Targets[name].Deploy.Canary; c != nil {
+			g.Go(func() error { return d.judgeCanaries(ctx, name, c) })
+		}
+	}
 	g.Go(func() error { return d.followPins(ctx, ws.pins) })
 	if ws.deploys != nil {
 		g.Go(func() error { return d.followSiteDeploys(ctx, ws.deploys) })
@@ -335,6 +354,10 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		}
 		return err
 	}
+	if d.canaryConf(v.Target) != nil {
+		d.env.Log.InfoContext(ctx, "accepted bundle goes to the canary instances first", "target", v.Target, "version", v.Version)
+		return nil // the canary judge starts it (canaryStep)
+	}
 	// The instances are read after the validation status: a Pod instance
 	// added after this read reads the status itself after it was added
 	// (podFollower.add), so it gets this bundle one way or the other.
@@ -414,11 +437,16 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 		return msg.Permanent(fmt.Errorf("unknown target %q", name))
 	}
 	d.env.Log.InfoContext(ctx, "re-deploy requested", "target", name, "reason", t.Reason)
-	version, hash, _, err := d.desired(ctx, name)
-	if err != nil {
-		return err
+	for _, in := range ins {
+		version, hash, _, err := d.desiredFor(ctx, name, in.name)
+		if err != nil {
+			return err
+		}
+		if err := d.order(ctx, []*instance{in}, version, hash, msg.OrderTrigger, false); err != nil {
+			return err
+		}
 	}
-	return d.order(ctx, ins, version, hash, msg.OrderTrigger, false)
+	return nil
 }
 
 // lastAccepted is the bundle every instance of target should hold unless
@@ -513,16 +541,20 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 		log.WarnContext(ctx, "deploy status names a version never accepted; not trusted", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
 		st.Version = 0
 	}
-	current, err := confirmPinned(o, vs, st, pin)
+	held, err := d.held(ctx, o, vs, pin)
+	if err != nil {
+		return err
+	}
+	current, err := confirmHeld(o, vs, st, held)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}
-	if !current || o.Version < st.Version && !o.Reapply() && !pinned(o, pin) {
+	if !current || o.Version < st.Version && !o.Reapply() && !held.names(o) {
 		out.Outcome = msg.OutcomeSkipped
-		if pin != nil && !pinned(o, pin) {
-			log.InfoContext(ctx, "order skipped: the target is pinned on another bundle", "pinned", pin.Version, "pinned_bundle", pin.BundleHash)
+		if held != nil && !held.names(o) {
+			log.InfoContext(ctx, "order skipped: the instance is held on another bundle", "held", held.why, "held_version", held.version, "held_bundle", held.hash)
 		} else {
 			log.InfoContext(ctx, "order for an older bundle skipped", "deployed_version", st.Version, "last_good", vs.LastGoodVersion)
 		}

@@ -108,6 +108,10 @@ func (a runtimeApplier) Apply(ctx context.Context, b msg.Bundle) (Outcome, error
 		RuntimeOps: res.RuntimeOps, Detail: res.ReloadDetail + res.RuntimeError}, err
 }
 
+// Stats is HAProxy's view of its proxies and servers (runtime.ErrNoView
+// without an admin socket).
+func (a runtimeApplier) Stats(ctx context.Context) ([]runtime.Stat, error) { return a.d.Stats(ctx) }
+
 func (runtimeApplier) Refused(err error) bool {
 	return errors.Is(err, runtime.ErrReloadFailed) || errors.Is(err, runtime.ErrConflict) || errors.Is(err, runtime.ErrBadPath)
 }

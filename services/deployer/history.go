@@ -67,6 +67,9 @@ func (d *deployer) recordVerdict(ctx context.Context, v msg.Validated) error {
 		if e.BundleHash == v.BundleHash && e.OK == v.OK && e.Reason == v.Reason && !e.VerdictAt.IsZero() {
 			return false
 		}
+		if e.BundleHash == v.BundleHash && canaryRefused(*e) {
+			return false // its canary refused it after the validator accepted it
+		}
 		e.Target, e.Version, e.BundleHash = v.Target, v.Version, v.BundleHash
 		e.OK, e.Reason, e.VerdictAt = v.OK, v.Reason, v.At
 		if e.RenderedAt.IsZero() {

@@ -25,6 +25,9 @@ type instance struct {
 	relocate string
 	// streak is the instance's current run of failed deploys.
 	streak failureStreak
+	// view is HAProxy's own view of the instance, when its driver has
+	// one (deploy.canary judges by it).
+	view statsView
 }
 
 // newInstances builds the instances of a target: the one default instance,
@@ -40,6 +43,9 @@ func newInstances(target string, t config.Target) ([]*instance, error) {
 			return nil, err
 		}
 		in := &instance{target: target, name: d.Instance, driver: d.Driver, apply: a}
+		if v, ok := a.(statsView); ok && d.AdminSocket != "" {
+			in.view = v
+		}
 		if len(t.Deploy.Instances) > 0 {
 			if dir := cmp.Or(d.HAProxyDir, d.Dest); dir != t.Base {
 				in.relocate = dir
@@ -162,14 +168,14 @@ type catchUpOrder struct {
 func (d *deployer) catchUpOrders(ctx context.Context) ([]catchUpOrder, error) {
 	var out []catchUpOrder
 	for target, ins := range d.instances.all() {
-		version, hash, pin, err := d.desired(ctx, target)
-		if msg.IsPermanent(err) {
-			continue // nothing accepted yet
-		}
-		if err != nil {
-			return nil, err
-		}
 		for _, in := range ins {
+			version, hash, pin, err := d.desiredFor(ctx, target, in.name)
+			if msg.IsPermanent(err) {
+				continue // nothing accepted yet, or no canary started
+			}
+			if err != nil {
+				return nil, err
+			}
 			st, _, err := d.readStatus(ctx, in)
 			if err != nil {
 				return nil, err
@@ -219,9 +225,9 @@ func (d *deployer) checkDrift(ctx context.Context, target string, every time.Dur
 }
 
 func (d *deployer) orderDriftCheck(ctx context.Context, in *instance, period int64) error {
-	version, hash, _, err := d.desired(ctx, in.target)
+	version, hash, _, err := d.desiredFor(ctx, in.target, in.name)
 	if msg.IsPermanent(err) {
-		return nil // nothing accepted yet: nothing to compare with
+		return nil // nothing accepted yet (or no canary started): nothing to compare with
 	}
 	if err != nil {
 		return err

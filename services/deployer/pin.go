@@ -52,19 +52,15 @@ func (d *deployer) desired(ctx context.Context, target string) (uint64, string, 
 	return version, hash, nil, err
 }
 
-// pinned reports whether the order names the bundle pin holds.
-func pinned(o msg.DeployOrder, pin *msg.Pin) bool {
-	return pin != nil && o.Version == pin.Version && o.BundleHash == pin.BundleHash
-}
-
-// confirmPinned is confirmOrder under a pin: an order for the pinned
-// bundle is carried out whatever the instance has; any other that the
-// recorded state confirms is skipped (the pin supersedes it).
-func confirmPinned(o msg.DeployOrder, vs msg.ValidationStatus, st msg.DeployStatus, pin *msg.Pin) (bool, error) {
-	if pin == nil {
+// confirmHeld is confirmOrder under a pin or a canary (held): an order
+// for the held bundle is carried out whatever the instance has; any other
+// that the recorded state confirms is skipped (what holds the instance
+// supersedes it).
+func confirmHeld(o msg.DeployOrder, vs msg.ValidationStatus, st msg.DeployStatus, held *heldBundle) (bool, error) {
+	if held == nil {
 		return confirmOrder(o, vs, st)
 	}
-	if pinned(o, pin) {
+	if held.names(o) {
 		return true, nil
 	}
 	if _, err := confirmOrder(o, vs, st); err != nil {
@@ -86,26 +82,26 @@ func (d *deployer) onPin(ctx context.Context, e jetstream.KeyValueEntry) {
 	if !ok || len(ins) == 0 {
 		return
 	}
-	version, hash, pin, err := d.desired(ctx, target)
-	if msg.IsPermanent(err) {
-		return // nothing accepted, nothing pinned
-	}
-	if err != nil {
-		d.env.Log.ErrorContext(ctx, "pin changed, but the bundle to deploy could not be read; a trigger, a drift check or a restart orders it", "target", target, "err", err)
-		return
-	}
-	reason, what := msg.OrderUnpin, "unpin"
-	if pin != nil {
-		reason, what = msg.OrderRollback, "pin"
-	}
 	for _, in := range ins {
+		version, hash, pin, err := d.desiredFor(ctx, target, in.name)
+		if msg.IsPermanent(err) {
+			continue // nothing accepted, nothing pinned, no canary started
+		}
+		if err != nil {
+			d.env.Log.ErrorContext(ctx, "pin changed, but the bundle to deploy could not be read; a trigger, a drift check or a restart orders it", "target", target, "instance", in.name, "err", err)
+			continue
+		}
+		reason, what := msg.OrderUnpin, "unpin"
+		if pin != nil {
+			reason, what = msg.OrderRollback, "pin"
+		}
 		o := msg.DeployOrder{Target: target, Instance: in.name, Version: version, BundleHash: hash, Reason: reason}
 		id := fmt.Sprintf("%s.%s.%s-%d", target, in.name, what, e.Revision())
 		if _, err := bus.Publish(ctx, d.env.JS, msg.DeploySubject(target, in.name), id, o); err != nil {
 			d.env.Log.ErrorContext(ctx, "order after a pin change failed; a trigger, a drift check or a restart orders it", "target", target, "instance", in.name, "err", err)
 		}
 	}
-	d.env.Log.InfoContext(ctx, "pin changed; ordered", "target", target, "pinned", pin != nil, "version", version, "bundle", hash)
+	d.env.Log.InfoContext(ctx, "pin changed; ordered", "target", target)
 }
 
 // followKeys hands every put, delete or purge of the status keys pattern

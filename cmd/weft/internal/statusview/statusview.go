@@ -59,6 +59,7 @@ func Write(w io.Writer, rep msg.StatusReport) {
 	}
 	_ = tw.Flush()
 	writePins(w, rep)
+	writeCanaries(w, rep)
 	if len(rep.Syncs) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -115,6 +116,50 @@ func writePins(w io.Writer, rep msg.StatusReport) {
 	fmt.Fprintln(w, "(newer accepted bundles of a pinned target are not deployed until: weft unpin <target>)")
 }
 
+// writeCanaries lists the targets' canaries (deploy.canary): the bundle,
+// the canary instances, the phase with the time left in the hold, and the
+// verdict.
+func writeCanaries(w io.Writer, rep msg.StatusReport) {
+	var cs []msg.Canary
+	for _, t := range rep.Targets {
+		if t.Canary != nil {
+			cs = append(cs, *t.Canary)
+		}
+	}
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CANARY	BUNDLE	INSTANCES	PHASE	PREVIOUS	VERDICT")
+	for _, c := range cs {
+		names := make([]string, len(c.Instances))
+		for i, in := range c.Instances {
+			names[i] = in.Instance
+		}
+		phase := c.Phase
+		switch c.Phase {
+		case msg.CanaryHolding:
+			phase = fmt.Sprintf("holding, %s left", c.HoldLeft(rep.At).Round(time.Second))
+		case msg.CanaryDeploying:
+			phase = fmt.Sprintf("deploying (since %s)", rep.At.Sub(c.StartedAt).Round(time.Second))
+		}
+		prev := "-"
+		if c.PreviousVersion != 0 {
+			prev = fmt.Sprintf("v%d %s", c.PreviousVersion, short(c.PreviousHash))
+		}
+		verdict := "-"
+		if c.Decided() {
+			verdict = c.Phase
+			if c.Reason != "" {
+				verdict += ": " + c.Reason
+			}
+		}
+		fmt.Fprintf(tw, "%s\tv%d %s\t%s\t%s\t%s\t%s\n", c.Target, c.Version, short(c.BundleHash), strings.Join(names, ","), phase, prev, oneLine(verdict))
+	}
+	_ = tw.Flush()
+}
+
 // Failing names every target whose last render, validation or deploy (of
 // any instance) failed, one line each: "<target>: <stage>: <error>". Empty
 // when nothing failed.
@@ -130,6 +175,9 @@ func Failing(rep msg.StatusReport) []string {
 				verdict = "undecided"
 			}
 			out = append(out, fmt.Sprintf("%s: validation of v%d %s: %s", t.Target, v.Version, verdict, oneLine(v.Reason)))
+		}
+		if c, v := t.Canary, t.Validation; c != nil && c.Phase == msg.CanaryRefused && v != nil && v.LastGoodVersion == c.Version {
+			out = append(out, fmt.Sprintf("%s: canary of v%d refused: %s", t.Target, c.Version, oneLine(c.Reason)))
 		}
 		for _, d := range t.Deploys {
 			if d.LastError != "" {

@@ -100,6 +100,43 @@ func TestWrite(t *testing.T) {
 			},
 		},
 	}})
+	canary := msg.StatusReport{
+		At: at,
+		Targets: []msg.TargetReport{
+			{
+				Target:     "edge",
+				Validation: &msg.ValidationStatus{Target: "edge", Version: 5, OK: true, LastGood: "5555555555555555", LastGoodVersion: 5},
+				Deploys: []msg.DeployStatus{
+					{Target: "edge", Instance: "a", Version: 5, BundleHash: "5555555555555555"},
+					{Target: "edge", Instance: "b", Version: 4, BundleHash: "4444444444444444"},
+				},
+				Canary: &msg.Canary{Target: "edge", Version: 5, BundleHash: "5555555555555555", PreviousVersion: 4, PreviousHash: "4444444444444444",
+					Instances: []msg.CanaryInstance{{Instance: "a"}}, Hold: time.Minute, StartedAt: at.Add(-25 * time.Second), HoldFrom: at.Add(-20 * time.Second), Phase: msg.CanaryHolding},
+			},
+			{
+				Target:     "shop",
+				Validation: &msg.ValidationStatus{Target: "shop", Version: 3, OK: true, LastGood: "3333333333333333", LastGoodVersion: 3},
+				Deploys: []msg.DeployStatus{
+					{Target: "shop", Instance: "a", Version: 2, BundleHash: "2222222222222222"},
+					{Target: "shop", Instance: "b", Version: 2, BundleHash: "2222222222222222"},
+				},
+				Canary: &msg.Canary{Target: "shop", Version: 3, BundleHash: "3333333333333333", PreviousVersion: 2, PreviousHash: "2222222222222222",
+					Instances: []msg.CanaryInstance{{Instance: "a"}}, Hold: time.Minute, StartedAt: at.Add(-2 * time.Minute), HoldFrom: at.Add(-110 * time.Second),
+					Phase: msg.CanaryRefused, Reason: "canary: instance a: backend be_app: 3 of 3 servers down", DecidedAt: at.Add(-50 * time.Second), Ordered: true},
+			},
+		},
+	}
+	tests = append(tests, struct {
+		name string
+		rep  msg.StatusReport
+	}{"canary", canary})
+	t.Run("failing canary", func(t *testing.T) {
+		got := statusview.Failing(canary)
+		want := []string{"shop: canary of v3 refused: canary: instance a: backend be_app: 3 of 3 servers down"}
+		if !slices.Equal(got, want) {
+			t.Errorf("Failing = %q, want %q", got, want)
+		}
+	})
 	t.Run("failing sites", func(t *testing.T) {
 		got := statusview.Failing(sites)
 		want := []string{

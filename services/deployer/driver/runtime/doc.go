@@ -124,8 +124,16 @@
 // paths HAProxy reports to bundle paths when HAProxy sees the shared folder
 // at another path.
 //
+// # Statistics
+//
+// Stats reads "show stat" on the admin socket: each frontend's and
+// backend's HTTP responses and 5xx among them since its worker started,
+// and each server's status (the deployer's canaries judge by it). Without
+// an admin socket it returns ErrNoView.
+//
 // # Serialization
 //
-// Calls of Apply and Drift on one Driver are serialized. Two Drivers or two
+// Calls of Apply and Drift on one Driver are serialized (Stats is a
+// query and is not). Two Drivers or two
 // processes must not deliver to the same HAProxy.
 package runtime

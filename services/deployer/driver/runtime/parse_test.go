@@ -331,3 +331,29 @@ func TestBundlePathOf(t *testing.T) {
 		}
 	}
 }
+
+// TestParseStat reads a "show stat" answer of HAProxy 2.6 (columns cut
+// down to those that matter and a few around them).
+func TestParseStat(t *testing.T) {
+	out := "# pxname,svname,qcur,status,type,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,\n" +
+		"fe_http,FRONTEND,,OPEN,0,0,90,0,3,7,0,\n" +
+		"be_app,SRV_1,0,DOWN,2,0,40,0,0,2,0,\n" +
+		"be_app,SRV_2,0,UP 1/3,2,0,50,0,3,0,0,\n" +
+		"be_app,BACKEND,0,UP,1,0,90,0,3,7,0,\n\n"
+	got, err := parseStat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Stat{
+		{Proxy: "fe_http", Name: "FRONTEND", Type: "frontend", Status: "OPEN", Responses: 100, Err5xx: 7},
+		{Proxy: "be_app", Name: "SRV_1", Type: "server", Status: "DOWN", Responses: 42, Err5xx: 2},
+		{Proxy: "be_app", Name: "SRV_2", Type: "server", Status: "UP 1/3", Responses: 53},
+		{Proxy: "be_app", Name: "BACKEND", Type: "backend", Status: "UP", Responses: 100, Err5xx: 7},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	if _, err := parseStat("Unknown command\n"); err == nil {
+		t.Error("an answer without the columns parsed")
+	}
+}
