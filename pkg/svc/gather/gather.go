@@ -39,7 +39,8 @@ func (r Result) OK() bool {
 
 // Validate sends req on subject, naming the expected kinds (the others do
 // not check), and gathers their replies until all answered or timeout
-// passed.
+// passed. A request nobody listened to (no validator subscribed yet) is
+// sent again every askAgainAfter until then.
 func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.ValidateRequest, expected []string, timeout time.Duration) (Result, error) {
 	req.Kinds = expected
 	out, err := msg.NewMsg(subject, "", req)
@@ -58,6 +59,7 @@ func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.Valida
 	if err := nc.PublishMsg(out); err != nil {
 		return Result{}, fmt.Errorf("gather: publish: %w", err)
 	}
+	var again <-chan time.Time // set while nobody listened to the last request
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	want := map[string]bool{}
@@ -75,7 +77,20 @@ func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.Valida
 			}
 			slices.Sort(res.Missing)
 			return res.sorted(), nil
+		case <-again:
+			again = nil
+			if err := nc.PublishMsg(out); err != nil {
+				return Result{}, fmt.Errorf("gather: publish: %w", err)
+			}
 		case m := <-ch:
+			if noResponders(m) {
+				// Nobody subscribed to subject when the request came:
+				// no validator runs yet (they are starting, or
+				// restarting). That is no answer: ask again until the
+				// timeout, and the kinds that start in time answer.
+				again = time.After(askAgainAfter)
+				continue
+			}
 			var rep msg.ValidateReply
 			if err := msg.Decode(m.Data, &rep); err != nil {
 				res.Invalid = append(res.Invalid, err.Error())
@@ -89,6 +104,16 @@ func Validate(ctx context.Context, nc *nats.Conn, subject string, req msg.Valida
 		}
 	}
 	return res.sorted(), nil
+}
+
+// askAgainAfter is how long Validate waits to send a request again that
+// nobody listened to.
+const askAgainAfter = 200 * time.Millisecond
+
+// noResponders tells the server's answer to a request nobody subscribed
+// to (status 503, no body) from a reply.
+func noResponders(m *nats.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
 }
 
 // Undecided names the expected kinds without a verdict: those that did not
