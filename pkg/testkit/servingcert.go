@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -45,4 +46,15 @@ func WriteServingCert(t testing.TB, certFile, keyFile string, serial int64) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// ServedSerial dials addr over TLS and returns the serial number of the
+// certificate it serves (not verified: the serial is what a test checks).
+func ServedSerial(addr string) (int64, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = conn.Close() }()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }

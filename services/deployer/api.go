@@ -90,8 +90,12 @@ func (d *deployer) knownTarget(target string) error {
 	return nil
 }
 
-// targetHistory reads target's kept entries, newest first.
+// targetHistory reads target's kept entries, newest first; a target this
+// deployer's configuration lacks is refused.
 func (d *deployer) targetHistory(ctx context.Context, target string) ([]msg.HistoryEntry, error) {
+	if err := d.knownTarget(target); err != nil {
+		return nil, err
+	}
 	all, err := d.readHistory(ctx, msg.HistoryPrefix(target)+"*")
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
@@ -106,9 +110,6 @@ func (d *deployer) onHistory(ctx context.Context, target string, data []byte) (m
 	var req msg.HistoryRequest
 	if err := msg.DecodeRequest(data, &req); err != nil {
 		return nil, refused("%v", err)
-	}
-	if err := d.knownTarget(target); err != nil {
-		return nil, err
 	}
 	es, err := d.targetHistory(ctx, target)
 	if err != nil {
@@ -193,9 +194,6 @@ func (d *deployer) onDiff(ctx context.Context, target string, data []byte) (msg.
 	if err := msg.DecodeRequest(data, &req); err != nil {
 		return nil, refused("%v", err)
 	}
-	if err := d.knownTarget(target); err != nil {
-		return nil, err
-	}
 	es, err := d.targetHistory(ctx, target)
 	if err != nil {
 		return nil, err
@@ -242,9 +240,6 @@ func (d *deployer) onRollback(ctx context.Context, target string, data []byte) (
 	var req msg.RollbackRequest
 	if err := msg.DecodeRequest(data, &req); err != nil {
 		return nil, refused("%v (a rollback names the bundle: {\"to\":\"<version or hash>\"})", err)
-	}
-	if err := d.knownTarget(target); err != nil {
-		return nil, err
 	}
 	es, err := d.targetHistory(ctx, target)
 	if err != nil {

@@ -122,3 +122,7 @@ require (
 )
 
 replace github.com/weftio/weft/pkg/testkit => ../../pkg/testkit
+
+require github.com/weftio/weft/pkg/kubeclient v0.0.0
+
+replace github.com/weftio/weft/pkg/kubeclient => ../../pkg/kubeclient

@@ -2,18 +2,14 @@ package renderer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -23,6 +19,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/kubeclient/admission"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/certfile"
 )
@@ -59,10 +56,6 @@ const (
 	resultFailShut  = "undecided-refused"
 	resultMalformed = "malformed"
 )
-
-// maxBody bounds a request body; the API server sends objects of at most
-// 3 MiB, in a review that may hold the object twice.
-const maxBody = 7 << 20
 
 // maxMessage caps the refusal message the API server returns to the client.
 const maxMessage = 4000
@@ -112,20 +105,10 @@ func (w *webhook) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renderer: webhook: %w", err)
 	}
-	srv := &http.Server{Handler: w, TLSConfig: w.certs.TLSConfig(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelDebug)}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeTLS(ln, "", "") }()
 	w.log.Info("validating admission webhook listening", "addr", ln.Addr().String(), "types", w.r.cfg.WebhookTypes())
-	select {
-	case err := <-done:
+	if err := admission.ServeTLS(ctx, ln, w, w.certs.TLSConfig(), w.log); err != nil {
 		return fmt.Errorf("renderer: webhook: %w", err)
-	case <-ctx.Done():
 	}
-	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(stop)
-	<-done
 	return nil
 }
 
@@ -142,7 +125,7 @@ func (w *webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		http.NotFound(rw, req)
 		return
 	}
-	review, status, err := readReview(rw, req)
+	review, status, err := admission.ReadReview(rw, req)
 	if err != nil {
 		w.requests.WithLabelValues("", resultMalformed).Inc()
 		w.log.Warn("webhook: refused a request that is no AdmissionReview", "err", err, "remote", req.RemoteAddr)
@@ -150,14 +133,9 @@ func (w *webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	resp := w.admit(req.Context(), strings.TrimPrefix(source, "/"), review.Request)
-	resp.UID = review.Request.UID
-	body, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
-	if err != nil {
-		http.Error(rw, "encode the AdmissionReview response: "+err.Error(), http.StatusInternalServerError)
-		return
+	if err := admission.Respond(rw, review, resp); err != nil {
+		w.log.Error("webhook: the answer could not be sent", "err", err)
 	}
-	rw.Header().Set("Content-Type", "application/json")
-	_, _ = rw.Write(body)
 }
 
 // admit decides one admission request.
@@ -334,37 +312,4 @@ func capped(s string) string {
 		return s[:maxMessage-3] + "..."
 	}
 	return s
-}
-
-// readReview reads and checks the request's AdmissionReview; an error
-// comes with the HTTP status to answer.
-func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, int, error) {
-	if r.Method != http.MethodPost {
-		return nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s: an AdmissionReview is POSTed", r.Method)
-	}
-	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
-		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: an AdmissionReview is application/json", r.Header.Get("Content-Type"))
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", maxBody)
-		}
-		return nil, http.StatusBadRequest, fmt.Errorf("read the request body: %w", err)
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("malformed AdmissionReview: %w", err)
-	}
-	gv := admissionv1.SchemeGroupVersion.String()
-	switch {
-	case review.APIVersion != gv || review.Kind != "AdmissionReview":
-		return nil, http.StatusBadRequest, fmt.Errorf("malformed AdmissionReview: apiVersion %q kind %q, want %s AdmissionReview", review.APIVersion, review.Kind, gv)
-	case review.Request == nil:
-		return nil, http.StatusBadRequest, errors.New("malformed AdmissionReview: no request")
-	case review.Request.UID == "":
-		return nil, http.StatusBadRequest, errors.New("malformed AdmissionReview: request without uid")
-	}
-	return &review, 0, nil
 }

@@ -1,7 +1,6 @@
 package certfile_test
 
 import (
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,15 +14,6 @@ import (
 	"github.com/weftio/weft/pkg/svc/certfile"
 	"github.com/weftio/weft/pkg/testkit"
 )
-
-func servedSerial(addr string) (int64, error) {
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) // the serial is what is checked
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = conn.Close() }()
-	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
-}
 
 // TestReload: a server serves the new certificate once its files change,
 // keeps the last good one (reported once) while the files do not load, and
@@ -52,7 +42,7 @@ func TestReload(t *testing.T) {
 	want := func(serial int64) {
 		t.Helper()
 		testkit.Eventually(t, 30*time.Second, func() error {
-			got, err := servedSerial(addr)
+			got, err := testkit.ServedSerial(addr)
 			if err != nil {
 				return err
 			}
@@ -69,7 +59,7 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, func() error {
-		if _, err := servedSerial(addr); err != nil {
+		if _, err := testkit.ServedSerial(addr); err != nil {
 			return err
 		}
 		if n := failed.Load(); n != 1 {

@@ -21,9 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"time"
@@ -33,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/weftio/weft/pkg/kubeclient/admission"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/certfile"
 	"github.com/weftio/weft/services/puller/gate"
@@ -48,9 +47,6 @@ const (
 	DefaultAddr   = ":9443"
 	DefaultPath   = "/mutate-pods"
 	DefaultBudget = 3 * time.Second
-	// maxBody bounds a request body; the API server sends at most 3 MiB
-	// objects, in a review that may hold the object twice.
-	maxBody = 7 << 20
 )
 
 // Options configure a Server.
@@ -113,23 +109,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           s,
-		TLSConfig:         s.certs.TLSConfig(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeTLS(ln, "", "") }()
-	select {
-	case err := <-done:
+	if err := admission.ServeTLS(ctx, ln, s, s.certs.TLSConfig(), s.log); err != nil {
 		return fmt.Errorf("webhook: %w", err)
-	case <-ctx.Done():
 	}
-	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(stop)
-	<-done
 	return nil
 }
 
@@ -147,7 +129,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	review, status, err := readReview(w, r)
+	review, status, err := admission.ReadReview(w, r)
 	if err != nil {
 		s.m.errors.WithLabelValues(reasonMalformed).Inc()
 		s.log.Warn("webhook: refused a request that is no AdmissionReview", "err", err, "remote", r.RemoteAddr)
@@ -156,48 +138,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := s.admit(r.Context(), review.Request)
 	s.m.duration.Observe(time.Since(start).Seconds())
-	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
-	body, err := json.Marshal(out)
-	if err != nil { // nothing in a response can fail to encode; said anyway
+	if err := admission.Respond(w, review, resp); err != nil { // nothing in a response can fail to encode; said anyway
 		s.m.errors.WithLabelValues(reasonMalformed).Inc()
-		http.Error(w, "encode the AdmissionReview response: "+err.Error(), http.StatusInternalServerError)
-		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(body)
-}
-
-// readReview reads and checks the request's AdmissionReview; an error
-// comes with the HTTP status to answer.
-func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, int, error) {
-	if r.Method != http.MethodPost {
-		return nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s: an AdmissionReview is POSTed", r.Method)
-	}
-	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
-		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: an AdmissionReview is application/json", r.Header.Get("Content-Type"))
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", maxBody)
-		}
-		return nil, http.StatusBadRequest, fmt.Errorf("read the request body: %w", err)
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("malformed AdmissionReview: %w", err)
-	}
-	gv := admissionv1.SchemeGroupVersion.String()
-	switch {
-	case review.APIVersion != gv || review.Kind != "AdmissionReview":
-		return nil, http.StatusBadRequest, fmt.Errorf("malformed AdmissionReview: apiVersion %q kind %q, want %s AdmissionReview", review.APIVersion, review.Kind, gv)
-	case review.Request == nil:
-		return nil, http.StatusBadRequest, errors.New("malformed AdmissionReview: no request")
-	case review.Request.UID == "":
-		return nil, http.StatusBadRequest, errors.New("malformed AdmissionReview: request without uid")
-	}
-	return &review, 0, nil
 }
 
 var podKind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
