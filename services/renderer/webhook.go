@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/kubeclient/admission"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/render/index"
-	"github.com/weftio/weft/pkg/kubeclient/admission"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/certfile"
 )
