@@ -451,7 +451,9 @@ func hasEnv(c corev1.Container, name string) bool {
 }
 
 // envValue is what the kubelet gives e: its value, or the key of the
-// Secret or ConfigMap it names; a field reference is a placeholder.
+// Secret or ConfigMap it names. A downward-API field (the pod's name and
+// the like), which no kubelet resolves in this test, reads
+// "field-<path>".
 func envValue(t *testing.T, e corev1.EnvVar, secrets, configMaps map[string]map[string]string) string {
 	t.Helper()
 	switch {
