@@ -149,7 +149,9 @@ func confdTarget(name string, t Target, cd Confd, s confdir.Spec) Target {
 			out.Deploy.ReloadCmd = cmd
 		}
 	}
-	out.Render.Debounce = cmp.Or(t.Render.Debounce, Duration(s.Debounce))
+	if out.Render.Debounce == nil && s.Debounce != 0 {
+		out.Render.Debounce = Dur(s.Debounce)
+	}
 	if len(out.Validate.Kinds) == 0 && cmp.Or(out.Validate.Expect, ExpectConfigured) == ExpectConfigured {
 		out.Validate.Kinds = []string{KindTemplate}
 	}

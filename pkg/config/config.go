@@ -269,8 +269,10 @@ type Fragment struct {
 type Render struct {
 	// Debounce coalesces bursts of changes: the first change of a quiet
 	// period renders at once (leading edge) unless Leading is false, and the
-	// rest render once, Debounce after the last (trailing edge).
-	Debounce Duration `json:"debounce,omitempty"`
+	// rest render once, Debounce after the last (trailing edge). Unset, it
+	// is DefaultDebounce; 0 renders as soon as the target's previous render
+	// is done, with every change since (see Wait).
+	Debounce *Duration `json:"debounce,omitempty"`
 	Leading  *bool    `json:"leading,omitempty"`
 	// MaxWait bounds how long changes that never pause for Debounce can
 	// postpone the trailing render (0: no bound; else at least Debounce).
@@ -281,6 +283,22 @@ type Render struct {
 
 // LeadingEdge reports whether the first change of a quiet period renders at once.
 func (r Render) LeadingEdge() bool { return r.Leading == nil || *r.Leading }
+
+// Wait is the debounce: DefaultDebounce when unset, else as set (0
+// included).
+func (r Render) Wait() time.Duration {
+	if r.Debounce == nil {
+		return DefaultDebounce
+	}
+	return r.Debounce.D()
+}
+
+// Dur returns a pointer to d, for the optional durations of a
+// configuration built in code (Render.Debounce).
+func Dur(d time.Duration) *Duration {
+	v := Duration(d)
+	return &v
+}
 
 // Validator kinds.
 const (
@@ -600,8 +618,8 @@ func (c *Config) defaults() {
 		if t.Base == "" {
 			t.Base = t.Deploy.Dest
 		}
-		if t.Render.Debounce == 0 {
-			t.Render.Debounce = Duration(DefaultDebounce)
+		if t.Render.Debounce == nil {
+			t.Render.Debounce = Dur(DefaultDebounce)
 		}
 		if t.Validate.Expect == "" {
 			t.Validate.Expect = ExpectConfigured
@@ -812,7 +830,7 @@ func (c *Config) checkTarget(ps *problems, name string, t Target) {
 		{f.k("deploy", "drift_check"), d.DriftCheck},
 		{f.k("deploy", "min_reload_interval"), d.MinReloadInterval},
 		{f.k("deploy", "cmd_timeout"), d.CmdTimeout},
-		{f.k("render", "debounce"), t.Render.Debounce},
+		{f.k("render", "debounce"), Duration(t.Render.Wait())},
 		{f.k("render", "max_idle"), t.Render.MaxIdle},
 		{f.k("render", "max_wait"), t.Render.MaxWait},
 		{f.k("validate", "timeout"), t.Validate.Timeout},
@@ -821,8 +839,8 @@ func (c *Config) checkTarget(ps *problems, name string, t Target) {
 			bad(dur.p, "must not be negative")
 		}
 	}
-	if t.Render.MaxWait > 0 && t.Render.MaxWait < t.Render.Debounce {
-		bad(f.k("render", "max_wait"), "%s is shorter than render.debounce %s", t.Render.MaxWait.D(), t.Render.Debounce.D())
+	if t.Render.MaxWait > 0 && t.Render.MaxWait.D() < t.Render.Wait() {
+		bad(f.k("render", "max_wait"), "%s is shorter than render.debounce %s", t.Render.MaxWait.D(), t.Render.Wait())
 	}
 }
 

@@ -104,3 +104,37 @@ func TestQuickstartLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenderDebounce: an unset debounce is the default; 0 stays 0 (render
+// as soon as the previous render is done) rather than becoming the default.
+func TestRenderDebounce(t *testing.T) {
+	const base = `
+sources: [{name: m, type: manifests, path: unused}]
+watched_resources:
+  services: {api_version: v1, kind: Service}
+targets:
+  edge:
+    base: /etc/haproxy
+    deploy: {driver: files, dest: /tmp/unused}
+    haproxy_config: {template: "global"}
+`
+	tests := []struct {
+		name, render string
+		want         time.Duration
+	}{
+		{"unset", "", config.DefaultDebounce},
+		{"zero", "    render: {debounce: 0s}\n", 0},
+		{"set", "    render: {debounce: 20ms}\n", 20 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := config.Parse([]byte(base+tt.render), "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Targets["edge"].Render.Wait(); got != tt.want {
+				t.Errorf("Wait() = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -3,8 +3,12 @@ package renderer_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
@@ -33,7 +37,7 @@ func testBurst(t *testing.T, queued bool, most float64) {
 	// A debounce window no stall of a loaded machine reaches between two
 	// changes of the burst: a pause that long would rightly end the burst.
 	edge := cfg.Targets["edge"]
-	edge.Render.Debounce = config.Duration(time.Second)
+	edge.Render.Debounce = config.Dur(time.Second)
 	cfg.Targets["edge"] = edge
 	f := &fixture{t: t, bus: testkit.NATS(t)}
 	f.env = testkit.NewEnv(t, f.bus, "r1")
@@ -106,4 +110,78 @@ func (f *fixture) putQueued(name string, from, to int) {
 	case <-time.After(10 * time.Second):
 		f.t.Fatal("announcements not acknowledged")
 	}
+}
+
+// TestRenderInFlightAbsorbsBurst: with debounce 0, the changes that
+// arrive while a render holds the index are rendered by exactly one next
+// render, started once the render in flight is done, holding all of them.
+func TestRenderInFlightAbsorbsBurst(t *testing.T) {
+	const burst = 100
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := cfg.Targets["edge"]
+	edge.Render.Debounce = config.Dur(0)
+	cfg.Targets["edge"] = edge
+	var hold atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	renderer.SetRenderHook(t, func(string) {
+		if hold.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+	})
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.put("web", 1)
+	f.synced()
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the service stops
+	f.render(1)
+
+	hold.Store(true)
+	f.put("web", 2)
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the render of the first change did not start")
+	}
+	for i := range burst {
+		f.put("web", 3+i)
+	}
+	feed := f.feedInfo
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if info := feed(); info.NumPending > 0 {
+			return fmt.Errorf("%d changes not delivered yet", info.NumPending)
+		}
+		return nil
+	})
+	before := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total")
+	once.Do(func() { close(release) })
+
+	_, b := f.render(3)
+	if got, want := file(b, "maps/svc.map"), fmt.Sprintf("\nweb %d\n", 2+burst); got != want {
+		t.Fatalf("render 3: svc.map = %q, want %q", got, want)
+	}
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if info := feed(); info.NumAckPending > 0 {
+			return fmt.Errorf("%d changes not handled yet", info.NumAckPending)
+		}
+		return nil
+	})
+	if renders := testkit.CounterValue(t, f.env.Registry, "weft_renderer_renders_total") - before; renders != 2 {
+		t.Fatalf("the held render and %d changes during it cost %v renders, want 2 (the held one and one more)", burst, renders)
+	}
+}
+
+// feedInfo reads the state of replica r1's change feed.
+func (f *fixture) feedInfo() *jetstream.ConsumerInfo {
+	f.t.Helper()
+	c, err := f.bus.JS.Consumer(context.Background(), msg.StreamChanges, renderer.ChangesConsumer("r1"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c.CachedInfo()
 }

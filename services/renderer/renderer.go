@@ -73,6 +73,10 @@ import (
 // Service is the name in metrics, logs and the DLQ subject.
 const Service = "renderer"
 
+// testHookRender, when set (by tests, before the service starts), runs
+// inside every render's read of the index, before the templates run.
+var testHookRender func(target string)
+
 // ErrUnknownTarget is a trigger for a target that is not configured.
 var ErrUnknownTarget = errors.New("unknown target")
 
@@ -121,8 +125,10 @@ type request struct {
 type targetState struct {
 	t       *target.Target
 	compile error
-	deb     *debounce.Debouncer
+	deb     *debounce.Debouncer // nil: debounce 0, every poke asks for a render
 	lease   *lease.Lease
+	// ask queues a render request of this target (renderer.enqueue).
+	ask func(request)
 
 	// selects, when set, is the target's dependence on values, known
 	// before any render (a confd resource).
@@ -139,6 +145,46 @@ type targetState struct {
 	// changes are the objects changed since the last render read the
 	// index (Provenance.Changed).
 	changes changeLog
+
+	// pending is the render asked for and not started yet: at most one
+	// per target, whatever the number of asks, so a render in flight
+	// absorbs every change that arrives meanwhile into one next render.
+	pending *request
+}
+
+// want merges req into the target's pending request and reports whether
+// none was pending.
+func (ts *targetState) want(req request) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.pending == nil {
+		ts.pending = &req
+		return true
+	}
+	p := ts.pending
+	p.force = p.force || req.force
+	if req.trigger != nil {
+		p.trigger = req.trigger
+	}
+	if req.parent.IsValid() {
+		p.parent = req.parent
+	}
+	if req.cause != "" {
+		p.cause = req.cause
+	}
+	return false
+}
+
+// next takes the pending request, if any.
+func (ts *targetState) next() (request, bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.pending == nil {
+		return request{}, false
+	}
+	req := *ts.pending
+	ts.pending = nil
+	return req, true
 }
 
 // dependsOnValue reports whether a change of the named value can change
@@ -163,11 +209,18 @@ func (ts *targetState) recordValues(read []string, all bool) {
 }
 
 // poke records the change that made the target dirty and pokes its
-// debouncer; more says further changes are already queued.
+// debouncer; more says further changes are already queued. Without a
+// debouncer (debounce 0) it asks for a render at once: the render loop
+// starts it once the previous render is done and the change feed has
+// caught up (renderer.catchUp), so a burst costs one render.
 func (ts *targetState) poke(parent trace.SpanContext, cause string, more bool) {
 	ts.mu.Lock()
 	ts.parent, ts.cause = parent, cause
 	ts.mu.Unlock()
+	if ts.deb == nil {
+		ts.ask(request{parent: parent, cause: cause})
+		return
+	}
 	if more {
 		ts.deb.PokeMore()
 	} else {
@@ -197,8 +250,9 @@ type renderer struct {
 	follow  *follower
 	webhook *webhook // nil: none
 	targets map[string]*targetState
-	reqs    chan request
-	synced  chan struct{}
+	// wake tells the render loop that a target has a pending request.
+	wake   chan struct{}
+	synced chan struct{}
 	// Initial sync: every "<source>.<type>" needs its marker, and the bucket
 	// must have been seen up to the marker's revision.
 	expected map[string]bool
@@ -206,6 +260,12 @@ type renderer struct {
 	seen     uint64 // bucket revision this renderer has caught up with
 	// feedCheck names the readiness check of this replica's change feed.
 	feedCheck string
+	// feed is the name of the change feed's durable consumer ("" before
+	// it exists), and handled the stream sequence of the last message it
+	// delivered that has been handled: a render waits for the feed to
+	// catch up before it reads the index.
+	feed    string
+	handled progress
 }
 
 // leaseTTLs is how render leases expire: by a TTL of their own
@@ -289,7 +349,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 		return nil, err
 	}
 	r := &renderer{env: env, cfg: cfg, m: m, tracer: env.Tracer.Tracer(Service), targets: map[string]*targetState{},
-		reqs: make(chan request, 64), synced: make(chan struct{}), expected: map[string]bool{}, markers: map[string]uint64{}}
+		wake: make(chan struct{}, 1), synced: make(chan struct{}), expected: map[string]bool{}, markers: map[string]uint64{}}
 	var leases jetstream.KeyValue
 	var leaseTTL leaseTTLs
 	if err := msg.Open(ctx, "renderer: buckets, stream and store", func(ctx context.Context) (err error) {
@@ -329,18 +389,20 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	for _, name := range cfg.TargetNames() {
 		tc := cfg.Targets[name]
 		ts := &targetState{}
+		ts.ask = func(req request) {
+			req.target = name
+			r.enqueue(ts, req)
+		}
 		ts.t, ts.compile = target.Compile(name, tc)
 		if ts.t != nil {
 			ts.selects = ts.t.Selects()
 		}
-		ts.deb, err = debounce.New(tc.Render.Debounce.D(), tc.Render.LeadingEdge(), func() {
-			select {
-			case r.reqs <- ts.request(name):
-			default: // a render is already queued; it will see this change
+		if wait := tc.Render.Wait(); wait > 0 {
+			ts.deb, err = debounce.New(wait, tc.Render.LeadingEdge(), func() { ts.ask(ts.request(name)) },
+				debounce.WithMaxWait(tc.Render.MaxWait.D()))
+			if err != nil {
+				return nil, err
 			}
-		}, debounce.WithMaxWait(tc.Render.MaxWait.D()))
-		if err != nil {
-			return nil, err
 		}
 		key := msg.RenderLeaseKey(name)
 		if ts.lease, err = lease.New(leases, key, env.Replica, leaseTTL.ttl, leaseTTL.opts(env.JS, key)...); err != nil {
@@ -427,6 +489,7 @@ func (r *renderer) run(ctx context.Context) error {
 	// the last change handled if it is lost all the same; removed by the
 	// server a minute after its replica is gone.
 	feed := ChangesConsumer(r.env.Replica)
+	r.feed = feed
 	// A feed of this process's previous configuration starts elsewhere in
 	// the stream; its start cannot be updated, so it goes.
 	if err := r.env.JS.DeleteConsumer(ctx, msg.StreamChanges, feed); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -471,10 +534,7 @@ func (r *renderer) run(ctx context.Context) error {
 				r.env.Log.Info("render lease", "target", name, "held", held)
 				r.m.leases.WithLabelValues(name).Set(map[bool]float64{true: 1, false: 0}[held])
 				if held {
-					select {
-					case r.reqs <- request{target: name, cause: "lease"}:
-					case <-ctx.Done():
-					}
+					ts.ask(request{cause: "lease"})
 				}
 			})
 		})
@@ -484,7 +544,9 @@ func (r *renderer) run(ctx context.Context) error {
 	}
 	err = g.Wait()
 	for _, ts := range r.targets {
-		ts.deb.Stop()
+		if ts.deb != nil {
+			ts.deb.Stop()
+		}
 	}
 	return err
 }
@@ -547,6 +609,9 @@ func (r *renderer) apply(key string, e jetstream.KeyValueEntry) bool {
 }
 
 func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
+	if meta, err := m.Metadata(); err == nil {
+		defer r.handled.advance(meta.Sequence.Stream)
+	}
 	switch msg.SubjectToken(m.Subject(), 1) {
 	case "sync":
 		var s msg.Sync
@@ -646,10 +711,7 @@ func (r *renderer) onTrigger(ctx context.Context, m *nats.Msg) error {
 		return nil // the replica holding the lease renders it
 	}
 	r.env.Log.InfoContext(ctx, "render requested", "target", name, "reason", t.Reason, "by", t.By)
-	select {
-	case r.reqs <- request{target: name, force: true, cause: "trigger", trigger: &t, parent: trace.SpanContextFromContext(ctx)}:
-	case <-ctx.Done():
-	}
+	r.targets[name].ask(request{force: true, cause: "trigger", trigger: &t, parent: trace.SpanContextFromContext(ctx)})
 	if m.Reply != "" {
 		_ = m.Respond([]byte("queued"))
 	}
@@ -664,30 +726,47 @@ func (r *renderer) idle(ctx context.Context, name string, ts *targetState, d tim
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			select {
-			case r.reqs <- request{target: name, cause: "max-idle"}:
-			default:
-			}
+			ts.ask(request{cause: "max-idle"})
+		}
+	}
+}
+
+// enqueue makes req ts's pending request (merged with one already
+// pending) and wakes the render loop. It never blocks and never drops a
+// request.
+func (r *renderer) enqueue(ts *targetState, req request) {
+	if ts.want(req) {
+		select {
+		case r.wake <- struct{}{}:
+		default: // the loop is already woken
 		}
 	}
 }
 
 // loop renders requested targets one at a time, once every source synced.
+// Each target has at most one pending request: what arrives while a
+// render runs is rendered once, by the next render of the target.
 func (r *renderer) loop(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-r.synced:
 	}
-	for _, name := range r.cfg.TargetNames() {
+	names := r.cfg.TargetNames()
+	for _, name := range names {
 		r.render(ctx, request{target: name, cause: "start"}) // where the lease is already held
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case req := <-r.reqs:
-			r.render(ctx, req)
+		case <-r.wake:
+		}
+		r.catchUp(ctx)
+		for _, name := range names {
+			if req, ok := r.targets[name].next(); ok {
+				r.render(ctx, req)
+			}
 		}
 	}
 }
@@ -718,6 +797,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.ix.Read(func(rev uint64) {
 			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause, Trigger: req.trigger}
 			changed = ts.changes.take()
+			if testHookRender != nil {
+				testHookRender(req.target)
+			}
 			res, err = ts.t.RenderFetching(ctx, r.resources(), r.values(), r.fetch)
 		})
 		if err == nil {
@@ -840,12 +922,8 @@ func (r *renderer) values() map[string]any { return valuesOf(r.ix) }
 
 func (r *renderer) retryLater(req request) {
 	req.force = true
-	time.AfterFunc(time.Second, func() {
-		select {
-		case r.reqs <- req:
-		default:
-		}
-	})
+	ts := r.targets[req.target]
+	time.AfterFunc(time.Second, func() { r.enqueue(ts, req) })
 }
 
 func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
