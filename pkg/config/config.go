@@ -273,7 +273,7 @@ type Render struct {
 	// is DefaultDebounce; 0 renders as soon as the target's previous render
 	// is done, with every change since (see Wait).
 	Debounce *Duration `json:"debounce,omitempty"`
-	Leading  *bool    `json:"leading,omitempty"`
+	Leading  *bool     `json:"leading,omitempty"`
 	// MaxWait bounds how long changes that never pause for Debounce can
 	// postpone the trailing render (0: no bound; else at least Debounce).
 	MaxWait Duration `json:"max_wait,omitempty"`
