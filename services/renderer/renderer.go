@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -123,6 +124,7 @@ type request struct {
 }
 
 type targetState struct {
+	name    string
 	t       *target.Target
 	compile error
 	deb     *debounce.Debouncer // nil: debounce 0, every poke asks for a render
@@ -146,10 +148,28 @@ type targetState struct {
 	// index (Provenance.Changed).
 	changes changeLog
 
+	// affected is set when an index change can alter the target's next
+	// render (Target.Invalidate said so, or the target cannot tell); the
+	// change's handler pokes the target only then.
+	affected atomic.Bool
+
 	// pending is the render asked for and not started yet: at most one
 	// per target, whatever the number of asks, so a render in flight
 	// absorbs every change that arrives meanwhile into one next render.
 	pending *request
+	// leased follows the render lease as its gains and losses are
+	// reported; a gain asks for a render under the same lock, so the
+	// render that covers the gain is exactly one.
+	leased bool
+}
+
+// leaseChanged records a gain or loss of the render lease; a gain asks for
+// a render (merged with one already pending) and reports that it did.
+func (ts *targetState) leaseChanged(held bool) bool {
+	ts.mu.Lock()
+	ts.leased = held
+	ts.mu.Unlock()
+	return held && ts.want(request{cause: "lease"})
 }
 
 // want merges req into the target's pending request and reports whether
@@ -157,6 +177,7 @@ type targetState struct {
 func (ts *targetState) want(req request) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	req.target = ts.name
 	if ts.pending == nil {
 		ts.pending = &req
 		return true
@@ -175,7 +196,9 @@ func (ts *targetState) want(req request) bool {
 	return false
 }
 
-// next takes the pending request, if any.
+// next takes the pending request, if any, and reports whether to render
+// it: not without the lease (another replica renders the target; a gain
+// of the lease asks again).
 func (ts *targetState) next() (request, bool) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -184,7 +207,7 @@ func (ts *targetState) next() (request, bool) {
 	}
 	req := *ts.pending
 	ts.pending = nil
-	return req, true
+	return req, ts.leased
 }
 
 // dependsOnValue reports whether a change of the named value can change
@@ -388,11 +411,8 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 	r.follow = &follower{ix: r.ix, bucket: resources, log: env.Log}
 	for _, name := range cfg.TargetNames() {
 		tc := cfg.Targets[name]
-		ts := &targetState{}
-		ts.ask = func(req request) {
-			req.target = name
-			r.enqueue(ts, req)
-		}
+		ts := &targetState{name: name}
+		ts.ask = func(req request) { r.enqueue(ts, req) }
 		ts.t, ts.compile = target.Compile(name, tc)
 		if ts.t != nil {
 			ts.selects = ts.t.Selects()
@@ -434,13 +454,21 @@ func (r *renderer) invalidate(c index.Change) {
 		changes = []engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}}
 	}
 	for _, ts := range r.targets {
+		affected := true
 		if ts.t != nil {
-			ts.t.Invalidate(changes)
+			affected = ts.t.Invalidate(changes)
 		}
-		if c.Type == config.ValuesType && !ts.dependsOnValue(valueName(c)) {
-			continue // a value this target does not read
+		if c.Type == config.ValuesType {
+			// A confd target knows the values it depends on before it
+			// renders; the others from their last render.
+			if affected = ts.dependsOnValue(valueName(c)); !affected {
+				continue // a value this target does not read
+			}
 		}
 		ts.changes.note(c)
+		if affected {
+			ts.affected.Store(true)
+		}
 	}
 }
 
@@ -533,8 +561,8 @@ func (r *renderer) run(ctx context.Context) error {
 			return ts.lease.Run(ctx, r.deaf, func(held bool) {
 				r.env.Log.Info("render lease", "target", name, "held", held)
 				r.m.leases.WithLabelValues(name).Set(map[bool]float64{true: 1, false: 0}[held])
-				if held {
-					ts.ask(request{cause: "lease"})
+				if ts.leaseChanged(held) {
+					r.wakeLoop()
 				}
 			})
 		})
@@ -672,8 +700,8 @@ func (r *renderer) onChange(ctx context.Context, c msg.Change, age time.Duration
 	}
 	sc := trace.SpanContextFromContext(ctx)
 	for _, ts := range r.targets {
-		if c.Type == config.ValuesType && !ts.dependsOnValue(c.Name) {
-			continue // a value this target does not read
+		if !ts.affected.Swap(false) {
+			continue // nothing the target's last render read changed
 		}
 		ts.poke(sc, msg.ChangeSubject(c.Source, c.Type), more)
 	}
@@ -736,10 +764,14 @@ func (r *renderer) idle(ctx context.Context, name string, ts *targetState, d tim
 // request.
 func (r *renderer) enqueue(ts *targetState, req request) {
 	if ts.want(req) {
-		select {
-		case r.wake <- struct{}{}:
-		default: // the loop is already woken
-		}
+		r.wakeLoop()
+	}
+}
+
+func (r *renderer) wakeLoop() {
+	select {
+	case r.wake <- struct{}{}:
+	default: // the loop is already woken
 	}
 }
 
@@ -754,7 +786,9 @@ func (r *renderer) loop(ctx context.Context) error {
 	}
 	names := r.cfg.TargetNames()
 	for _, name := range names {
-		r.render(ctx, request{target: name, cause: "start"}) // where the lease is already held
+		// Rendered where the lease is held; merged with the render a gain
+		// of the lease asked for.
+		r.targets[name].ask(request{cause: "start"})
 	}
 	for {
 		select {
@@ -797,6 +831,7 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.ix.Read(func(rev uint64) {
 			prov = msg.Provenance{StateRevision: rev, Counts: r.ix.Counts(), Cause: req.cause, Trigger: req.trigger}
 			changed = ts.changes.take()
+			ts.affected.Store(false) // this render reads every change so far
 			if testHookRender != nil {
 				testHookRender(req.target)
 			}

@@ -186,15 +186,25 @@ func mark(e *entry) {
 	}
 }
 
-// invalidate marks the entries a change affects.
-func (c *fragmentCache) invalidate(ch Change) {
-	c.idx.affected(ch, mark)
+// invalidate marks the entries a change affects and reports whether it
+// affects any: an entry that read what changed, or the change is of a
+// fragment's own type.
+func (c *fragmentCache) invalidate(ch Change) bool {
+	affected := false
+	c.idx.affected(ch, func(e *entry) {
+		affected = true
+		mark(e)
+	})
 	if ch.Value != "" {
-		return
+		return affected
 	}
 	for _, fs := range c.states {
+		if fs.f.forEach != ch.Type {
+			continue
+		}
+		affected = true
 		// Before the first render there is nothing to mark: it scans.
-		if fs.ready && fs.f.forEach == ch.Type {
+		if fs.ready {
 			fs.reported++
 			fs.touched[ch.ID] = struct{}{}
 			if e := fs.entries[ch.ID]; e != nil {
@@ -202,6 +212,7 @@ func (c *fragmentCache) invalidate(ch Change) {
 			}
 		}
 	}
+	return affected
 }
 
 // reset forgets every entry of fs (its store was replaced).

@@ -80,6 +80,9 @@ type world struct {
 	set    *Set // the incremental Set, fed every change
 	// scratch renders the same spec with an empty cache each time.
 	scratch *Set
+	// affected is whether an Invalidate since it was last cleared said
+	// its changes can alter the next render.
+	affected bool
 }
 
 func newWorld(t testing.TB, spec Spec) *world {
@@ -96,7 +99,9 @@ func newWorld(t testing.TB, spec Spec) *world {
 	// As the renderer does: every index change reaches the cache from
 	// inside the index write.
 	ix.Observe(func(c index.Change) {
-		set.Invalidate([]Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
+		if set.Invalidate([]Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}}) {
+			w.affected = true
+		}
 	})
 	return w
 }
@@ -104,7 +109,10 @@ func newWorld(t testing.TB, spec Spec) *world {
 func (w *world) put(typ, id string, obj map[string]any) {
 	w.rev++
 	if !w.ix.Upsert(typ, id, w.rev, obj) {
-		w.t.Fatalf("upsert %s %s ignored", typ, id)
+		// The same content again is no change; anything else must be.
+		if got, _ := w.ix.Store(typ).Get(id); !reflect.DeepEqual(got, obj) {
+			w.t.Fatalf("upsert %s %s ignored", typ, id)
+		}
 	}
 }
 
@@ -119,7 +127,9 @@ func (w *world) setValue(name string, v any) {
 	} else {
 		w.values[name] = v
 	}
-	w.set.Invalidate([]Change{{Value: name}})
+	if w.set.Invalidate([]Change{{Value: name}}) {
+		w.affected = true
+	}
 }
 
 // forget empties everything s keeps between renders, as if just compiled.

@@ -78,15 +78,26 @@ func newOutputCache(outs []*output) *outputCache {
 	return c
 }
 
-func markOutput(os *outputState) { os.dirty = true }
-
-func (c *outputCache) invalidate(ch Change) {
+// invalidate marks the outputs a change affects and reports whether the
+// change can alter any output: one read what changed, or one runs on the
+// next render whatever changed (never rendered, not cacheable).
+func (c *outputCache) invalidate(ch Change) bool {
 	if ch.Value == "" {
 		if s := c.stores[ch.Type]; s != nil {
 			s.reported++
 		}
 	}
-	c.idx.affected(ch, markOutput)
+	affected := false
+	c.idx.affected(ch, func(os *outputState) {
+		affected = true
+		os.dirty = true
+	})
+	for _, os := range c.states {
+		if !os.valid {
+			return true
+		}
+	}
+	return affected
 }
 
 func (c *outputCache) invalidateAll() {
@@ -232,11 +243,12 @@ func (s *Set) checkValues(values map[string]any) {
 	s.lastValues, s.haveValues = maps.Clone(values), true
 }
 
-func (s *Set) invalidate(ch Change) {
+func (s *Set) invalidate(ch Change) bool {
+	affected := false
 	if s.cache != nil {
-		s.cache.invalidate(ch)
+		affected = s.cache.invalidate(ch)
 	}
-	s.outs.invalidate(ch)
+	return s.outs.invalidate(ch) || affected
 }
 
 // Invalidate marks the cached fragment entries and outputs that changes
@@ -252,12 +264,22 @@ func (s *Set) invalidate(ch Change) {
 // notices values that differ from the last render's. It cannot notice an
 // unreported change of an object that a fragment entry of another type
 // read.
-func (s *Set) Invalidate(changes []Change) {
+//
+// Invalidate reports whether the changes can alter the next Render's
+// output: false only when no fragment entry and no output read anything
+// they changed, none of them is of a fragment's own type, and every
+// output was rendered before and may be reused. A caller can skip the
+// render of changes that cannot alter it (it renders the same bytes).
+func (s *Set) Invalidate(changes []Change) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	affected := false
 	for _, ch := range changes {
-		s.invalidate(ch)
+		if s.invalidate(ch) {
+			affected = true
+		}
 	}
+	return affected
 }
 
 // renderOutput runs one output with its own state, recording what it reads.

@@ -204,3 +204,52 @@ func TestOutputsFailingIsNotCached(t *testing.T) {
 		t.Errorf("ran %v, files %q %q; want everything cached", out.OutputsRendered, out.Files[0].Content, out.Files[1].Content)
 	}
 }
+
+// TestInvalidateReportsWhatCanChange: Invalidate says a change can alter
+// the next render exactly when an output or fragment entry read what
+// changed, the change is of a fragment's own type, or nothing was rendered
+// yet; the render after a change it calls harmless reuses every output.
+func TestInvalidateReportsWhatCanChange(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(w *world)
+		want   bool
+	}{
+		{"an EndpointSlice of one backend", func(w *world) {
+			w.put("endpoints", "a/web-1", slice("a", "web-1", "web", "10.0.0.9"))
+		}, true},
+		{"an EndpointSlice nothing reads", func(w *world) {
+			w.put("endpoints", "c/x-1", slice("c", "x-1", "x", "10.9.0.1"))
+		}, false},
+		{"an Ingress (a fragment's own type)", func(w *world) {
+			w.put("ingresses", "c/new", ingress("c", "new", "new", 8003, "", ""))
+		}, true},
+		{"a Service in the namespace looked up", func(w *world) {
+			w.put("services", "a/cache", service("a", "cache", 80))
+		}, true},
+		{"a Service in another namespace", func(w *world) {
+			w.put("services", "c/cache", service("c", "cache", 80))
+		}, false},
+		{"another Secret", func(w *world) {
+			w.put("secrets", "a/other", secret("a", "other", "x"))
+		}, false},
+		{"a value read by name", func(w *world) { w.setValue("timeout", "9s") }, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := baseWorld(t, outputsSpec)
+			if !w.affected {
+				t.Error("changes before the first render: Invalidate said they cannot alter it")
+			}
+			w.render(outputsSpec)
+			w.affected = false
+			tc.change(w)
+			if w.affected != tc.want {
+				t.Fatalf("Invalidate said %v, want %v", w.affected, tc.want)
+			}
+			if out := w.render(outputsSpec); !tc.want && len(out.OutputsRendered) > 0 {
+				t.Errorf("a change Invalidate called harmless ran %v", renderedNames(out))
+			}
+		})
+	}
+}

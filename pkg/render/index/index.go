@@ -11,7 +11,9 @@
 // write (for example a NATS KV revision; for a delete, the revision of the
 // delete or purge marker itself, never one derived from another write). A
 // change whose revision is not newer than the one already applied for that
-// id is ignored, so redelivered and duplicate changes alter nothing.
+// id is ignored, so redelivered and duplicate changes alter nothing. An
+// upsert of the content already stored (deep-equal) takes its revision but
+// is no change: it reports false and reaches no observer.
 // Deletions leave a tombstone with their revision, so an older upsert
 // delivered late cannot resurrect the object, and any later write, whose
 // revision is strictly higher, wins. Forget removes an id a reader found
@@ -44,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -176,6 +179,12 @@ func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any) (C
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if !st.newer(id, rev) {
+		return Change{}, false
+	}
+	if old := st.entries[id]; old != nil && reflect.DeepEqual(old.obj, obj) {
+		// Written again with the same content: a newer revision, no change.
+		old.rev = rev
+		ix.bump(rev)
 		return Change{}, false
 	}
 	keys := make([]string, len(st.indexBy))

@@ -510,3 +510,39 @@ func TestObserverRunsBeforeReaders(t *testing.T) {
 		})
 	}
 }
+
+// TestSameContentIsNoChange: an object written again with the same
+// content takes the newer revision (an older write stays ignored) but is
+// no change: Upsert reports false, no observer runs, Changes stays.
+func TestSameContentIsNoChange(t *testing.T) {
+	ix := newIndex(t)
+	calls := 0
+	ix.Observe(func(Change) { calls++ })
+	st := ix.Store("endpoints")
+	if !ix.Upsert("endpoints", "ns/a", 1, slice("ns", "a", "web")) {
+		t.Fatal("first upsert reported no change")
+	}
+	steps := []struct {
+		name    string
+		rev     uint64
+		obj     map[string]any
+		changed bool
+		calls   int
+		changes uint64
+		stored  uint64 // the revision the object is stored at, and the Index's
+	}{
+		{"same content, newer revision", 2, slice("ns", "a", "web"), false, 1, 1, 2},
+		{"older revision of other content", 1, slice("ns", "a", "api"), false, 1, 1, 2},
+		{"other content", 3, slice("ns", "a", "api"), true, 2, 2, 3},
+	}
+	for _, s := range steps {
+		if got := ix.Upsert("endpoints", "ns/a", s.rev, s.obj); got != s.changed {
+			t.Errorf("%s: Upsert = %v, want %v", s.name, got, s.changed)
+		}
+		rev, _ := st.Revision("ns/a")
+		if calls != s.calls || st.Changes() != s.changes || rev != s.stored || ix.Revision() != s.stored {
+			t.Errorf("%s: observer calls %d, Changes %d, revision %d, index revision %d; want %d, %d, %d, %d",
+				s.name, calls, st.Changes(), rev, ix.Revision(), s.calls, s.changes, s.stored, s.stored)
+		}
+	}
+}

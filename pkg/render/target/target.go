@@ -197,12 +197,14 @@ func (t *Target) Selects() func(name string) bool {
 	return nil
 }
 
-// Invalidate marks the cached fragment entries that changes affect (see
-// engine.Set.Invalidate).
-func (t *Target) Invalidate(changes []engine.Change) {
+// Invalidate marks the cached fragment entries that changes affect and
+// reports whether the changes can alter the target's next render (see
+// engine.Set.Invalidate); a confd target cannot tell, and says they can.
+func (t *Target) Invalidate(changes []engine.Change) bool {
 	if t.set != nil {
-		t.set.Invalidate(changes)
+		return t.set.Invalidate(changes)
 	}
+	return true
 }
 
 // path implements get_path: the absolute deployed path of a rendered file.

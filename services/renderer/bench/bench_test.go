@@ -254,7 +254,7 @@ type oneChange struct {
 	n   int
 }
 
-func newOneChange(b *testing.B, n int, invalidate func([]engine.Change)) *oneChange {
+func newOneChange(b *testing.B, n int, invalidate func([]engine.Change) bool) *oneChange {
 	b.Helper()
 	ix, err := Load(n)
 	if err != nil {

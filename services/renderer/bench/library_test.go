@@ -250,7 +250,7 @@ func BenchmarkLibraryOneChange(b *testing.B) {
 }
 
 // newLibraryOneChange is newOneChange over the library workload's index.
-func newLibraryOneChange(b *testing.B, n int, invalidate func([]engine.Change)) *oneChange {
+func newLibraryOneChange(b *testing.B, n int, invalidate func([]engine.Change) bool) *oneChange {
 	b.Helper()
 	ix, err := LoadLibrary(n)
 	if err != nil {

@@ -1,0 +1,134 @@
+package renderer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/renderer"
+)
+
+// churnYAML reads the Services of namespace default only, through
+// get_indexed: a Service elsewhere is nothing the target reads.
+const churnYAML = `
+sources: [{name: m, type: manifests, path: unused}]
+watched_resources:
+  services: {api_version: v1, kind: Service, index_by: ["metadata.namespace"]}
+targets:
+  edge:
+    base: /etc/haproxy
+    deploy: {driver: files, dest: /tmp/unused}
+    maps:
+      svc.map:
+        template: |
+          {%- for svc in resources.services.get_indexed("default") %}
+          {{ svc.metadata.name }} {{ svc.spec.port }}
+          {%- endfor %}
+    haproxy_config:
+      template: |
+        # map at {{ "svc.map" | get_path("map") }}
+`
+
+// announce publishes the change of a write made with writeIn.
+func (f *fixture) announce(c msg.Change) {
+	f.t.Helper()
+	out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", c)
+	if _, err := f.bus.JS.PublishMsg(context.Background(), out); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// handled waits until replica r1's change feed has handled every change.
+func (f *fixture) handled() {
+	f.t.Helper()
+	testkit.Eventually(f.t, 20*time.Second, func() error {
+		if info := f.feedInfo(); info.NumPending+uint64(info.NumAckPending) > 0 {
+			return fmt.Errorf("%d changes pending, %d unacknowledged", info.NumPending, info.NumAckPending)
+		}
+		return nil
+	})
+}
+
+func startChurn(t *testing.T, debounce time.Duration) *fixture {
+	cfg, err := config.Parse([]byte(churnYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := cfg.Targets["edge"]
+	edge.Render.Debounce = config.Dur(debounce)
+	cfg.Targets["edge"] = edge
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f.writeIn("default", "web", 1)
+	f.writeIn("other", "db", 1)
+	f.synced()
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	f.render(1)
+	return f
+}
+
+// TestChangeNothingReadRendersNothing: a change of an object no template
+// of the target read, and an object written again with the same content,
+// start no render; the next change of what the target read renders once.
+func TestChangeNothingReadRendersNothing(t *testing.T) {
+	f := startChurn(t, 100*time.Millisecond)
+	before := renders(t, f.env, "edge")
+	f.announce(f.writeIn("other", "db", 2)) // a namespace nothing looks up
+	f.handled()
+	f.announce(f.writeIn("default", "web", 1)) // the same content again
+	f.handled()
+	f.announce(f.writeIn("default", "web", 2))
+	_, b := f.render(2)
+	if got := file(b, "maps/svc.map"); got != "\nweb 2\n" {
+		t.Fatalf("svc.map = %q", got)
+	}
+	f.handled()
+	if n := renders(t, f.env, "edge") - before; n != 1 {
+		t.Fatalf("3 changes, one of them to what the target read, cost %v renders, want 1", n)
+	}
+}
+
+// TestChurnRenders sends 100 changes a second for 3 seconds with debounce
+// 0, a third each to a Service nothing reads, rewrites of a Service with
+// its content, and real changes of a Service the target reads, and counts
+// the renders by outcome: none renders the bundle already published.
+func TestChurnRenders(t *testing.T) {
+	f := startChurn(t, 0)
+	count := func(outcome string) float64 { return outcomes(t, f.env, "weft_renderer_renders_total", outcome) }
+	before := map[string]float64{"published": count("published"), "unchanged": count("unchanged")}
+	const changes = 300
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	port := 1
+	for i := range changes {
+		<-tick.C
+		switch i % 3 {
+		case 0:
+			f.announce(f.writeIn("other", "db", 2+i))
+		case 1:
+			f.announce(f.writeIn("default", "web", port))
+		case 2:
+			port++
+			f.announce(f.writeIn("default", "web", port))
+		}
+	}
+	f.handled()
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if got, want := file(f.latest(), "maps/svc.map"), fmt.Sprintf("\nweb %d\n", port); got != want {
+			return fmt.Errorf("svc.map = %q, want %q", got, want)
+		}
+		return nil
+	})
+	published, unchanged := count("published")-before["published"], count("unchanged")-before["unchanged"]
+	t.Logf("%d changes (%d of what the target reads): %v renders published, %v unchanged", changes, changes/3, published, unchanged)
+	if unchanged > 0 {
+		t.Errorf("%v renders produced the bundle already published", unchanged)
+	}
+	if published > changes/3 {
+		t.Errorf("%v renders published for %d changes of what the target reads", published, changes/3)
+	}
+}
