@@ -73,10 +73,32 @@ func ahead(c msg.Change, last uint64, age time.Duration) error {
 
 // put stores one resource value of the bucket in the index at rev.
 func (f *follower) put(typ, key string, rev uint64, data []byte) bool {
+	obj, ok := f.decode(key, rev, data)
+	return ok && f.ix.Upsert(typ, key, rev, obj)
+}
+
+// decode reads one resource value of the bucket; an unreadable one is
+// logged and ignored.
+func (f *follower) decode(key string, rev uint64, data []byte) (map[string]any, bool) {
 	var res msg.Resource
 	if err := msg.Decode(data, &res); err != nil {
 		f.log.Error("unreadable resource in bucket; ignored", "key", key, "revision", rev, "err", err)
-		return false
+		return nil, false
 	}
-	return f.ix.Upsert(typ, key, rev, index.Normalize(res.Object).(map[string]any))
+	obj, ok := index.Normalize(res.Object).(map[string]any)
+	if !ok {
+		f.log.Error("resource in bucket without an object; ignored", "key", key, "revision", rev)
+	}
+	return obj, ok
+}
+
+// decodeEntry reads one live entry of the bucket (a put of a resource
+// key) for the index.
+func (f *follower) decodeEntry(e jetstream.KeyValueEntry) (index.Put, bool) {
+	_, typ, _, _, err := msg.ParseResourceKey(e.Key())
+	if err != nil || e.Operation() != jetstream.KeyValuePut {
+		return index.Put{}, false
+	}
+	obj, ok := f.decode(e.Key(), e.Revision(), e.Value())
+	return index.Put{Type: typ, ID: e.Key(), Rev: e.Revision(), Object: obj}, ok
 }

@@ -1,7 +1,9 @@
 // Package renderer turns the resources bucket into rendered bundles.
 //
 // On start it notes the end of WEFT_CHANGES, loads every object from the
-// resources bucket into an in-memory index, and then follows change and
+// resources bucket into an in-memory index (one watch of the bucket,
+// decoded on every CPU, put in the index in one write: load.go), and then
+// follows change and
 // sync messages from that point, so nothing between the load and the
 // follow is missed; applying a change re-reads its key's last write from
 // the bucket's stream (a put, or a delete or purge marker, at its own
@@ -14,8 +16,15 @@
 // A value change pokes only the targets that depend on the value: those
 // whose last render read it (every target before its first render), and,
 // for a target made from a confd resource, exactly the values its keys
-// select. Every other change pokes each target's debouncer; a fire renders the target in
-// the service's single render loop. Targets with fragments keep each
+// select. An object change pokes the targets whose Invalidate says it can
+// alter their next render (something their last render read, a
+// fragment's own type, or no render yet); an object written again with
+// the same content is no change at all. A poke goes to the target's
+// debouncer, or, with debounce 0, straight to the render loop. The
+// service's single render loop keeps at most one pending render per
+// target: whatever asks while a render runs is rendered once, next, after
+// the change feed has caught up with what it delivered (catchup.go).
+// Targets with fragments keep each
 // fragment entry rendered from the last render: every change applied to the
 // index (objects and values) is handed to each target's Invalidate from
 // inside the index write, before any render can read the change, so a
@@ -577,63 +586,6 @@ func (r *renderer) run(ctx context.Context) error {
 		}
 	}
 	return err
-}
-
-// load reads the sync markers and then the whole resources bucket. In that
-// order: a source writes its objects before its marker, so every object of
-// a marker seen here is in the bucket by the time it is read.
-func (r *renderer) load(ctx context.Context) error {
-	keys, err := r.status.ListKeysFiltered(ctx, "sync.>")
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return fmt.Errorf("renderer: sync markers: %w", err)
-	}
-	if keys != nil {
-		for k := range keys.Keys() {
-			e, err := r.status.Get(ctx, k)
-			if err != nil {
-				continue
-			}
-			var st msg.SyncStatus
-			if msg.Decode(e.Value(), &st) == nil {
-				r.markers[st.Source+"."+st.Type] = st.Revision
-			}
-		}
-	}
-	stream, err := r.env.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
-	if err != nil {
-		return fmt.Errorf("renderer: load: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("renderer: load: %w", err)
-	}
-	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("renderer: load: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		e, ok := <-w.Updates()
-		if !ok {
-			return errors.New("renderer: load: the watch of the resources bucket ended before its current values were read")
-		}
-		if e == nil {
-			break
-		}
-		r.apply(e.Key(), e)
-	}
-	r.seen = info.State.LastSeq
-	r.checkSynced()
-	return nil
-}
-
-// apply puts one live entry of the bucket into the index.
-func (r *renderer) apply(key string, e jetstream.KeyValueEntry) bool {
-	_, typ, _, _, err := msg.ParseResourceKey(key)
-	if err != nil || e.Operation() != jetstream.KeyValuePut {
-		return false
-	}
-	return r.follow.put(typ, key, e.Revision(), e.Value())
 }
 
 func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {

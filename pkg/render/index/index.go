@@ -52,6 +52,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unique"
 
 	"github.com/weftio/weft/pkg/config/fieldpath"
 )
@@ -168,16 +169,19 @@ func (ix *Index) Upsert(typ, id string, rev uint64, obj map[string]any) bool {
 	}
 	ix.gate.Lock()
 	defer ix.gate.Unlock()
-	c, ok := ix.upsert(st, id, rev, obj)
+	c, ok := ix.upsert(st, id, rev, obj, true)
 	if ok {
 		ix.notify(c)
 	}
 	return ok
 }
 
-func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any) (Change, bool) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
+// upsert stores obj; lock says whether to take mu (UpsertMany holds it).
+func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any, lock bool) (Change, bool) {
+	if lock {
+		ix.mu.Lock()
+		defer ix.mu.Unlock()
+	}
 	if !st.newer(id, rev) {
 		return Change{}, false
 	}
@@ -187,10 +191,7 @@ func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any) (C
 		ix.bump(rev)
 		return Change{}, false
 	}
-	keys := make([]string, len(st.indexBy))
-	for i, p := range st.indexBy {
-		keys[i] = KeyString(p.Lookup(obj))
-	}
+	keys := st.keysOf(obj)
 	c := Change{Type: st.typ, ID: id, Rev: rev, New: obj, NewKeys: keys}
 	st.changes++
 	if old := st.entries[id]; old != nil {
@@ -208,6 +209,126 @@ func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any) (C
 	}
 	ix.bump(rev)
 	return c, true
+}
+
+// Put is one object for UpsertMany.
+type Put struct {
+	Type, ID string
+	Rev      uint64
+	Object   map[string]any
+}
+
+// UpsertMany applies puts as Upsert applies each (same revision rules,
+// same Changes to the observers, in the order of puts) under one write,
+// and returns how many changed the Index. It is the way to fill an Index
+// from a snapshot: objects new to a Store are appended and its id lists
+// sorted once at the end, where Upsert inserts each in order.
+func (ix *Index) UpsertMany(puts []Put) int {
+	ix.gate.Lock()
+	defer ix.gate.Unlock()
+	changes := ix.upsertMany(puts)
+	for _, c := range changes {
+		ix.notify(c)
+	}
+	return len(changes)
+}
+
+func (ix *Index) upsertMany(puts []Put) []Change {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	changes := make([]Change, 0, len(puts))
+	// The Stores with ids appended by this call: how long each list was
+	// before (-1 for the id list, level and prefix key for the others).
+	unsorted := map[*Store]map[listRef]int{}
+	for _, p := range puts {
+		st := ix.stores[p.Type]
+		if st == nil || !st.newer(p.ID, p.Rev) {
+			continue
+		}
+		if st.entries[p.ID] != nil {
+			// Already stored: as Upsert, on sorted lists.
+			if levels := unsorted[st]; levels != nil {
+				ix.sortStore(st, levels)
+				delete(unsorted, st)
+			}
+			if c, ok := ix.upsert(st, p.ID, p.Rev, p.Object, false); ok {
+				changes = append(changes, c)
+			}
+			continue
+		}
+		keys := st.keysOf(p.Object)
+		delete(st.tombstones, p.ID)
+		st.entries[p.ID] = &entry{rev: p.Rev, obj: p.Object, keys: keys}
+		lists := unsorted[st]
+		if lists == nil {
+			lists = map[listRef]int{{level: -1}: len(st.ids)}
+			unsorted[st] = lists
+		}
+		st.ids = append(st.ids, p.ID)
+		for k := range st.prefixes {
+			pk := prefixKey(keys[:k+1])
+			ref := listRef{k, pk}
+			if _, ok := lists[ref]; !ok {
+				lists[ref] = len(st.prefixes[k][pk])
+			}
+			st.prefixes[k][pk] = append(st.prefixes[k][pk], p.ID)
+		}
+		st.changes++
+		ix.bump(p.Rev)
+		changes = append(changes, Change{Type: st.typ, ID: p.ID, Rev: p.Rev, New: p.Object, NewKeys: keys})
+	}
+	for st, levels := range unsorted {
+		ix.sortStore(st, levels)
+	}
+	return changes
+}
+
+// listRef names one sorted id list of a Store: its ids (level -1) or the
+// list of a prefix key at a level.
+type listRef struct {
+	level int
+	key   string
+}
+
+// sortStore sorts the lists of st that ids were appended to, each from
+// the length it had before: the appended ids are sorted and merged in.
+func (ix *Index) sortStore(st *Store, lists map[listRef]int) {
+	for ref, from := range lists {
+		if ref.level < 0 {
+			st.ids = mergeTail(st.ids, from)
+		} else {
+			st.prefixes[ref.level][ref.key] = mergeTail(st.prefixes[ref.level][ref.key], from)
+		}
+	}
+}
+
+// mergeTail sorts s whose first from elements are sorted already.
+func mergeTail(s []string, from int) []string {
+	tail := s[from:]
+	slices.Sort(tail)
+	if from == 0 || len(tail) == 0 || s[from-1] <= tail[0] {
+		return s
+	}
+	out := make([]string, 0, len(s))
+	head, tail := s[:from], slices.Clone(tail)
+	for len(head) > 0 && len(tail) > 0 {
+		if head[0] <= tail[0] {
+			out, head = append(out, head[0]), head[1:]
+		} else {
+			out, tail = append(out, tail[0]), tail[1:]
+		}
+	}
+	out = append(out, head...)
+	return append(out, tail...)
+}
+
+// keysOf returns obj's index key tuple.
+func (st *Store) keysOf(obj map[string]any) []string {
+	keys := make([]string, len(st.indexBy))
+	for i, p := range st.indexBy {
+		keys[i] = KeyString(p.Lookup(obj))
+	}
+	return keys
 }
 
 // Delete removes id from typ at revision rev and reports whether an object
@@ -580,11 +701,14 @@ func Decode(data []byte) (map[string]any, error) {
 // where they are whole: json.Number as produced by UseNumber, and float64
 // as produced by a plain json.Unmarshal (which cannot tell 80 from 80.0).
 // It returns the converted value; maps and slices are modified in place.
+// Map keys are interned (package unique): objects of one kind repeat the
+// same keys, and the decoder allocates each of them anew.
 func Normalize(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			x[k] = Normalize(e)
+			// Assigning to an existing key stores the interned copy.
+			x[unique.Make(k).Value()] = Normalize(e)
 		}
 		return x
 	case []any:

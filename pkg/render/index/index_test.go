@@ -1,12 +1,16 @@
 package index
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/weftio/weft/pkg/config/fieldpath"
 )
@@ -544,5 +548,86 @@ func TestSameContentIsNoChange(t *testing.T) {
 			t.Errorf("%s: observer calls %d, Changes %d, revision %d, index revision %d; want %d, %d, %d, %d",
 				s.name, calls, st.Changes(), rev, ix.Revision(), s.calls, s.changes, s.stored, s.stored)
 		}
+	}
+}
+
+// TestUpsertManyMatchesUpsert applies the same puts (new ids, updates that
+// move an object between keys, stale revisions, the same id twice in one
+// call, ids deleted before) with UpsertMany in batches and with Upsert one
+// by one: the stores, lookups and observed changes are the same.
+func TestUpsertManyMatchesUpsert(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var puts []Put
+	for i := range 3000 {
+		id := fmt.Sprintf("ns%d/s%03d", rng.IntN(3), rng.IntN(400))
+		svc := fmt.Sprintf("svc%d", rng.IntN(7))
+		rev := uint64(i + 1)
+		if rng.IntN(10) == 0 {
+			rev = uint64(rng.IntN(i + 1)) // stale, most of the time
+		}
+		puts = append(puts, Put{Type: "endpoints", ID: id, Rev: rev, Object: slice("ns", id, svc)})
+	}
+	one, many := newIndex(t), newIndex(t)
+	var seenOne, seenMany []Change
+	one.Observe(func(c Change) { seenOne = append(seenOne, c) })
+	many.Observe(func(c Change) { seenMany = append(seenMany, c) })
+	for _, ix := range []*Index{one, many} {
+		ix.Upsert("endpoints", "ns0/s001", 1, slice("ns", "ns0/s001", "svc0"))
+		ix.Delete("endpoints", "ns1/s002", 2)
+	}
+	changed := 0
+	for _, p := range puts {
+		if one.Upsert(p.Type, p.ID, p.Rev, p.Object) {
+			changed++
+		}
+	}
+	got := 0
+	for start := 0; start < len(puts); start += 700 {
+		got += many.UpsertMany(puts[start:min(start+700, len(puts))])
+	}
+	if got != changed {
+		t.Errorf("UpsertMany changed %d, Upsert %d", got, changed)
+	}
+	if !reflect.DeepEqual(seenOne, seenMany) {
+		t.Errorf("observers saw %d changes from UpsertMany, %d from Upsert (or other ones)", len(seenMany), len(seenOne))
+	}
+	a, b := one.Store("endpoints"), many.Store("endpoints")
+	if !reflect.DeepEqual(a.Items(), b.Items()) || a.Changes() != b.Changes() || one.Revision() != many.Revision() {
+		t.Errorf("stores differ: %d vs %d items, %d vs %d changes", len(a.Items()), len(b.Items()), a.Changes(), b.Changes())
+	}
+	for k := range 7 {
+		svc := fmt.Sprintf("svc%d", k)
+		if x, y := names(a.GetIndexed(svc)), names(b.GetIndexed(svc)); !slices.Equal(x, y) {
+			t.Errorf("GetIndexed(%s): %v vs %v", svc, y, x)
+		}
+	}
+}
+
+// TestNormalizeInternsKeys: the same key decoded in two objects is one
+// string in memory after Normalize.
+func TestNormalizeInternsKeys(t *testing.T) {
+	var a, b map[string]any
+	if err := json.Unmarshal([]byte(`{"metadata":{"namespace":"x"}}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`{"metadata":{"namespace":"y"}}`), &b); err != nil {
+		t.Fatal(err)
+	}
+	key := func(m map[string]any) *byte {
+		for k := range m {
+			return unsafe.StringData(k)
+		}
+		return nil
+	}
+	if key(a) == key(b) {
+		t.Fatal("the decoder shared the keys already: nothing to check")
+	}
+	Normalize(a)
+	Normalize(b)
+	if key(a) != key(b) {
+		t.Error("top-level keys not interned")
+	}
+	if key(a["metadata"].(map[string]any)) != key(b["metadata"].(map[string]any)) {
+		t.Error("nested keys not interned")
 	}
 }
