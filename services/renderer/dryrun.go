@@ -104,9 +104,11 @@ func (r *renderer) overlay(p proposal) (base, with *index.Index, err error) {
 			}
 		}
 	})
-	if !with.Upsert(p.typ, p.key, top+1, p.object) {
+	if with.Store(p.typ) == nil {
 		return nil, nil, fmt.Errorf("type %s is not indexed", p.typ)
 	}
+	// An object the same as the one stored is no change: with is base.
+	with.Upsert(p.typ, p.key, top+1, p.object)
 	return base, with, nil
 }
 
