@@ -53,7 +53,7 @@ func (f *fixture) handled() {
 	})
 }
 
-func startChurn(t *testing.T, debounce time.Duration) *fixture {
+func startChurn(t testing.TB, debounce time.Duration) *fixture {
 	cfg, err := config.Parse([]byte(churnYAML), "/")
 	if err != nil {
 		t.Fatal(err)
@@ -130,5 +130,41 @@ func TestChurnRenders(t *testing.T) {
 	}
 	if published > changes/3 {
 		t.Errorf("%v renders published for %d changes of what the target reads", published, changes/3)
+	}
+}
+
+// BenchmarkChurnSlowRender sends 100 changes a second, each to what the
+// target reads, for 2 seconds with debounce 0 while every render takes 20
+// ms more (a test hook inside the render's read of the index), and reports
+// the renders a second, the changes each absorbed, and how long after the
+// last change its bundle was seen (polled). Renders run one after
+// another, so the ceiling is 50 a second.
+func BenchmarkChurnSlowRender(b *testing.B) {
+	renderer.SetRenderHook(b, func(string) { time.Sleep(20 * time.Millisecond) })
+	for range b.N {
+		f := startChurn(b, 0)
+		before := testkit.CounterValue(b, f.env.Registry, "weft_renderer_renders_total")
+		const changes = 200
+		tick := time.NewTicker(10 * time.Millisecond)
+		begin := time.Now()
+		for i := range changes {
+			<-tick.C
+			f.announce(f.writeIn("default", "web", 100+i))
+		}
+		tick.Stop()
+		last := time.Now()
+		f.handled()
+		want := fmt.Sprintf("\nweb %d\n", 100+changes-1)
+		testkit.Eventually(b, 20*time.Second, func() error {
+			if got := file(f.latest(), "maps/svc.map"); got != want {
+				return fmt.Errorf("svc.map = %q, want %q", got, want)
+			}
+			return nil
+		})
+		elapsed := time.Since(begin)
+		n := testkit.CounterValue(b, f.env.Registry, "weft_renderer_renders_total") - before
+		b.ReportMetric(n/elapsed.Seconds(), "renders/s")
+		b.ReportMetric(changes/n, "changes/render")
+		b.ReportMetric(float64(time.Since(last).Milliseconds()), "ms-last-change-to-bundle")
 	}
 }

@@ -40,7 +40,7 @@ targets:
 `
 
 type fixture struct {
-	t   *testing.T
+	t   testing.TB
 	bus *testkit.Bus
 	env *testkit.Env
 }
