@@ -193,14 +193,14 @@ func (ts *targetState) want(req request) bool {
 	}
 	p := ts.pending
 	p.force = p.force || req.force
-	if req.trigger != nil {
-		p.trigger = req.trigger
-	}
 	if req.parent.IsValid() {
 		p.parent = req.parent
 	}
-	if req.cause != "" {
-		p.cause = req.cause
+	if req.cause != "" && (req.trigger != nil || p.trigger == nil) {
+		p.cause = req.cause // a trigger's cause stays what the render is for
+	}
+	if req.trigger != nil {
+		p.trigger = req.trigger
 	}
 	return false
 }
