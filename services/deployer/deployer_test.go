@@ -77,9 +77,7 @@ func (f *fixture) store(cfg string) msg.Bundle {
 // put stores a bundle in the object store.
 func (f *fixture) put(b msg.Bundle) {
 	f.t.Helper()
-	obs, _ := f.bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
-	data, _ := msg.EncodeBundle(b)
-	if _, err := obs.PutBytes(context.Background(), b.Hash, data); err != nil {
+	if err := msg.NewBundleStore(f.bus.JS).PutBundle(context.Background(), "", b); err != nil {
 		f.t.Fatal(err)
 	}
 }

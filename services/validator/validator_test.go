@@ -2,6 +2,7 @@ package validator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -107,12 +108,7 @@ func (f *fixture) submit(b msg.Bundle) msg.Validated {
 func (f *fixture) store(b msg.Bundle) {
 	f.t.Helper()
 	ctx := context.Background()
-	obs, err := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	data, _ := msg.EncodeBundle(b)
-	if _, err := obs.PutBytes(ctx, b.Hash, data); err != nil {
+	if err := msg.NewBundleStore(f.bus.JS).PutBundle(ctx, "", b); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -328,14 +324,9 @@ func TestBundleNotYetReadableIsAskedAgain(t *testing.T) {
 func TestDryRunBundleIsReadUnderItsOwnName(t *testing.T) {
 	f := start(t)
 	ctx := context.Background()
-	obs, err := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bad := bundle(t, strings.Replace(goodCfg, "maxconn 100", "maxconn 100\n  frobnicate yes", 1), "a b\n")
 	name := msg.DryRunObjectName("uid-1-edge")
-	data, _ := msg.EncodeBundle(bad)
-	if _, err := obs.PutBytes(ctx, name, data); err != nil {
+	if err := msg.NewBundleStore(f.bus.JS).PutBundle(ctx, name, bad); err != nil {
 		t.Fatal(err)
 	}
 	res, err := gather.Validate(ctx, f.bus.NC, msg.ValidateSubject("edge"),
@@ -355,7 +346,7 @@ func TestDryRunBundleIsReadUnderItsOwnName(t *testing.T) {
 	if !found {
 		t.Fatalf("no haproxy.cfg:3 problem in %+v", res.Replies)
 	}
-	if _, err := obs.GetInfo(ctx, bad.Hash); err == nil {
+	if _, err := msg.NewBundleStore(f.bus.JS).StoredAt(ctx, bad.Hash); !errors.Is(err, msg.ErrNotStored) {
 		t.Fatal("the dry run's bundle is in the store under its hash")
 	}
 	verdicts, _ := f.bus.JS.KeyValue(ctx, msg.BucketVerdicts)
