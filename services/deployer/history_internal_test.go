@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"

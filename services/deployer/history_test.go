@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
