@@ -2,12 +2,15 @@ package validator_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/weftio/weft/pkg/config"
@@ -278,6 +281,46 @@ func TestForgedRenderIsDeadLettered(t *testing.T) {
 	}
 }
 
+// TestMissingChunkIsUndecided: a bundle whose description is stored but a
+// chunk of which is missing (dropped by the store's limits) is no answer:
+// the kinds are undecided, no verdict is published, and once the bundle is
+// stored again it is accepted.
+func TestMissingChunkIsUndecided(t *testing.T) {
+	f := start(t)
+	b := bundle(t, goodCfg, "chunk.example.com b\n")
+	f.store(b)
+	ctx := context.Background()
+	stream, err := f.bus.JS.Stream(ctx, msg.ObjectStream(msg.ObjectBundles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := b.Files[0].Content
+	sum := sha256.Sum256(content[:msg.ChunkEnds(content)[0]])
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(msg.ChunkSubject(hex.EncodeToString(sum[:])))); err != nil {
+		t.Fatal(err)
+	}
+	ver := f.publish(b)
+	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	testkit.Eventually(t, 30*time.Second, func() error {
+		var st msg.ValidationStatus
+		if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
+			return err
+		}
+		if !st.Undecided || st.OK || st.Version != ver || !strings.Contains(st.Reason, msg.ErrChunkMissing.Error()) {
+			return fmt.Errorf("status = %+v, want undecided naming the missing chunk", st)
+		}
+		return nil
+	})
+	validated, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	if m, err := validated.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge")); err == nil {
+		t.Fatalf("a verdict was published for a bundle missing a chunk: %s", m.Data)
+	}
+	f.store(b)
+	if v := f.verdict(ver); !v.OK {
+		t.Fatalf("verdict once whole: ok=%v (%s)", v.OK, v.Reason)
+	}
+}
+
 // TestBundleNotYetReadableIsAskedAgain: a render whose bundle the kinds
 // cannot read yet (a store node behind, a read that timed out) gets no
 // verdict, never a refusal; the kinds are asked again, the status says
@@ -304,7 +347,7 @@ func TestBundleNotYetReadableIsAskedAgain(t *testing.T) {
 	if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
 		t.Fatal(err)
 	}
-	if !st.Undecided || st.OK || st.Version != ver || !strings.Contains(st.Reason, "not in the object store") {
+	if !st.Undecided || st.OK || st.Version != ver || !strings.Contains(st.Reason, msg.ErrNotStored.Error()) {
 		t.Fatalf("status = %+v, want undecided on v%d naming the unreadable bundle", st, ver)
 	}
 	f.store(b)
