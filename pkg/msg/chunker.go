@@ -14,9 +14,9 @@ const (
 	// byte in 2^ChunkAvgBits), or at the last line end before ChunkMax
 	// (at ChunkMax itself when there is none: binary content, very long
 	// lines).
-	ChunkMin     = 1 << 10
-	ChunkMax     = 32 << 10
-	ChunkAvgBits = 12
+	ChunkMin     = 1 << 9
+	ChunkMax     = 8 << 10
+	ChunkAvgBits = 10
 	chunkMask    = 1<<ChunkAvgBits - 1
 )
 
