@@ -134,8 +134,10 @@ const (
 	// storeStateEvery: how long the store's first and last sequence, read
 	// from the stream, are taken as current.
 	storeStateEvery = time.Second
-	// chunkReaders: chunks read at once.
+	// chunkReaders: chunks read at once; chunkWriters: chunks written
+	// and not yet acknowledged at once.
 	chunkReaders = 16
+	chunkWriters = 256
 )
 
 // BundleStoreOption configures a BundleStore.
@@ -308,12 +310,35 @@ func (s *BundleStore) put(ctx context.Context, obj StoredObject, chunks map[stri
 	return nil
 }
 
-// writeChunks writes the chunks hashes name (content from get) at once,
-// each replacing any copy before it, and waits for every acknowledgement.
+// writeChunks writes the chunks hashes name (content from get), at most
+// chunkWriters unacknowledged at a time, each replacing any copy before
+// it, and waits for every acknowledgement.
 func (s *BundleStore) writeChunks(ctx context.Context, hashes []string, get func(string) ([]byte, error)) error {
-	futs := make([]jetstream.PubAckFuture, 0, len(hashes))
+	type pending struct {
+		hash string
+		fut  jetstream.PubAckFuture
+	}
+	var window []pending
 	var errs []error
+	wait := func(p pending) bool {
+		select {
+		case ack := <-p.fut.Ok():
+			s.wrote(p.hash, ack.Sequence)
+		case err := <-p.fut.Err():
+			errs = append(errs, fmt.Errorf("write chunk %s: %w", p.hash, err))
+		case <-ctx.Done():
+			errs = append(errs, ctx.Err())
+			return false
+		}
+		return true
+	}
 	for _, h := range hashes {
+		if len(window) == chunkWriters {
+			if !wait(window[0]) {
+				return errors.Join(errs...)
+			}
+			window = window[1:]
+		}
 		data, err := get(h)
 		if err != nil {
 			errs = append(errs, err)
@@ -327,16 +352,11 @@ func (s *BundleStore) writeChunks(ctx context.Context, hashes []string, get func
 			errs = append(errs, fmt.Errorf("write chunk %s: %w", h, err))
 			break
 		}
-		futs = append(futs, f)
+		window = append(window, pending{h, f})
 	}
-	for i, f := range futs {
-		select {
-		case ack := <-f.Ok():
-			s.wrote(hashes[i], ack.Sequence)
-		case err := <-f.Err():
-			errs = append(errs, fmt.Errorf("write chunk %s: %w", hashes[i], err))
-		case <-ctx.Done():
-			return errors.Join(append(errs, ctx.Err())...)
+	for _, p := range window {
+		if !wait(p) {
+			break
 		}
 	}
 	return errors.Join(errs...)

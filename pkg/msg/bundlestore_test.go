@@ -358,3 +358,22 @@ func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// A bundle of thousands of chunks, more than are written or read at once,
+// round-trips.
+func TestBundleStoreManyChunks(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	b := storedBundle(t, "big", 20000, 0) // ~3 MB, ~2,000 chunks
+	if n := len(msg.ChunkEnds(b.Files[1].Content)); n < 1000 {
+		t.Fatalf("only %d chunks", n)
+	}
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	got, err := msg.NewBundleStore(js).LoadBundle(ctx, b.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalBundles(t, got, b)
+}
