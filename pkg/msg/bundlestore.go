@@ -208,9 +208,11 @@ func NewBundleStore(js jetstream.JetStream, opts ...BundleStoreOption) *BundleSt
 	return s
 }
 
-// PutBundle stores b under name (its hash when name is empty).
+// PutBundle stores b under name (its hash when name is empty). b.Hash is
+// taken as it is (NewBundle and DecodeBundle set or check it); a bundle
+// whose hash does not match its files fails to load.
 func (s *BundleStore) PutBundle(ctx context.Context, name string, b Bundle) error {
-	if err := b.Consistent(); err != nil {
+	if err := b.structure(); err != nil {
 		return fmt.Errorf("store bundle %s: %w", b.Hash, err)
 	}
 	if name == "" {

@@ -377,3 +377,18 @@ func TestBundleStoreManyChunks(t *testing.T) {
 	}
 	equalBundles(t, got, b)
 }
+
+// A bundle whose hash does not match its files is stored as it is and
+// refused when loaded.
+func TestBundleStoreHashMismatch(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	b := storedBundle(t, "web", 10, 0)
+	b.Files[0].Content = []byte("b.example.com be_b\n")
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, b.Hash); !errors.Is(err, msg.ErrInvalid) {
+		t.Fatalf("load: %v, want ErrInvalid", err)
+	}
+}
