@@ -20,7 +20,7 @@ import (
 )
 
 // provisioned is a JetStream with every weft stream and store.
-func provisioned(t *testing.T, opts ...msg.ProvisionOption) jetstream.JetStream {
+func provisioned(t testing.TB, opts ...msg.ProvisionOption) jetstream.JetStream {
 	t.Helper()
 	js := jetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -391,4 +391,8 @@ func TestBundleStoreHashMismatch(t *testing.T) {
 	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, b.Hash); !errors.Is(err, msg.ErrInvalid) {
 		t.Fatalf("load: %v, want ErrInvalid", err)
 	}
+}
+
+func newStores(js jetstream.JetStream) (*msg.BundleStore, *msg.BundleStore) {
+	return msg.NewBundleStore(js), msg.NewBundleStore(js)
 }
