@@ -61,7 +61,9 @@ func nextCut(data []byte) int {
 	hit := false   // the rolling hash hit the mask since the chunk's minimum
 	lastLine := -1 // the last line end at or after ChunkMin
 	limit := min(len(data), ChunkMax)
-	for i := 0; i < limit; i++ {
+	// The hash at a byte depends on the 64 bytes up to it only: it starts
+	// 64 bytes before the minimum.
+	for i := ChunkMin - 64; i < limit; i++ {
 		b := data[i]
 		h = h<<1 + gear[b]
 		if i < ChunkMin-1 {
