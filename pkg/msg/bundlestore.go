@@ -144,9 +144,15 @@ const (
 type BundleStoreOption func(*BundleStore)
 
 // WithChunkCache bounds the bytes of chunks kept after reading them (0:
-// none kept).
+// none kept). By default the bound is DefaultChunkCache or, once a bundle
+// larger than that was read, one and a half times the largest bundle read:
+// a cache smaller than the bundle read again and again would keep none of
+// it.
 func WithChunkCache(bytes int) BundleStoreOption {
-	return func(s *BundleStore) { s.cache = newLRU[string, []byte](bytes, func(b []byte) int { return len(b) }) }
+	return func(s *BundleStore) {
+		s.cache = newLRU[string, []byte](bytes, func(b []byte) int { return len(b) })
+		s.cacheFixed = true
+	}
 }
 
 // BundleStore stores bundles and candidate configurations in ObjectBundles
@@ -172,9 +178,10 @@ func WithChunkCache(bytes int) BundleStoreOption {
 // A BundleStore is safe for concurrent use; it uses the JetStream context
 // it is given for every request, and creates none of its own.
 type BundleStore struct {
-	js      jetstream.JetStream
-	cache   *lru[string, []byte]
-	written *lru[string, placement]
+	js         jetstream.JetStream
+	cache      *lru[string, []byte]
+	cacheFixed bool // WithChunkCache: the cache does not grow with bundles
+	written    *lru[string, placement]
 
 	mu     sync.Mutex
 	stream jetstream.Stream
@@ -200,7 +207,7 @@ type storeState struct {
 // NewBundleStore returns a store over ObjectBundles reached through js.
 func NewBundleStore(js jetstream.JetStream, opts ...BundleStoreOption) *BundleStore {
 	s := &BundleStore{js: js}
-	WithChunkCache(DefaultChunkCache)(s)
+	s.cache = newLRU[string, []byte](DefaultChunkCache, func(b []byte) int { return len(b) })
 	s.written = newLRU[string, placement](DefaultWrittenChunks, func(placement) int { return 1 })
 	for _, o := range opts {
 		o(s)
@@ -480,8 +487,13 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 		return Bundle{}, err
 	}
 	var refs []string
+	size := 0
 	for _, f := range m.Files {
 		refs = append(refs, f.Chunks...)
+		size += f.Size
+	}
+	if !s.cacheFixed {
+		s.cache.atLeast(size + size/2)
 	}
 	chunks, err := s.chunks(ctx, refs)
 	if err != nil {

@@ -1,8 +1,14 @@
 package msg
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestStoreStateFresh(t *testing.T) {
@@ -34,6 +40,68 @@ func TestStoreStateFresh(t *testing.T) {
 			}
 			if got := tc.st.freshBy(tc.p, now, 0.75); got != tc.fresh4 {
 				t.Errorf("fresh by 3/4 = %v, want %v", got, tc.fresh4)
+			}
+		})
+	}
+}
+
+// A reader whose cache is smaller than the bundle it reads grows it to
+// hold the bundle (else each read would find none of it cached); one made
+// WithChunkCache keeps its bound.
+func TestChunkCacheGrowsWithBundles(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := Provision(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	var cfg []byte
+	for i := range 20000 {
+		cfg = fmt.Appendf(cfg, "backend be_%d\n  server s1 10.0.%d.%d:80 check\n", i, i/250, i%250)
+	}
+	b, err := NewBundle("web", "", "haproxy.cfg", []BundleFile{{Path: "haproxy.cfg", Kind: FileConfig, Content: cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	chunks := len(ChunkEnds(cfg))
+	for _, tc := range []struct {
+		name      string
+		store     *BundleStore
+		wantAtMin int // chunks cached at least
+		wantAtMax int
+	}{
+		{"grows", func() *BundleStore {
+			s := NewBundleStore(js)
+			s.cache = newLRU[string, []byte](64<<10, func(b []byte) int { return len(b) })
+			return s
+		}(), chunks, chunks + 100}, // and the manifest's
+		{"fixed", NewBundleStore(js, WithChunkCache(64<<10)), 1, 64 << 10 / ChunkMin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tc.store.LoadBundle(ctx, b.Hash); err != nil {
+				t.Fatal(err)
+			}
+			if n := tc.store.cache.len(); n < tc.wantAtMin || n > tc.wantAtMax {
+				t.Fatalf("%d chunks cached of %d, want %d to %d", n, chunks, tc.wantAtMin, tc.wantAtMax)
 			}
 		})
 	}

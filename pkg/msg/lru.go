@@ -67,3 +67,10 @@ func (c *lru[K, V]) len() int {
 	defer c.mu.Unlock()
 	return len(c.entries)
 }
+
+// atLeast raises the bound to n if it is lower.
+func (c *lru[K, V]) atLeast(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.max = max(c.max, n)
+}
