@@ -466,15 +466,7 @@ func (s *stack) inFlightOrder(t testing.TB) msg.DeployOrder {
 // file left.
 func (s *stack) onDiskIs(t testing.TB, hash string) {
 	t.Helper()
-	obj, err := s.bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := obj.GetBytes(context.Background(), hash)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := msg.DecodeBundle(data)
+	b, err := msg.NewBundleStore(s.bus.JS).LoadBundle(context.Background(), hash)
 	if err != nil {
 		t.Fatal(err)
 	}

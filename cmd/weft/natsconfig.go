@@ -66,6 +66,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags(command{name: "provision", summary: "Create or update every stream, key-value bucket and object store weft uses, on the\nNATS server of --nats-url, with credentials allowed to (the admin or provisioner role).\nServices started with --provision=false then need no right to create anything."})
 	url := fs.String("nats-url", envOr("WEFT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL [WEFT_NATS_URL]")
 	replicas := fs.Int("replicas", 1, "JetStream replicas of streams and buckets (3 on a 3-node cluster)")
+	bundleMax := fs.Int64("bundle-store-max-bytes", msg.DefaultBundleStoreMaxBytes, "size cap of the weft-bundles store; past it the oldest chunks go (kept bundles are stored again before)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long, waiting for the server meanwhile")
 	cfgPath := fs.String("config", "", "weft.yaml whose sites the streams and buckets source from (at the hub) or to (with --site); empty: no sites")
 	site := fs.String("site", "", "provision the NATS leaf node of this site of --config's sites")
@@ -130,7 +131,7 @@ func provisionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if err := natsauth.Provision(ctx, js, *replicas, refused, popts...); err != nil {
+	if err := natsauth.Provision(ctx, js, *replicas, refused, append(popts, msg.WithBundleStoreMaxBytes(*bundleMax))...); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "provisioned every stream, bucket and object store")

@@ -215,15 +215,7 @@ func (s *podsStack) accepted() (uint64, string, error) {
 	if vs.LastGood == "" {
 		return 0, "", errors.New("no accepted bundle yet")
 	}
-	store, err := s.bus.JS.ObjectStore(s.t.Context(), msg.ObjectBundles)
-	if err != nil {
-		return 0, "", err
-	}
-	data, err := store.GetBytes(s.t.Context(), vs.LastGood)
-	if err != nil {
-		return 0, "", fmt.Errorf("bundle %s: %w", vs.LastGood, err)
-	}
-	b, err := msg.DecodeBundle(data)
+	b, err := msg.NewBundleStore(s.bus.JS).LoadBundle(s.t.Context(), vs.LastGood)
 	if err != nil {
 		return 0, "", err
 	}

@@ -230,17 +230,13 @@ func TestValidationWebhookOnAPIServer(t *testing.T) {
 		data, _ := os.ReadFile(out)
 		return contains(string(data), "backend be_fine")
 	})
-	obs, err := bus.JS.ObjectStore(ctx, msg.ObjectBundles)
+	names, err := msg.NewBundleStore(bus.JS).Names(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := obs.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range list {
-		if strings.HasPrefix(o.Name, msg.DryRunObjectName("")) {
-			t.Errorf("a dry run's bundle was left in the store: %s", o.Name)
+	for _, name := range names {
+		if strings.HasPrefix(name, msg.DryRunObjectName("")) {
+			t.Errorf("a dry run's bundle was left in the store: %s", name)
 		}
 	}
 

@@ -97,17 +97,29 @@ func KeyValues(replicas int) []jetstream.KeyValueConfig {
 	}
 }
 
-// ObjectStores returns the configuration of every weft object store.
+// ObjectStores returns the configuration of every weft object store, the
+// bundle store capped at DefaultBundleStoreMaxBytes.
 func ObjectStores(replicas int) []jetstream.ObjectStoreConfig {
+	return objectStores(replicas, DefaultBundleStoreMaxBytes)
+}
+
+func objectStores(replicas int, bundleMaxBytes int64) []jetstream.ObjectStoreConfig {
 	return []jetstream.ObjectStoreConfig{
-		{Bucket: ObjectBundles, Description: "rendered bundles keyed by content hash", Replicas: replicas, Storage: jetstream.FileStorage, TTL: BundleRetention},
+		{Bucket: ObjectBundles, Description: "rendered bundles and candidate configurations by content: descriptions, manifests and content-addressed chunks (BundleStore)", Replicas: replicas, Storage: jetstream.FileStorage, TTL: BundleRetention, MaxBytes: bundleMaxBytes},
 	}
 }
 
+// DefaultBundleStoreMaxBytes is the size cap of the bundle store unless
+// Provision is given another (WithBundleStoreMaxBytes): past it the oldest
+// messages go. BundleStore writes again, before the cap can reach them, the
+// chunks of what it keeps writing and of every bundle the deployer keeps
+// (BundleStore.Refresh).
+const DefaultBundleStoreMaxBytes int64 = 1 << 30
+
 // BundleRetention is how long the bundle store keeps a bundle after it was
-// last stored: the longest history.max_age. The deployer stores again the
-// bundles it must keep (running, pinned, last accepted) before they are
-// that old (HistoryRefresh).
+// last stored: the longest history.max_age. The deployer stores again what
+// the bundles it must keep (running, pinned, last accepted) need before
+// they are that old (BundleStore.Refresh).
 const BundleRetention = 7 * 24 * time.Hour
 
 // HistoryMarkerTTL is how long the marker of a pruned history entry
@@ -173,17 +185,22 @@ func KVStreamConfig(c jetstream.KeyValueConfig) jetstream.StreamConfig {
 // ObjectStreamConfig is the stream that holds object store c, as nats.go's
 // CreateObjectStore makes it except for direct gets (see KVStreamConfig):
 // an object's description is read from the leader, so one just stored is
-// never reported missing.
+// never reported missing. A store with MaxBytes discards its oldest
+// messages past it rather than refusing new ones.
 func ObjectStreamConfig(c jetstream.ObjectStoreConfig) jetstream.StreamConfig {
+	maxBytes, discard := int64(-1), jetstream.DiscardNew
+	if c.MaxBytes > 0 {
+		maxBytes, discard = c.MaxBytes, jetstream.DiscardOld
+	}
 	return jetstream.StreamConfig{
 		Name:        ObjectStream(c.Bucket),
 		Description: c.Description,
 		Subjects:    []string{"$O." + c.Bucket + ".C.>", "$O." + c.Bucket + ".M.>"},
 		MaxAge:      c.TTL,
-		MaxBytes:    -1,
+		MaxBytes:    maxBytes,
 		Storage:     c.Storage,
 		Replicas:    max(c.Replicas, 1),
-		Discard:     jetstream.DiscardNew,
+		Discard:     discard,
 		AllowRollup: true,
 		AllowDirect: false,
 	}
@@ -208,6 +225,20 @@ type provisionOptions struct {
 	// sourcesKnown: WithSites or AtSite was given; otherwise the sources
 	// a stream has are kept.
 	sourcesKnown bool
+	// bundleMaxBytes: the size cap of the bundle store.
+	bundleMaxBytes int64
+}
+
+// WithBundleStoreMaxBytes caps the bundle store (ObjectBundles) at n bytes
+// (default DefaultBundleStoreMaxBytes); past it the oldest messages go.
+func WithBundleStoreMaxBytes(n int64) ProvisionOption {
+	return func(o *provisionOptions) error {
+		if n <= 0 {
+			return fmt.Errorf("provision: bundle store size cap must be positive, got %d", n)
+		}
+		o.bundleMaxBytes = n
+		return nil
+	}
 }
 
 // WithCallTimeout bounds each JetStream API request of Provision.
@@ -232,7 +263,7 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 	if replicas < 1 {
 		return fmt.Errorf("provision: replicas must be >= 1, got %d", replicas)
 	}
-	o := provisionOptions{callTimeout: ProvisionCallTimeout}
+	o := provisionOptions{callTimeout: ProvisionCallTimeout, bundleMaxBytes: DefaultBundleStoreMaxBytes}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return err
@@ -245,7 +276,7 @@ func Provision(ctx context.Context, js Provisioner, replicas int, opts ...Provis
 	for _, c := range KeyValues(replicas) {
 		errs = append(errs, provisionStream(ctx, js, o, "bucket "+c.Bucket, KVStreamConfig(c)))
 	}
-	for _, c := range ObjectStores(replicas) {
+	for _, c := range objectStores(replicas, o.bundleMaxBytes) {
 		errs = append(errs, provisionStream(ctx, js, o, "object store "+c.Bucket, ObjectStreamConfig(c)))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 )
 
-func jetStream(t *testing.T) jetstream.JetStream {
+func jetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {

@@ -222,16 +222,12 @@ func (d *deployer) onDiff(ctx context.Context, target string, data []byte) (msg.
 
 // storedBundle reads an entry's bundle from the store.
 func (d *deployer) storedBundle(ctx context.Context, target string, e msg.HistoryEntry) (msg.Bundle, error) {
-	data, err := d.bundles.GetBytes(ctx, e.BundleHash)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	b, err := d.bundles.LoadBundle(ctx, e.BundleHash)
+	if errors.Is(err, msg.ErrNotStored) {
 		return msg.Bundle{}, refused("the bundle of %s v%d (%s) is no longer in the store", target, e.Version, e.BundleHash)
 	}
 	if err != nil {
 		return msg.Bundle{}, msg.Retry(fmt.Errorf("read bundle %s: %w", e.BundleHash, err), time.Second)
-	}
-	b, err := msg.DecodeBundle(data)
-	if err != nil {
-		return msg.Bundle{}, fmt.Errorf("bundle %s: %w", e.BundleHash, err)
 	}
 	return b, nil
 }
@@ -252,7 +248,7 @@ func (d *deployer) onRollback(ctx context.Context, target string, data []byte) (
 	if !e.OK {
 		return nil, refused("%s v%d was refused by validation (%s); only an accepted bundle can be rolled back to", target, e.Version, e.Reason)
 	}
-	if _, err := d.bundles.GetInfo(ctx, e.BundleHash); errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := d.bundles.StoredAt(ctx, e.BundleHash); errors.Is(err, msg.ErrNotStored) {
 		return nil, refused("the bundle of %s v%d (%s) is no longer in the store", target, e.Version, e.BundleHash)
 	} else if err != nil {
 		return nil, msg.Retry(fmt.Errorf("read bundle %s: %w", e.BundleHash, err), time.Second)

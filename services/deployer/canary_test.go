@@ -175,9 +175,7 @@ func (r *canaryRig) accept(v uint64, cfg string) msg.Bundle {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	obs, _ := r.bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
-	data, _ := msg.EncodeBundle(b)
-	if _, err := obs.PutBytes(context.Background(), b.Hash, data); err != nil {
+	if err := msg.NewBundleStore(r.bus.JS).PutBundle(context.Background(), "", b); err != nil {
 		r.t.Fatal(err)
 	}
 	vd := msg.Validated{Target: "edge", Version: v, BundleHash: b.Hash, OK: true, At: time.Now().UTC()}

@@ -140,7 +140,7 @@ type deployer struct {
 	m         *metrics
 	status    jetstream.KeyValue
 	leases    jetstream.KeyValue // deploy leases: one replica applies to an instance at a time
-	bundles   jetstream.ObjectStore
+	bundles   *msg.BundleStore
 	history   jetstream.KeyValue // each target's bundles: verdicts, deploys
 	instances instanceSet
 	// elsewhere: the targets other sites' deployers deliver, by site
@@ -166,8 +166,8 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		if d.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
 			return err
 		}
-		if d.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
-			return err
+		if d.bundles = msg.NewBundleStore(env.JS); d.bundles.Open(ctx) != nil {
+			return d.bundles.Open(ctx)
 		}
 		if d.history, err = env.JS.KeyValue(ctx, msg.BucketHistory); err != nil {
 			return err
@@ -592,9 +592,9 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 // after the verdict and validation status that name it: a missing bundle
 // is waited for up to msg.ConfirmWait before it is a failure.
 func (d *deployer) bundle(ctx context.Context, in *instance, hash string) (msg.Bundle, error) {
-	data, err := d.bundles.GetBytes(ctx, hash)
+	b, err := d.bundles.LoadBundle(ctx, hash)
 	deadline := time.Now().Add(msg.ConfirmWait)
-	for wait := 50 * time.Millisecond; errors.Is(err, jetstream.ErrObjectNotFound) && d.env.Site != "" && time.Now().Before(deadline); wait = min(2*wait, time.Second) {
+	for wait := 50 * time.Millisecond; (errors.Is(err, msg.ErrNotStored) || errors.Is(err, msg.ErrChunkMissing)) && d.env.Site != "" && time.Now().Before(deadline); wait = min(2*wait, time.Second) {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -602,16 +602,12 @@ func (d *deployer) bundle(ctx context.Context, in *instance, hash string) (msg.B
 			return msg.Bundle{}, ctx.Err()
 		case <-t.C:
 		}
-		data, err = d.bundles.GetBytes(ctx, hash)
-	}
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return msg.Bundle{}, fmt.Errorf("bundle %s is not in the object store", hash)
+		b, err = d.bundles.LoadBundle(ctx, hash)
 	}
 	if err != nil {
 		return msg.Bundle{}, fmt.Errorf("read bundle: %w", err)
 	}
-	b, err := msg.DecodeBundle(data)
-	if err == nil && in.relocate != "" {
+	if in.relocate != "" {
 		b, err = b.Relocate(in.relocate)
 	}
 	if err != nil {

@@ -2,14 +2,16 @@ package deployer_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
-	"github.com/nats-io/nats.go/jetstream"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/weftio/weft/pkg/config"
@@ -77,9 +79,7 @@ func (f *fixture) store(cfg string) msg.Bundle {
 // put stores a bundle in the object store.
 func (f *fixture) put(b msg.Bundle) {
 	f.t.Helper()
-	obs, _ := f.bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
-	data, _ := msg.EncodeBundle(b)
-	if _, err := obs.PutBytes(context.Background(), b.Hash, data); err != nil {
+	if err := msg.NewBundleStore(f.bus.JS).PutBundle(context.Background(), "", b); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -378,5 +378,37 @@ func TestForgedVerdictsAndOrdersAreDeadLettered(t *testing.T) {
 	})
 	if strings.Contains(f.file("haproxy.cfg"), "forged") {
 		t.Fatal("a forged bundle was deployed")
+	}
+}
+
+// TestMissingChunkIsRetried: an order whose bundle misses a chunk (dropped
+// by the store's limits) is not carried out: the failure is reported (an
+// outcome naming the missing chunk) and the order tried again, carried out
+// once the bundle is stored again.
+func TestMissingChunkIsRetried(t *testing.T) {
+	f := start(t)
+	b := f.store("global # chunk\n")
+	ctx := context.Background()
+	objects, err := f.bus.JS.Stream(ctx, msg.ObjectStream(msg.ObjectBundles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b.Files[0].Content)
+	if err := objects.Purge(ctx, jetstream.WithPurgeSubject(msg.ChunkSubject(hex.EncodeToString(sum[:])))); err != nil {
+		t.Fatal(err)
+	}
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
+	if d := f.outcome(1); d.Outcome != msg.OutcomeFailed || !strings.Contains(d.Error, msg.ErrChunkMissing.Error()) {
+		t.Fatalf("outcome = %+v, want failed naming the missing chunk", d)
+	}
+	if got := f.file("haproxy.cfg"); got != "" {
+		t.Fatalf("haproxy.cfg = %q written from a bundle missing a chunk", got)
+	}
+	f.put(b)
+	if d := f.outcome(2); d.Outcome != msg.OutcomeApplied {
+		t.Fatalf("outcome = %+v, want applied", d)
+	}
+	if got := f.file("haproxy.cfg"); got != "global # chunk\n" {
+		t.Fatalf("haproxy.cfg = %q", got)
 	}
 }

@@ -60,8 +60,8 @@ func (d *deployer) updateHistory(ctx context.Context, target string, version uin
 // its bundle was stored (rendered). Recording it again changes nothing.
 func (d *deployer) recordVerdict(ctx context.Context, v msg.Validated) error {
 	var rendered time.Time
-	if info, err := d.bundles.GetInfo(ctx, v.BundleHash); err == nil {
-		rendered = info.ModTime.UTC()
+	if at, err := d.bundles.StoredAt(ctx, v.BundleHash); err == nil {
+		rendered = at.UTC()
 	}
 	return d.updateHistory(ctx, v.Target, v.Version, func(e *msg.HistoryEntry) bool {
 		if e.BundleHash == v.BundleHash && e.OK == v.OK && e.Reason == v.Reason && !e.VerdictAt.IsZero() {
@@ -194,7 +194,7 @@ func protectedBundles(rep msg.StatusReport) map[string]string {
 type pruneResult struct {
 	entries []string // history keys removed
 	bundles []string // bundles removed from the store
-	kept    []string // bundles stored again so the store's TTL spares them
+	kept    []string // bundles stored again so the store's age limit and size cap spare them
 }
 
 // prune removes, from every target's history, the entries beyond its
@@ -238,7 +238,7 @@ func (d *deployer) prune(ctx context.Context, now time.Time) (pruneResult, error
 		if keptHash[e.BundleHash] || slices.Contains(res.bundles, e.BundleHash) {
 			continue
 		}
-		if err := d.bundles.Delete(ctx, e.BundleHash); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		if err := d.bundles.Delete(ctx, e.BundleHash); err != nil {
 			return res, fmt.Errorf("history: prune bundle %s: %w", e.BundleHash, err)
 		}
 		res.bundles = append(res.bundles, e.BundleHash)
@@ -259,33 +259,17 @@ func (d *deployer) prune(ctx context.Context, now time.Time) (pruneResult, error
 	return res, nil
 }
 
-// refreshBundle stores a bundle again once it is older than
-// msg.HistoryRefresh, so the store's TTL never removes a bundle that must
-// stay; it reports whether it did.
+// refreshBundle stores again, before the store's age limit or size cap
+// could take them, the description and the chunks of a bundle that must
+// stay (msg.BundleStore.Refresh); it reports whether it wrote anything. A
+// chunk of it missing is an error, logged by prune.
 func (d *deployer) refreshBundle(ctx context.Context, hash string, now time.Time) (bool, error) {
-	info, err := d.bundles.GetInfo(ctx, hash)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	wrote, err := d.bundles.Refresh(ctx, hash, now)
+	if errors.Is(err, msg.ErrNotStored) {
 		return false, nil // nothing left to keep; deploys of it report that
 	}
-	if err != nil {
-		return false, err
-	}
-	if now.Sub(info.ModTime) < historyRefresh {
-		return false, nil
-	}
-	data, err := d.bundles.GetBytes(ctx, hash)
-	if err != nil {
-		return false, err
-	}
-	if _, err := d.bundles.PutBytes(ctx, hash, data); err != nil {
-		return false, err
-	}
-	return true, nil
+	return wrote, err
 }
-
-// historyRefresh is the age at which a bundle that must be kept is stored
-// again: well within the store's retention.
-const historyRefresh = msg.BundleRetention / 2
 
 // pruneEvery is how often a deployer replica looks for history to prune
 // (each accepted or refused bundle also prunes).

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
@@ -44,9 +42,7 @@ targets:
 	if d.history, err = bus.JS.KeyValue(ctx, msg.BucketHistory); err != nil {
 		t.Fatal(err)
 	}
-	if d.bundles, err = bus.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
-		t.Fatal(err)
-	}
+	d.bundles = msg.NewBundleStore(bus.JS)
 	now := time.Now()
 	// The bundles' names stand for their hashes: what prune reads.
 	entries := []struct {
@@ -66,7 +62,11 @@ targets:
 		{"shop", 3, "shop-last", 5 * time.Minute}, // kept
 	}
 	for _, e := range entries {
-		if _, err := d.bundles.PutBytes(ctx, e.hash, []byte("bundle "+e.hash)); err != nil {
+		b, err := msg.NewBundle(e.target, "", "haproxy.cfg", []msg.BundleFile{{Path: "haproxy.cfg", Kind: msg.FileConfig, Content: []byte("# bundle " + e.hash + "\n")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.bundles.PutBundle(ctx, e.hash, b); err != nil {
 			t.Fatal(err)
 		}
 		he := msg.HistoryEntry{Target: e.target, Version: e.version, BundleHash: e.hash, OK: true, VerdictAt: now.Add(-e.age)}
@@ -100,8 +100,8 @@ targets:
 		t.Errorf("bundles removed %v, want %v", res.bundles, want)
 	}
 	for _, e := range entries {
-		_, err := d.bundles.GetInfo(ctx, e.hash)
-		gone := errors.Is(err, jetstream.ErrObjectNotFound)
+		_, err := d.bundles.StoredAt(ctx, e.hash)
+		gone := errors.Is(err, msg.ErrNotStored)
 		if want := slices.Contains(res.bundles, e.hash); gone != want {
 			t.Errorf("bundle %s gone: %v (%v), want %v", e.hash, gone, err, want)
 		}
@@ -121,7 +121,7 @@ targets:
 
 	// A pass later re-reads: nothing more goes; the protected bundles
 	// are stored again once they are half the store's retention old.
-	res, err = d.prune(ctx, now.Add(historyRefresh+time.Minute))
+	res, err = d.prune(ctx, now.Add(msg.BundleRetention/2+time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ targets:
 		t.Errorf("history left %v, want %v", left, want)
 	}
 	for _, h := range []string{"accepted", "pinned", "running", "shop-last"} {
-		if _, err := d.bundles.GetInfo(ctx, h); err != nil {
+		if _, err := d.bundles.LoadBundle(ctx, h); err != nil {
 			t.Errorf("protected bundle %s: %v", h, err)
 		}
 	}

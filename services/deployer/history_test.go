@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
@@ -267,13 +265,10 @@ func TestPruneKeepsPinnedAndRunning(t *testing.T) {
 		}
 		return nil
 	})
-	obs, err := bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := msg.NewBundleStore(bus.JS)
 	for v, hash := range hashes {
-		_, err := obs.GetInfo(context.Background(), hash)
-		switch gone := errors.Is(err, jetstream.ErrObjectNotFound); {
+		_, err := store.StoredAt(context.Background(), hash)
+		switch gone := errors.Is(err, msg.ErrNotStored); {
 		case v == 2 || v == 3:
 			if !gone {
 				t.Errorf("bundle of v%d still stored (%v)", v, err)

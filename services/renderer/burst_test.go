@@ -80,12 +80,7 @@ func (f *fixture) latest() msg.Bundle {
 	if msg.Decode(m.Data, &r) != nil || r.BundleHash == "" {
 		return msg.Bundle{}
 	}
-	obs, _ := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
-	data, err := obs.GetBytes(ctx, r.BundleHash)
-	if err != nil {
-		return msg.Bundle{}
-	}
-	b, _ := msg.DecodeBundle(data)
+	b, _ := msg.NewBundleStore(f.bus.JS).LoadBundle(ctx, r.BundleHash)
 	return b
 }
 

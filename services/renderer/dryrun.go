@@ -216,11 +216,7 @@ func (r *renderer) validateDry(ctx context.Context, name string, tc config.Targe
 		return nil, fmt.Errorf("%w: no validator kind is registered (validate.expect: registered) and none is configured", ErrUndecided)
 	}
 	obj := msg.DryRunObjectName(id + "-" + name)
-	data, err := msg.EncodeBundle(b)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := r.bundles.PutBytes(ctx, obj, data); err != nil {
+	if err := r.bundles.PutBundle(ctx, obj, b); err != nil {
 		return nil, fmt.Errorf("%w: store the dry run's bundle: %w", ErrUndecided, err)
 	}
 	defer func() {

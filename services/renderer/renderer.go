@@ -274,7 +274,7 @@ type renderer struct {
 	tracer  trace.Tracer
 	kv      jetstream.KeyValue
 	status  jetstream.KeyValue
-	bundles jetstream.ObjectStore
+	bundles *msg.BundleStore
 	renders jetstream.Stream
 	ix      *index.Index
 	specs   []index.Spec // of ix: dry runs copy it
@@ -394,8 +394,8 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 		if r.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
 			return err
 		}
-		if r.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
-			return err
+		if r.bundles = msg.NewBundleStore(env.JS); r.bundles.Open(ctx) != nil {
+			return r.bundles.Open(ctx)
 		}
 		if leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
 			return err
@@ -913,18 +913,10 @@ func (r *renderer) retryLater(req request) {
 	time.AfterFunc(time.Second, func() { r.enqueue(ts, req) })
 }
 
+// putBundle stores b by content; storing a bundle stored before writes its
+// description and the chunks the store could soon drop.
 func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
-	if _, err := r.bundles.GetInfo(ctx, b.Hash); err == nil {
-		return nil
-	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return err
-	}
-	data, err := msg.EncodeBundle(b)
-	if err != nil {
-		return err
-	}
-	_, err = r.bundles.PutBytes(ctx, b.Hash, data)
-	return err
+	return r.bundles.PutBundle(ctx, "", b)
 }
 
 // lastRender reads the stream sequence of a target's last render message

@@ -122,12 +122,7 @@ func (f *fixture) render(v uint64) (msg.Render, msg.Bundle) {
 		}
 		return nil
 	})
-	obs, _ := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
-	data, err := obs.GetBytes(ctx, r.BundleHash)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	b, err := msg.DecodeBundle(data)
+	b, err := msg.NewBundleStore(f.bus.JS).LoadBundle(ctx, r.BundleHash)
 	if err != nil {
 		f.t.Fatal(err)
 	}

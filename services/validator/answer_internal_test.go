@@ -49,22 +49,15 @@ func TestNoAnswerWhileStopping(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			obs, err := b.JS.ObjectStore(context.Background(), msg.ObjectBundles)
-			if err != nil {
-				t.Fatal(err)
-			}
 			bd, err := msg.NewBundle("t", "", "haproxy.cfg", []msg.BundleFile{{Path: "haproxy.cfg", Kind: msg.FileConfig, Content: []byte("global\n")}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			bundle, err := msg.EncodeBundle(bd)
-			if err != nil {
+			store := msg.NewBundleStore(b.JS)
+			if err := store.PutBundle(context.Background(), "h", bd); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := obs.PutBytes(context.Background(), "h", bundle); err != nil {
-				t.Fatal(err)
-			}
-			v := &validator{env: env.Env, m: m, bundles: obs}
+			v := &validator{env: env.Env, m: m, bundles: store}
 			k := blockingKind{started: make(chan struct{}), fail: tc.fail}
 			inbox := nats.NewInbox()
 			sub, err := b.NC.SubscribeSync(inbox)

@@ -51,9 +51,7 @@ func benchGather(b *testing.B, kinds []string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	obs, _ := bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
-	data, _ := msg.EncodeBundle(bnd)
-	if _, err := obs.PutBytes(context.Background(), bnd.Hash, data); err != nil {
+	if err := msg.NewBundleStore(bus.JS).PutBundle(context.Background(), "", bnd); err != nil {
 		b.Fatal(err)
 	}
 	bare := bareCheck(b, bin, bnd)

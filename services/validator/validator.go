@@ -162,7 +162,7 @@ type validator struct {
 	cfg      *config.Config
 	m        *metrics
 	reg      *registry
-	bundles  jetstream.ObjectStore
+	bundles  *msg.BundleStore
 	status   jetstream.KeyValue
 	verdicts jetstream.KeyValue
 }
@@ -202,8 +202,8 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 		if leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
 			return err
 		}
-		if v.bundles, err = env.JS.ObjectStore(ctx, msg.ObjectBundles); err != nil {
-			return err
+		if v.bundles = msg.NewBundleStore(env.JS); v.bundles.Open(ctx) != nil {
+			return v.bundles.Open(ctx)
 		}
 		if v.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
 			return err
@@ -297,29 +297,15 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 
 // bundle reads a bundle (or a dry run's, by its object name). Not finding it is not final: the render naming it
 // was published after the bundle was stored, so a store that does not have
-// it yet (a node catching up) or lost it (expired) makes the kind undecided,
+// it yet (a node catching up) or lost it (expired), or a chunk of it missing or
+// corrupted, makes the kind undecided,
 // and the gatherer asks again.
 func (v *validator) bundle(ctx context.Context, hash string) (msg.Bundle, error) {
-	data, err := v.bundles.GetBytes(ctx, hash)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return msg.Bundle{}, fmt.Errorf("bundle %s not in the object store", hash)
-	}
-	if err != nil {
-		return msg.Bundle{}, fmt.Errorf("read bundle %s: %w", hash, err)
-	}
-	return msg.DecodeBundle(data)
+	return v.bundles.LoadBundle(ctx, hash)
 }
 
 func (v *validator) config(ctx context.Context, hash string) (msg.Config, error) {
-	var c msg.Config
-	data, err := v.bundles.GetBytes(ctx, msg.ConfigObject(hash))
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return c, fmt.Errorf("configuration %s not in the object store", hash)
-	}
-	if err != nil {
-		return c, fmt.Errorf("read configuration %s: %w", hash, err)
-	}
-	return c, msg.Decode(data, &c)
+	return v.bundles.LoadConfig(ctx, hash)
 }
 
 // onRender gathers the verdict on one render message.

@@ -2,11 +2,15 @@ package validator_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/weftio/weft/pkg/config"
@@ -107,12 +111,7 @@ func (f *fixture) submit(b msg.Bundle) msg.Validated {
 func (f *fixture) store(b msg.Bundle) {
 	f.t.Helper()
 	ctx := context.Background()
-	obs, err := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	data, _ := msg.EncodeBundle(b)
-	if _, err := obs.PutBytes(ctx, b.Hash, data); err != nil {
+	if err := msg.NewBundleStore(f.bus.JS).PutBundle(ctx, "", b); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -282,6 +281,46 @@ func TestForgedRenderIsDeadLettered(t *testing.T) {
 	}
 }
 
+// TestMissingChunkIsUndecided: a bundle whose description is stored but a
+// chunk of which is missing (dropped by the store's limits) is no answer:
+// the kinds are undecided, no verdict is published, and once the bundle is
+// stored again it is accepted.
+func TestMissingChunkIsUndecided(t *testing.T) {
+	f := start(t)
+	b := bundle(t, goodCfg, "chunk.example.com b\n")
+	f.store(b)
+	ctx := context.Background()
+	stream, err := f.bus.JS.Stream(ctx, msg.ObjectStream(msg.ObjectBundles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := b.Files[0].Content
+	sum := sha256.Sum256(content[:msg.ChunkEnds(content)[0]])
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(msg.ChunkSubject(hex.EncodeToString(sum[:])))); err != nil {
+		t.Fatal(err)
+	}
+	ver := f.publish(b)
+	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	testkit.Eventually(t, 30*time.Second, func() error {
+		var st msg.ValidationStatus
+		if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
+			return err
+		}
+		if !st.Undecided || st.OK || st.Version != ver || !strings.Contains(st.Reason, msg.ErrChunkMissing.Error()) {
+			return fmt.Errorf("status = %+v, want undecided naming the missing chunk", st)
+		}
+		return nil
+	})
+	validated, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	if m, err := validated.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge")); err == nil {
+		t.Fatalf("a verdict was published for a bundle missing a chunk: %s", m.Data)
+	}
+	f.store(b)
+	if v := f.verdict(ver); !v.OK {
+		t.Fatalf("verdict once whole: ok=%v (%s)", v.OK, v.Reason)
+	}
+}
+
 // TestBundleNotYetReadableIsAskedAgain: a render whose bundle the kinds
 // cannot read yet (a store node behind, a read that timed out) gets no
 // verdict, never a refusal; the kinds are asked again, the status says
@@ -308,7 +347,7 @@ func TestBundleNotYetReadableIsAskedAgain(t *testing.T) {
 	if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
 		t.Fatal(err)
 	}
-	if !st.Undecided || st.OK || st.Version != ver || !strings.Contains(st.Reason, "not in the object store") {
+	if !st.Undecided || st.OK || st.Version != ver || !strings.Contains(st.Reason, msg.ErrNotStored.Error()) {
 		t.Fatalf("status = %+v, want undecided on v%d naming the unreadable bundle", st, ver)
 	}
 	f.store(b)
@@ -328,14 +367,9 @@ func TestBundleNotYetReadableIsAskedAgain(t *testing.T) {
 func TestDryRunBundleIsReadUnderItsOwnName(t *testing.T) {
 	f := start(t)
 	ctx := context.Background()
-	obs, err := f.bus.JS.ObjectStore(ctx, msg.ObjectBundles)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bad := bundle(t, strings.Replace(goodCfg, "maxconn 100", "maxconn 100\n  frobnicate yes", 1), "a b\n")
 	name := msg.DryRunObjectName("uid-1-edge")
-	data, _ := msg.EncodeBundle(bad)
-	if _, err := obs.PutBytes(ctx, name, data); err != nil {
+	if err := msg.NewBundleStore(f.bus.JS).PutBundle(ctx, name, bad); err != nil {
 		t.Fatal(err)
 	}
 	res, err := gather.Validate(ctx, f.bus.NC, msg.ValidateSubject("edge"),
@@ -355,7 +389,7 @@ func TestDryRunBundleIsReadUnderItsOwnName(t *testing.T) {
 	if !found {
 		t.Fatalf("no haproxy.cfg:3 problem in %+v", res.Replies)
 	}
-	if _, err := obs.GetInfo(ctx, bad.Hash); err == nil {
+	if _, err := msg.NewBundleStore(f.bus.JS).StoredAt(ctx, bad.Hash); !errors.Is(err, msg.ErrNotStored) {
 		t.Fatal("the dry run's bundle is in the store under its hash")
 	}
 	verdicts, _ := f.bus.JS.KeyValue(ctx, msg.BucketVerdicts)

@@ -65,6 +65,9 @@ type Settings struct {
 	Listen   string // WEFT_LISTEN: health and metrics address
 	LogLevel string // WEFT_LOG_LEVEL: debug, info, warn, error
 	Replicas int    // WEFT_REPLICAS: JetStream replicas of streams and buckets
+	// BundleStoreMaxBytes (WEFT_BUNDLE_STORE_MAX_BYTES): the size cap of
+	// the bundle store; 0: msg.DefaultBundleStoreMaxBytes.
+	BundleStoreMaxBytes int64
 	// ConfigMap ("<namespace>/<name>", WEFT_CONFIG_MAP) makes the
 	// configuration come from that ConfigMap's key ConfigKey
 	// (WEFT_CONFIG_KEY, default weft.yaml), validated before it goes live;
@@ -124,6 +127,7 @@ func (s *Settings) connectionFlags(fs *flag.FlagSet, env *envflag.Defaults, nats
 	fs.StringVar(&s.Listen, "listen", env.String("WEFT_LISTEN", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics [WEFT_LISTEN]")
 	fs.StringVar(&s.LogLevel, "log-level", env.String("WEFT_LOG_LEVEL", "info"), "debug, info, warn or error [WEFT_LOG_LEVEL]")
 	fs.IntVar(&s.Replicas, "replicas", env.Int("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
+	fs.Int64Var(&s.BundleStoreMaxBytes, "bundle-store-max-bytes", int64(env.Int("WEFT_BUNDLE_STORE_MAX_BYTES", int(msg.DefaultBundleStoreMaxBytes))), "size cap of the weft-bundles store; past it the oldest chunks go (kept bundles are stored again before) [WEFT_BUNDLE_STORE_MAX_BYTES]")
 	s.NATS.Flags(fs)
 	s.SkipProvision = !env.Bool("WEFT_PROVISION", true)
 	fs.Var((*negated)(&s.SkipProvision), "provision", "create or update the streams, buckets and stores at start (false: `weft provision` made them) [WEFT_PROVISION]")
@@ -366,7 +370,7 @@ func connect(ctx context.Context, s Settings, url string, b Binary, tracing *tel
 	}
 	if !s.SkipProvision {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = natsauth.Provision(pctx, js, s.Replicas, refused, provision...)
+		err = natsauth.Provision(pctx, js, s.Replicas, refused, s.provisionOptions(provision...)...)
 		cancel()
 		if err != nil {
 			nc.Close()
@@ -575,4 +579,12 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// provisionOptions adds the settings' bundle store cap to opts.
+func (s Settings) provisionOptions(opts ...msg.ProvisionOption) []msg.ProvisionOption {
+	if s.BundleStoreMaxBytes > 0 {
+		opts = append(opts, msg.WithBundleStoreMaxBytes(s.BundleStoreMaxBytes))
+	}
+	return opts
 }

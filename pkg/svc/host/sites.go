@@ -46,7 +46,7 @@ func reprovisionOn(ctx context.Context, env svc.Env, s Settings, js msg.Provisio
 			if key := sitesKey(cfg, s.Site); key != done {
 				drain(refused) // refusals logged since, not of this provisioning
 				pctx, cancel := context.WithTimeout(ctx, time.Minute)
-				err := natsauth.Provision(pctx, js, s.Replicas, refused, cfg.ProvisionOptions(s.Site)...)
+				err := natsauth.Provision(pctx, js, s.Replicas, refused, s.provisionOptions(cfg.ProvisionOptions(s.Site)...)...)
 				cancel()
 				if err != nil {
 					env.Log.Error("provisioning for the configuration's sites failed; the sources stay as they were", "err", err)

@@ -131,14 +131,11 @@ func validate(ctx context.Context, env svc.Env, cand msg.Config, timeout time.Du
 	if _, err := config.Parse([]byte(cand.YAML), "/"); err != nil {
 		return parseProblems(err), nil
 	}
-	obs, err := env.JS.ObjectStore(ctx, msg.ObjectBundles)
-	if err != nil {
-		return nil, fmt.Errorf("liveconfig: %w", err)
-	}
-	if err := storeCandidate(ctx, obs, cand); err != nil {
-		return nil, err
+	if err := msg.NewBundleStore(env.JS, msg.WithChunkCache(0)).PutConfig(ctx, cand); err != nil {
+		return nil, fmt.Errorf("liveconfig: store candidate: %w", err)
 	}
 	var res gather.Result
+	var err error
 	for try := 0; ; try++ {
 		res, err = gather.Validate(ctx, env.NC, msg.ValidateSubject(msg.ConfigTarget),
 			msg.ValidateRequest{Target: msg.ConfigTarget, ConfigHash: cand.Hash}, []string{config.KindTemplate}, timeout)
@@ -178,27 +175,6 @@ const (
 	undecidedTries = 5
 	undecidedDelay = 250 * time.Millisecond
 )
-
-// storeCandidate puts cand in the object store for the validator to read,
-// unless it is there already: its name is its content's hash, and storing
-// it again while another process's validator reads it would replace the
-// chunks under that read.
-func storeCandidate(ctx context.Context, obs jetstream.ObjectStore, cand msg.Config) error {
-	name := msg.ConfigObject(cand.Hash)
-	if info, err := obs.GetInfo(ctx, name); err == nil && !info.Deleted {
-		return nil
-	} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return fmt.Errorf("liveconfig: look up candidate: %w", err)
-	}
-	data, err := msg.Encode(cand)
-	if err != nil {
-		return err
-	}
-	if _, err := obs.PutBytes(ctx, name, data); err != nil {
-		return fmt.Errorf("liveconfig: store candidate: %w", err)
-	}
-	return nil
-}
 
 // Watch yields the active configuration now (if any) and each later one,
 // parsed with dir for relative paths, until ctx is done.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
@@ -103,30 +104,37 @@ func TestUndecidedIsAskedAgain(t *testing.T) {
 	}
 }
 
-// TestCandidateStoredOnce: processes checking the same text store it once;
-// storing it again would replace its chunks under another's read.
+// TestCandidateStoredOnce: processes checking the same text store it once:
+// one description, and chunks stored by content, none of them twice.
 func TestCandidateStoredOnce(t *testing.T) {
 	b := testkit.NATS(t)
 	env := testkit.NewEnv(t, b, "t")
 	templateKind(t, b.NC, 0)
 	ctx := context.Background()
-	obs, err := b.JS.ObjectStore(ctx, msg.ObjectBundles)
+	stream, err := b.JS.Stream(ctx, msg.ObjectStream(msg.ObjectBundles))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var first string
+	hash := liveconfig.Hash(candidate)
 	for i := range 3 {
 		if _, err := liveconfig.Check(ctx, env.Env, candidate, "test", "", 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		info, err := obs.GetInfo(ctx, msg.ConfigObject(liveconfig.Hash(candidate)))
+		c, err := msg.NewBundleStore(b.JS).LoadConfig(ctx, hash)
+		if err != nil || c.YAML != candidate {
+			t.Fatalf("check %d: stored candidate %q, %v", i+1, c.YAML, err)
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter("$O."+msg.ObjectBundles+".>"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i == 0 {
-			first = info.NUID
-		} else if info.NUID != first {
-			t.Fatalf("check %d stored the candidate again (%s, first %s)", i+1, info.NUID, first)
+		for subj, n := range info.State.Subjects {
+			if n != 1 {
+				t.Fatalf("check %d: %d messages on %s", i+1, n, subj)
+			}
+		}
+		if info.State.Subjects[msg.StoredSubject(msg.ConfigObject(hash))] != 1 {
+			t.Fatalf("check %d: no description of the candidate in %v", i+1, info.State.Subjects)
 		}
 	}
 }

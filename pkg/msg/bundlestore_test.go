@@ -1,0 +1,398 @@
+package msg_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
+)
+
+// provisioned is a JetStream with every weft stream and store.
+func provisioned(t testing.TB, opts ...msg.ProvisionOption) jetstream.JetStream {
+	t.Helper()
+	js := jetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := msg.Provision(ctx, js, 1, opts...); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// storedBundle is a bundle of target with an haproxy.cfg of n backends,
+// its line `line` (counted from the middle) set to an endpoint of its own.
+func storedBundle(t testing.TB, target string, n, line int) msg.Bundle {
+	t.Helper()
+	cfg := configText(n)
+	if line > 0 {
+		mid := len(cfg) / 2
+		ls, le := lineAt(cfg, mid)
+		cfg = splice(cfg, ls, le, fmt.Sprintf("  server s0 10.200.%d.%d:8080 check weight 100\n", line/250, line%250))
+	}
+	b, err := msg.NewBundle(target, "/etc/haproxy", "haproxy.cfg", []msg.BundleFile{
+		{Path: "haproxy.cfg", Kind: msg.FileConfig, Content: cfg},
+		{Path: "maps/host.map", Kind: msg.FileMap, Content: []byte("a.example.com be_a\n")},
+		{Path: "files/empty.http", Kind: msg.FileFile, Content: nil},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func streamBytes(t testing.TB, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), msg.ObjectStream(msg.ObjectBundles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Bytes
+}
+
+func equalBundles(t *testing.T, got, want msg.Bundle) {
+	t.Helper()
+	if got.Hash != want.Hash || got.Target != want.Target || got.Base != want.Base || got.Main != want.Main || len(got.Files) != len(want.Files) {
+		t.Fatalf("loaded %s/%s, want %s/%s", got.Target, got.Hash, want.Target, want.Hash)
+	}
+	for i := range got.Files {
+		g, w := got.Files[i], want.Files[i]
+		if g.Path != w.Path || g.Kind != w.Kind || g.Name != w.Name || !bytes.Equal(g.Content, w.Content) {
+			t.Fatalf("file %d: %s differs from %s", i, g.Path, w.Path)
+		}
+	}
+}
+
+func TestBundleStoreRoundTrip(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	w := msg.NewBundleStore(js)
+	a, b := storedBundle(t, "web", 3000, 0), storedBundle(t, "web", 3000, 7)
+	if err := w.PutBundle(ctx, "", a); err != nil {
+		t.Fatal(err)
+	}
+	before := streamBytes(t, js)
+	if err := w.PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	// One endpoint changed in ~450 KB: a chunk of the file, a chunk of
+	// the manifest and the description are new.
+	if added := streamBytes(t, js) - before; added > 3*msg.ChunkMax {
+		t.Errorf("the second bundle added %d bytes to the store", added)
+	}
+	for _, name := range []string{a.Hash, b.Hash} {
+		got, err := msg.NewBundleStore(js).LoadBundle(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := a
+		if name == b.Hash {
+			want = b
+		}
+		equalBundles(t, got, want)
+	}
+	// A dry run's name, a configuration.
+	if err := w.PutBundle(ctx, msg.DryRunObjectName("x"), a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := w.LoadBundle(ctx, msg.DryRunObjectName("x")); err != nil || got.Hash != a.Hash {
+		t.Fatalf("dry run: %v %v", got.Hash, err)
+	}
+	if names, err := w.Names(ctx); err != nil || !slices.Contains(names, msg.DryRunObjectName("x")) || !slices.Contains(names, a.Hash) {
+		t.Fatalf("names %v, %v", names, err)
+	}
+	if err := w.Delete(ctx, msg.DryRunObjectName("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.LoadBundle(ctx, msg.DryRunObjectName("x")); !errors.Is(err, msg.ErrNotStored) {
+		t.Fatalf("deleted dry run: %v, want ErrNotStored", err)
+	}
+	if names, err := w.Names(ctx); err != nil || slices.Contains(names, msg.DryRunObjectName("x")) {
+		t.Fatalf("names after delete %v, %v", names, err)
+	}
+	if _, err := w.LoadBundle(ctx, a.Hash); err != nil {
+		t.Fatalf("a bundle sharing the deleted one's chunks: %v", err)
+	}
+	cfg := msg.Config{YAML: "targets: {}\n"}
+	cfg.Hash = sha256Hex([]byte(cfg.YAML))
+	if err := w.PutConfig(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := msg.NewBundleStore(js).LoadConfig(ctx, cfg.Hash); err != nil || got.YAML != cfg.YAML {
+		t.Fatalf("config: %+v %v", got, err)
+	}
+	if _, err := w.LoadConfig(ctx, a.Hash); !errors.Is(err, msg.ErrNotStored) {
+		t.Fatalf("a configuration never stored: %v, want ErrNotStored", err)
+	}
+	if _, err := w.LoadBundle(ctx, msg.ConfigObject(cfg.Hash)); !errors.Is(err, msg.ErrInvalid) {
+		t.Fatalf("a configuration read as a bundle: %v, want ErrInvalid", err)
+	}
+}
+
+func TestBundleStoreBrokenChunks(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	b := storedBundle(t, "web", 2000, 0)
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(ctx, msg.ObjectStream(msg.ObjectBundles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The chunk that holds the middle of haproxy.cfg.
+	cfg := b.Files[1].Content
+	if b.Files[1].Path != "haproxy.cfg" {
+		t.Fatalf("files %v", b.Refs())
+	}
+	var start int
+	var chunk []byte
+	for _, end := range msg.ChunkEnds(cfg) {
+		if end > len(cfg)/2 {
+			chunk = cfg[start:end]
+			break
+		}
+		start = end
+	}
+	subject := msg.ChunkSubject(sha256Hex(chunk))
+	for _, tc := range []struct {
+		name   string
+		break_ func(t *testing.T)
+		want   error
+	}{
+		{"corrupted", func(t *testing.T) {
+			m := nats.NewMsg(subject)
+			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+			m.Data = bytes.Replace(chunk, []byte("server"), []byte("SERVER"), 1)
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}, msg.ErrChunkCorrupt},
+		{"missing", func(t *testing.T) {
+			if err := str.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+				t.Fatal(err)
+			}
+		}, msg.ErrChunkMissing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.break_(t)
+			r := msg.NewBundleStore(js)
+			if _, err := r.LoadBundle(ctx, b.Hash); !errors.Is(err, tc.want) {
+				t.Fatalf("load: %v, want %v", err, tc.want)
+			}
+			if _, err := r.Refresh(ctx, b.Hash, time.Now()); !errors.Is(err, tc.want) {
+				t.Fatalf("refresh: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// Stored again (a renderer rendering it again), it loads.
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, b.Hash); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, "never-stored"); !errors.Is(err, msg.ErrNotStored) {
+		t.Fatalf("never stored: %v, want ErrNotStored", err)
+	}
+}
+
+// An object an older weft stored whole, by nats.go's object store, loads,
+// is refreshed by chunks, and is deleted.
+func TestBundleStoreWholeObjects(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	obs, err := js.ObjectStore(ctx, msg.ObjectBundles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := storedBundle(t, "web", 1500, 0)
+	data, err := msg.EncodeBundle(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, b.Hash, data); err != nil {
+		t.Fatal(err)
+	}
+	cfg := msg.Config{YAML: "targets: {}\n"}
+	cfg.Hash = sha256Hex([]byte(cfg.YAML))
+	cdata, err := msg.Encode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, msg.ConfigObject(cfg.Hash), cdata); err != nil {
+		t.Fatal(err)
+	}
+	s := msg.NewBundleStore(js)
+	got, err := s.LoadBundle(ctx, b.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalBundles(t, got, b)
+	if c, err := s.LoadConfig(ctx, cfg.Hash); err != nil || c.Hash != cfg.Hash {
+		t.Fatalf("config: %v %v", c.Hash, err)
+	}
+	if wrote, err := s.Refresh(ctx, b.Hash, time.Now()); err != nil || !wrote {
+		t.Fatalf("refresh: %v %v", wrote, err)
+	}
+	if got, err := msg.NewBundleStore(js).LoadBundle(ctx, b.Hash); err != nil || got.Hash != b.Hash {
+		t.Fatalf("after refresh: %v", err)
+	}
+	if err := s.Delete(ctx, msg.ConfigObject(cfg.Hash)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoadConfig(ctx, cfg.Hash); !errors.Is(err, msg.ErrNotStored) {
+		t.Fatalf("deleted whole object: %v, want ErrNotStored", err)
+	}
+}
+
+// Under a size cap the oldest messages go; the bundle the deployer keeps
+// (Refresh after every other bundle, as its prune does) stays whole, one
+// nobody keeps goes.
+func TestBundleStoreCapKeepsRefreshed(t *testing.T) {
+	const limit = 4 << 20
+	js := provisioned(t, msg.WithBundleStoreMaxBytes(limit))
+	ctx := context.Background()
+	renderer, deployer := msg.NewBundleStore(js), msg.NewBundleStore(js)
+	kept, dropped := storedBundle(t, "kept", 2000, 0), storedBundle(t, "dropped", 2000, 1)
+	// Distinct content: no chunk of dropped is shared with kept.
+	dropped.Files[0].Content = []byte("dropped.example.com be_d\n")
+	dropped.Files[1].Content = bytes.ReplaceAll(dropped.Files[1].Content, []byte("roundrobin"), []byte("leastconn"))
+	dropped.Hash = dropped.ComputeHash()
+	for _, b := range []msg.Bundle{kept, dropped} {
+		if err := renderer.PutBundle(ctx, "", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 40 { // ~12 MB of other bundles through a 4 MB store
+		other := storedBundle(t, fmt.Sprintf("other%d", i), 2000, 0)
+		other.Files[1].Content = bytes.ReplaceAll(other.Files[1].Content, []byte("check"), fmt.Appendf(nil, "check inter %ds", i+1))
+		other.Hash = other.ComputeHash()
+		if err := renderer.PutBundle(ctx, "", other); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := deployer.Refresh(ctx, kept.Hash, time.Now()); err != nil {
+			t.Fatalf("refresh after %d bundles: %v", i, err)
+		}
+		// What was just written is fresh.
+		if wrote, err := deployer.Refresh(ctx, kept.Hash, time.Now()); err != nil || wrote {
+			t.Fatalf("refresh again after %d bundles: wrote %v, %v", i, wrote, err)
+		}
+	}
+	if b := streamBytes(t, js); b > limit {
+		t.Errorf("the store holds %d bytes, over its cap %d", b, limit)
+	}
+	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, kept.Hash); err != nil {
+		t.Fatalf("kept bundle: %v", err)
+	}
+	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, dropped.Hash); !errors.Is(err, msg.ErrNotStored) && !errors.Is(err, msg.ErrChunkMissing) {
+		t.Fatalf("a bundle nobody keeps: %v, want it gone", err)
+	}
+}
+
+// Thousands of puts and loads leave no goroutine behind. nats.go's
+// ObjectStore.Put makes a JetStream context per put whose reconnect
+// listener goroutine, when scheduled after the put has cleaned the
+// context up, waits on a nil channel for ever; BundleStore publishes
+// through the caller's context.
+func TestBundleStoreGoroutinesFlat(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	s := msg.NewBundleStore(js)
+	put := func(i int) {
+		b, err := msg.NewBundle("web", "/etc/haproxy", "haproxy.cfg", []msg.BundleFile{
+			{Path: "haproxy.cfg", Kind: msg.FileConfig, Content: fmt.Appendf(nil, "global\n# %d\n", i)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutBundle(ctx, "", b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LoadBundle(ctx, b.Hash); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(0) // the publisher's reply subscription, the stream's handle
+	before := settledGoroutines(0)
+	for i := 1; i <= 3000; i++ {
+		put(i)
+	}
+	if after := settledGoroutines(before); after > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines grew from %d to %d over 3000 puts:\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// settledGoroutines counts goroutines once the count is at most want or
+// has stopped falling (polling for up to 10 s).
+func settledGoroutines(want int) int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && (want == 0 || n > want); {
+		time.Sleep(100 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if want == 0 && m == n {
+			return n
+		}
+		n = m
+	}
+	return n
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// A bundle of thousands of chunks, more than are written or read at once,
+// round-trips.
+func TestBundleStoreManyChunks(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	b := storedBundle(t, "big", 20000, 0) // ~3 MB, ~2,000 chunks
+	if n := len(msg.ChunkEnds(b.Files[1].Content)); n < 1000 {
+		t.Fatalf("only %d chunks", n)
+	}
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	got, err := msg.NewBundleStore(js).LoadBundle(ctx, b.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalBundles(t, got, b)
+}
+
+// A bundle whose hash does not match its files is stored as it is and
+// refused when loaded.
+func TestBundleStoreHashMismatch(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	b := storedBundle(t, "web", 10, 0)
+	b.Files[0].Content = []byte("b.example.com be_b\n")
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, b.Hash); !errors.Is(err, msg.ErrInvalid) {
+		t.Fatalf("load: %v, want ErrInvalid", err)
+	}
+}
+
+func newStores(js jetstream.JetStream) (*msg.BundleStore, *msg.BundleStore) {
+	return msg.NewBundleStore(js), msg.NewBundleStore(js)
+}
