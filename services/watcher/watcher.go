@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "weft_watcher_source_errors_total", Help: "Source problems (unparseable manifests, store errors), by source.",
 		}, []string{"source"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "weft_watcher_apply_duration_seconds", Help: "Time to apply one listing of a source.",
+			Name: "weft_watcher_apply_duration_seconds", Help: "Time to apply one listing, or one object's change, of a source.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"source"}),
 	}
@@ -347,7 +347,9 @@ func (k *sink) Replace(ctx context.Context, typ string, objects []store.Object) 
 func (k *sink) Upsert(ctx context.Context, o store.Object) error {
 	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher upsert "+k.source)
 	defer span.End()
+	start := time.Now()
 	wrote, err := k.store.Upsert(ctx, o, k.initial(o.Type))
+	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
 	if wrote {
 		k.m.applies.WithLabelValues(k.source, o.Type, "put").Inc()
 	}
@@ -359,7 +361,9 @@ func (k *sink) Upsert(ctx context.Context, o store.Object) error {
 func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
 	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher delete "+k.source)
 	defer span.End()
+	start := time.Now()
 	wrote, err := k.store.Remove(ctx, typ, namespace, name)
+	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
 	if wrote {
 		k.m.applies.WithLabelValues(k.source, typ, "delete").Inc()
 	}
