@@ -160,7 +160,9 @@ func TestEditBesideLargeFileReadsOnlyTheEdit(t *testing.T) {
 			writeFile(t, small+".tmp~", configMap("small", "3"))
 			must(t, os.Rename(small+".tmp~", small))
 		}, "upsert configmaps/shop/small=3"},
-		{"new file", func() { writeFile(t, filepath.Join(dir, "team", "svc.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {value: 1}\n") }, "upsert services/shop/web=1"},
+		{"new file", func() {
+			writeFile(t, filepath.Join(dir, "team", "svc.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {value: 1}\n")
+		}, "upsert services/shop/web=1"},
 		{"new folder", func() { writeFile(t, filepath.Join(dir, "other", "deep", "c.yaml"), configMap("c", "1")) }, "upsert configmaps/shop/c=1"},
 		{"removed file", func() { must(t, os.Remove(filepath.Join(dir, "team", "svc.yaml"))) }, "delete services/shop/web"},
 		{"removed folder", func() { must(t, os.RemoveAll(filepath.Join(dir, "other"))) }, "delete configmaps/shop/c"},
