@@ -357,6 +357,31 @@ func (k *sink) Upsert(ctx context.Context, o store.Object) error {
 	return err
 }
 
+// UpsertAll stores many objects at once, their writes pipelined.
+func (k *sink) UpsertAll(ctx context.Context, objects []store.Object) error {
+	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher upsert "+k.source)
+	defer span.End()
+	byType := map[string][]store.Object{}
+	for _, o := range objects {
+		byType[o.Type] = append(byType[o.Type], o)
+	}
+	var errs []error
+	for _, typ := range k.types {
+		if len(byType[typ]) == 0 {
+			continue
+		}
+		start := time.Now()
+		res, err := k.store.UpsertAll(ctx, byType[typ], k.initial(typ))
+		k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
+		k.m.applies.WithLabelValues(k.source, typ, "put").Add(float64(res.Put))
+		k.counted(typ)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("store %s %s: %w", k.source, typ, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Delete removes one object.
 func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
 	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher delete "+k.source)

@@ -202,7 +202,45 @@ func (s *Store) apply(ctx context.Context, types []string, objects []Object, ini
 		prefixes[i] = msg.ResourcePrefix(s.source, t)
 	}
 	want := make(map[string]bool, len(objects))
+	for _, o := range objects {
+		want[msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)] = true
+		res.Counts[o.Type]++
+	}
 	var errs []error
+	res.Put, res.Unchanged, errs = s.putAll(ctx, objects, initial)
+	for key := range s.known {
+		if want[key] || !hasAnyPrefix(key, prefixes) {
+			continue
+		}
+		deleted, err := s.delete(ctx, key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if deleted {
+			res.Deleted++
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// UpsertAll writes each of objects whose content changed, pipelined as an
+// Apply's writes are, and deletes nothing. Result.Counts is not set.
+func (s *Store) UpsertAll(ctx context.Context, objects []Object, initial bool) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ensureLoaded(ctx); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	var errs []error
+	res.Put, res.Unchanged, errs = s.putAll(ctx, objects, initial)
+	return res, errors.Join(errs...)
+}
+
+// putAll writes each of objects whose content changed: pipelined when the
+// publisher publishes asynchronously, else one at a time.
+func (s *Store) putAll(ctx context.Context, objects []Object, initial bool) (put, unchanged int, errs []error) {
 	async, pipelined := s.pub.(AsyncPublisher)
 	var inflight []*pending
 	settle := func(p *pending) {
@@ -211,15 +249,13 @@ func (s *Store) apply(ctx context.Context, types []string, objects []Object, ini
 		case err != nil:
 			errs = append(errs, err)
 		case changed:
-			res.Put++
+			put++
 		default:
-			res.Unchanged++
+			unchanged++
 		}
 	}
 	for _, o := range objects {
 		key := msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)
-		want[key] = true
-		res.Counts[o.Type]++
 		if !pipelined {
 			changed, err := s.put(ctx, key, o, initial)
 			settle(&pending{changed: changed, err: err})
@@ -239,20 +275,7 @@ func (s *Store) apply(ctx context.Context, types []string, objects []Object, ini
 	for _, p := range inflight {
 		settle(p)
 	}
-	for key := range s.known {
-		if want[key] || !hasAnyPrefix(key, prefixes) {
-			continue
-		}
-		deleted, err := s.delete(ctx, key)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if deleted {
-			res.Deleted++
-		}
-	}
-	return res, errors.Join(errs...)
+	return put, unchanged, errs
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {

@@ -64,13 +64,14 @@ type indexedDir struct {
 // and reads only the files whose size, modification time or inode changed
 // since they were read, or that a notification named.
 type index struct {
-	root   string
-	dirs   map[string]*indexedDir
-	onRead func(path string) // called before each file is read; may be nil
+	root    string
+	dirs    map[string]*indexedDir
+	onRead  func(path string) // called before each file is read; may be nil
+	changed map[string]bool   // files read or gone since the last delta
 }
 
 func newIndex(dir string, onRead func(string)) *index {
-	return &index{root: filepath.Clean(dir), dirs: map[string]*indexedDir{}, onRead: onRead}
+	return &index{root: filepath.Clean(dir), dirs: map[string]*indexedDir{}, onRead: onRead, changed: map[string]bool{}}
 }
 
 // pass is one update of an index: the directories walked and the files to
@@ -236,6 +237,7 @@ func (p *pass) list(dir string, deep bool) error {
 	for path := range d.files {
 		if !files[path] {
 			delete(d.files, path)
+			x.changed[path] = true
 		}
 	}
 	for path := range d.subdirs {
@@ -262,6 +264,7 @@ func (p *pass) read() {
 			continue
 		}
 		d.files[path] = &indexedFile{key: p.keys[i], res: results[i]}
+		p.x.changed[path] = true
 	}
 }
 
@@ -272,6 +275,9 @@ func (x *index) drop(dir string) {
 		return
 	}
 	delete(x.dirs, dir)
+	for path := range d.files {
+		x.changed[path] = true
+	}
 	for sub := range d.subdirs {
 		x.drop(sub)
 	}
@@ -297,6 +303,56 @@ func (x *index) snapshot() Snapshot {
 		results[i] = x.dirs[filepath.Dir(path)].files[path].res
 	}
 	return assemble(results, walkErrs)
+}
+
+// Delta is what changed in a folder since the previous Delta (see
+// Watcher.RunDeltas).
+type Delta struct {
+	// Full is set on the first Delta of a run: Files holds every manifest
+	// file of the folder.
+	Full bool
+	// Files holds each manifest file read or gone since the previous
+	// Delta: what it holds now, or nil when it is gone. A file read again
+	// holds new values; objects of files not in Files are unchanged.
+	Files map[string]*FileContent
+	// DirErrors holds the current problems of the folder's directories
+	// (one that cannot be read or watched, a broken link to a manifest).
+	DirErrors []ParseError
+}
+
+// FileContent is what one manifest file holds: its objects in file order
+// and its problems. Identities are not checked across files (or within
+// one): that is the reader's part.
+type FileContent struct {
+	Objects []Object
+	Errors  []ParseError
+}
+
+// delta returns what changed since the last delta and forgets it; full
+// returns every file.
+func (x *index) delta(full bool) Delta {
+	d := Delta{Full: full, Files: map[string]*FileContent{}}
+	for _, dir := range x.dirs {
+		d.DirErrors = append(d.DirErrors, dir.errs...)
+		if full {
+			for path, f := range dir.files {
+				d.Files[path] = &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+			}
+		}
+	}
+	slices.SortFunc(d.DirErrors, func(a, b ParseError) int { return comparePaths(a.File, b.File) })
+	if !full {
+		for path := range x.changed {
+			d.Files[path] = nil
+			if dir := x.dirs[filepath.Dir(path)]; dir != nil {
+				if f := dir.files[path]; f != nil {
+					d.Files[path] = &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+				}
+			}
+		}
+	}
+	clear(x.changed)
+	return d
 }
 
 // dirList returns the indexed directories.

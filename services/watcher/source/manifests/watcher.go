@@ -135,6 +135,28 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) er
 	if fn == nil {
 		return errors.New("manifests: Run needs a callback")
 	}
+	return w.run(ctx, func(ctx context.Context, x *index) error { return fn(ctx, x.snapshot()) })
+}
+
+// RunDeltas is Run with a callback that receives only what changed since
+// its previous call (see Delta), so that a pass costs what changed, not
+// the size of the folder. Everything Run says holds, except that a failed
+// call is not followed by the same delta: the next call, after the delay,
+// holds what changed since the failed one, and the caller, which saw the
+// failed delta, decides what to do again.
+func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta) error) error {
+	if fn == nil {
+		return errors.New("manifests: RunDeltas needs a callback")
+	}
+	first := true
+	return w.run(ctx, func(ctx context.Context, x *index) error {
+		d := x.delta(first)
+		first = false
+		return fn(ctx, d)
+	})
+}
+
+func (w *Watcher) run(ctx context.Context, fn func(context.Context, *index) error) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -217,15 +239,15 @@ type run struct {
 }
 
 // emit scans and hands the snapshot to fn unless ctx was cancelled.
-func (r *run) emit(ctx context.Context, fn func(context.Context, Snapshot) error) error {
-	snap, again, err := r.scan()
+func (r *run) emit(ctx context.Context, fn func(context.Context, *index) error) error {
+	again, err := r.scan()
 	if err != nil {
 		return fmt.Errorf("manifests: watch: %w", err)
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	if err := fn(ctx, snap); err != nil && ctx.Err() == nil {
+	if err := fn(ctx, r.index); err != nil && ctx.Err() == nil {
 		r.failures++
 		r.retry()
 		return nil
@@ -255,7 +277,7 @@ func (r *run) retry() {
 // is always notified. It reports whether a watch had to be repaired after
 // the read, in which case a change may have gone unnoticed and another scan
 // is due.
-func (r *run) scan() (Snapshot, bool, error) {
+func (r *run) scan() (bool, error) {
 	watched := make(map[string]bool)
 	for _, p := range r.fsw.WatchList() {
 		watched[p] = true
@@ -271,7 +293,7 @@ func (r *run) scan() (Snapshot, bool, error) {
 	var dirs []string
 	if full {
 		if err := r.index.full(onDir); err != nil {
-			return Snapshot{}, false, err
+			return false, err
 		}
 		dirs = r.index.dirList()
 		walked := make(map[string]bool, len(dirs))
@@ -286,7 +308,7 @@ func (r *run) scan() (Snapshot, bool, error) {
 	} else {
 		var err error
 		if dirs, err = r.index.update(slices.Collect(maps.Keys(dirty)), force, onDir); err != nil {
-			return Snapshot{}, false, err
+			return false, err
 		}
 	}
 	// A directory moved inside the tree keeps its kernel watch under the
@@ -302,7 +324,7 @@ func (r *run) scan() (Snapshot, bool, error) {
 			again = true
 		}
 	}
-	return r.index.snapshot(), again, nil
+	return again, nil
 }
 
 // event handles one filesystem notification.
