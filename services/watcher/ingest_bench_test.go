@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
@@ -93,6 +96,9 @@ func manifestsWatcher(tb testing.TB, apps, perFile int) (*testkit.Bus, string, f
 	}
 	bus := testkit.NATS(tb)
 	env := testkit.NewEnv(tb, bus, "bench")
+	// Spans are exported as they end in a deployment; the test recorder
+	// would keep every one of them.
+	env.Env.Tracer = noop.NewTracerProvider()
 	stop := testkit.Run(tb, func(ctx context.Context) error { return watcher.Run(ctx, env.Env, cfg) })
 	waitChanges(tb, bus, msg.ChangeAll, uint64(3*apps))
 	return bus, folder, stop
@@ -248,8 +254,28 @@ func BenchmarkHeapAfterSync(b *testing.B) {
 				took := time.Since(start)
 				b.ReportMetric(float64(heapInUse()-before)/1e6, "MB-heap")
 				b.ReportMetric(took.Seconds(), "s-to-announced")
+				writeHeapProfile(b, fmt.Sprintf("manifests-%dk", objects/1000))
 				stop()
 			}
 		})
+	}
+}
+
+// writeHeapProfile writes the heap profile of this moment (the watcher
+// running) to $WEFT_HEAP_PROFILE_DIR/<name>.heap when that is set: what
+// -memprofile cannot show, since it is written once the watcher stopped.
+func writeHeapProfile(tb testing.TB, name string) {
+	dir := os.Getenv("WEFT_HEAP_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, name+".heap"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
 	}
 }

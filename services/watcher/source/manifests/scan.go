@@ -68,6 +68,7 @@ type index struct {
 	dirs    map[string]*indexedDir
 	onRead  func(path string) // called before each file is read; may be nil
 	changed map[string]bool   // files read or gone since the last delta
+	lean    bool              // a delta hands the files' content over: it is not kept
 }
 
 func newIndex(dir string, onRead func(string)) *index {
@@ -80,6 +81,7 @@ type pass struct {
 	x      *index
 	onDir  func(path string) error // called before a directory is listed; may be nil
 	force  map[string]bool         // files read whatever their stat says
+	all    bool                    // every file is read
 	reads  []string
 	keys   []statKey
 	walked []string
@@ -89,10 +91,16 @@ type pass struct {
 // for each before listing it, and reads the files that changed. It fails
 // only when the root cannot be read.
 func (x *index) full(onDir func(string) error) error {
+	return x.fullPass(onDir, map[string]bool{})
+}
+
+// fullPass is full that also reads the files in force; with a nil force it
+// reads every file.
+func (x *index) fullPass(onDir func(string) error, force map[string]bool) error {
 	if err := x.checkRoot(); err != nil {
 		return err
 	}
-	p := &pass{x: x, onDir: onDir}
+	p := &pass{x: x, onDir: onDir, force: force, all: force == nil}
 	if err := p.list(x.root, true); err != nil {
 		return err
 	}
@@ -227,7 +235,7 @@ func (p *pass) list(dir string, deep bool) error {
 			}
 			files[path] = true
 			key := keyOf(info)
-			if f := d.files[path]; f != nil && f.key == key && !p.force[path] {
+			if f := d.files[path]; f != nil && f.key == key && !p.force[path] && !p.all {
 				continue
 			}
 			p.reads = append(p.reads, path)
@@ -332,11 +340,18 @@ type FileContent struct {
 // returns every file.
 func (x *index) delta(full bool) Delta {
 	d := Delta{Full: full, Files: map[string]*FileContent{}}
+	take := func(f *indexedFile) *FileContent {
+		c := &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+		if x.lean {
+			f.res = fileResult{}
+		}
+		return c
+	}
 	for _, dir := range x.dirs {
 		d.DirErrors = append(d.DirErrors, dir.errs...)
 		if full {
 			for path, f := range dir.files {
-				d.Files[path] = &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+				d.Files[path] = take(f)
 			}
 		}
 	}
@@ -346,7 +361,7 @@ func (x *index) delta(full bool) Delta {
 			d.Files[path] = nil
 			if dir := x.dirs[filepath.Dir(path)]; dir != nil {
 				if f := dir.files[path]; f != nil {
-					d.Files[path] = &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+					d.Files[path] = take(f)
 				}
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,13 +14,16 @@ import (
 )
 
 // Source is a folder of manifests as a weft source (source.Source). It
-// follows the folder with Watcher.RunDeltas and keeps, per file, the last
-// good objects: the first pass, and any pass after a failed write,
-// reports each watched type's complete set with Replace; every later pass
-// reports only the objects of the files that changed, with Upsert (many at
-// once when the sink can) and Delete, so an edit costs what it changed,
-// whatever the size of the folder. Each pass ends with Synced and the
-// folder's current problems.
+// follows the folder with Watcher.RunDeltas and holds no object: per file,
+// only the identities of its last good objects, and per identity the files
+// holding it. The first pass reports each watched type's complete set with
+// Replace; every later pass reports the objects of the files that were
+// read again, many at once when the sink can (the sink's store skips those
+// whose content did not change), and deletes the identities no file holds
+// any more, so that an edit costs what it changed, whatever the size of
+// the folder. Each pass ends with Synced and the folder's current
+// problems. A write that failed is written again on the next pass, from
+// the files read again for it.
 //
 // A file that stops parsing (or holds one identity twice) keeps its last
 // good objects: its error is reported, its objects stay. When files hold
@@ -35,35 +37,32 @@ type Source struct {
 	opts   []Option
 
 	mu       sync.Mutex
-	files    map[string]*fileState      // by path
-	claims   map[objectKey][]string     // files holding each identity, in path order
-	dirErrs  []ParseError               // problems of the folder's directories
-	reported map[objectKey]store.Object // what the sink holds, when replaced is set
-	replaced bool                       // the sink holds reported: deltas will do
+	files    map[string]*fileState  // by path
+	claims   map[objectKey][]string // files holding each identity, in path order
+	dirErrs  []ParseError           // problems of the folder's directories
+	pending  map[objectKey]bool     // identities whose last write failed
+	replaced bool                   // the first complete set is stored
 }
 
 // objectKey names an object as the sink does.
 type objectKey struct{ typ, namespace, name string }
 
-// fileState is what the source keeps of one file: its last good objects
-// and its current problems.
+// fileState is what the source keeps of one file: where its last good
+// objects were, and its current problems.
 type fileState struct {
-	good map[objectKey]held
+	good map[objectKey]loc
 	errs []ParseError
 }
 
-// held is one object of a file, with where it was found.
-type held struct {
-	obj       store.Object
-	doc, line int
-}
+// loc is where an object was found in its file.
+type loc struct{ doc, line int }
 
 // NewSource returns a source over dir reporting the given types; typeOf maps
 // an object's apiVersion and kind to its watched type. opts configure its
 // Watcher.
 func NewSource(dir string, rescan time.Duration, types []string, typeOf func(apiVersion, kind string) (string, bool), opts ...Option) *Source {
 	return &Source{dir: dir, rescan: rescan, types: types, typeOf: typeOf, opts: opts,
-		files: map[string]*fileState{}, claims: map[objectKey][]string{}}
+		files: map[string]*fileState{}, claims: map[objectKey][]string{}, pending: map[objectKey]bool{}}
 }
 
 // Run watches the folder until ctx is done.
@@ -72,35 +71,37 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	if err != nil {
 		return err
 	}
-	return w.RunDeltas(ctx, func(ctx context.Context, d Delta) error { return s.report(ctx, d, sink, false) })
+	return w.RunDeltas(ctx, func(ctx context.Context, d Delta) (Reread, error) { return s.report(ctx, d, sink) })
 }
 
-// Resync re-reads the whole folder now and reports every type's complete
-// set.
+// Resync re-reads the whole folder now and reports every object again.
 func (s *Source) Resync(ctx context.Context, sink source.Sink) error {
 	x := newIndex(s.dir, nil)
+	x.lean = true
 	if err := x.full(nil); err != nil {
 		return fmt.Errorf("manifests: %w", err)
 	}
-	return s.report(ctx, x.delta(true), sink, true)
+	_, err := s.report(ctx, x.delta(true), sink)
+	return err
 }
 
 // report takes in a delta and stores what it changed through sink. It
-// fails when a write failed, so that the watcher calls again soon; the
-// next report then replaces every type's set.
-func (s *Source) report(ctx context.Context, d Delta, sink source.Sink, replace bool) error {
+// fails when a write failed, so that the watcher calls again soon, and
+// names the files to read again for the writes to do.
+func (s *Source) report(ctx context.Context, d Delta, sink source.Sink) (Reread, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	touched := s.take(ctx, d, sink)
-	var err error
-	if replace || !s.replaced {
-		err = s.replaceAll(ctx, sink)
-	} else {
-		err = s.reportChanges(ctx, touched, sink)
-	}
-	if err != nil {
-		s.replaced = false
-		return err // called again soon; no sync marker from a failed write
+	c := s.take(ctx, d, sink)
+	if !s.replaced {
+		if !d.Full {
+			return Reread{All: true}, nil // the first complete set needs every object
+		}
+		if err := s.replaceAll(ctx, c, sink); err != nil {
+			return Reread{All: true}, err
+		}
+		s.replaced = true
+	} else if again, err := s.reportChanges(ctx, c, sink); err != nil || len(again) > 0 {
+		return Reread{Files: again}, err
 	}
 	problems := s.problems()
 	var failed error
@@ -110,18 +111,37 @@ func (s *Source) report(ctx context.Context, d Delta, sink source.Sink, replace 
 			failed = err
 		}
 	}
-	return failed
+	return Reread{}, failed
 }
 
-// take records the files of d and returns the identities whose objects may
-// have changed. Problems found in d are reported to sink.
-func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) map[objectKey]bool {
-	touched := map[objectKey]bool{}
+// changes is what one delta changed: the identities whose object may have
+// changed, with the file that stood for each before, and the objects read.
+type changes struct {
+	touched map[objectKey]string                  // identity -> the file that held it first, "" if none
+	fresh   map[string]map[objectKey]store.Object // by file: the objects read now
+}
+
+// take records the files of d and returns what changed. Problems found in
+// d are reported to sink.
+func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) changes {
+	c := changes{touched: map[objectKey]string{}, fresh: map[string]map[objectKey]store.Object{}}
+	touch := func(k objectKey) {
+		if _, ok := c.touched[k]; !ok {
+			c.touched[k] = ""
+			if paths := s.claims[k]; len(paths) > 0 {
+				c.touched[k] = paths[0]
+			}
+		}
+	}
 	if d.Full {
-		for path := range s.files {
+		for path, f := range s.files {
 			if _, ok := d.Files[path]; !ok {
-				s.setGood(path, nil, touched)
+				s.setGood(path, nil, touch)
 				delete(s.files, path)
+			} else {
+				for k := range f.good {
+					touch(k) // every object is reported again
+				}
 			}
 		}
 	}
@@ -131,11 +151,11 @@ func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) map[object
 	s.dirErrs = d.DirErrors
 	for path, fc := range d.Files {
 		if fc == nil {
-			s.setGood(path, nil, touched)
+			s.setGood(path, nil, touch)
 			delete(s.files, path)
 			continue
 		}
-		good, errs := s.objectsOf(fc)
+		objs, good, errs := s.objectsOf(fc)
 		f := s.files[path]
 		if f == nil {
 			f = &fileState{}
@@ -146,24 +166,26 @@ func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) map[object
 			sink.Problem(ctx, fmt.Errorf("not loaded; the last good objects of %s stay: %w", pe.File, pe))
 		}
 		if len(errs) == 0 {
-			s.setGood(path, good, touched)
+			s.setGood(path, good, touch)
+			c.fresh[path] = objs
 		}
 	}
-	for k := range touched {
+	for k := range c.touched {
 		if paths := s.claims[k]; len(paths) > 1 {
 			for _, pe := range s.duplicates(k, paths) {
 				sink.Problem(ctx, pe)
 			}
 		}
 	}
-	return touched
+	return c
 }
 
 // objectsOf converts a file's watched objects; an identity held twice is
 // one of its problems.
-func (s *Source) objectsOf(fc *FileContent) (map[objectKey]held, []ParseError) {
+func (s *Source) objectsOf(fc *FileContent) (map[objectKey]store.Object, map[objectKey]loc, []ParseError) {
 	errs := slices.Clone(fc.Errors)
-	good := make(map[objectKey]held, len(fc.Objects))
+	objs := make(map[objectKey]store.Object, len(fc.Objects))
+	good := make(map[objectKey]loc, len(fc.Objects))
 	for _, o := range fc.Objects {
 		typ, ok := s.typeOf(o.APIVersion, o.Kind)
 		if !ok {
@@ -176,42 +198,39 @@ func (s *Source) objectsOf(fc *FileContent) (map[objectKey]held, []ParseError) {
 			continue
 		}
 		rv, _ := nested(o.Body, "metadata", "resourceVersion").(string)
-		good[k] = held{obj: store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body}, doc: o.Doc, line: o.Line}
+		objs[k] = store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body}
+		good[k] = loc{doc: o.Doc, line: o.Line}
 	}
-	return good, errs
+	return objs, good, errs
 }
 
-// setGood makes good the last good objects of path (nil: none), and marks
-// the identities it held or holds as touched.
-func (s *Source) setGood(path string, good map[objectKey]held, touched map[objectKey]bool) {
-	if f := s.files[path]; f != nil {
-		for k := range f.good {
-			if _, still := good[k]; !still {
-				s.claims[k] = slices.DeleteFunc(s.claims[k], func(p string) bool { return p == path })
-				if len(s.claims[k]) == 0 {
-					delete(s.claims, k)
-				}
+// setGood makes good the last good objects of path (nil: none), touching
+// every identity it held or holds.
+func (s *Source) setGood(path string, good map[objectKey]loc, touch func(objectKey)) {
+	f := s.files[path]
+	var old map[objectKey]loc
+	if f != nil {
+		old = f.good
+	}
+	for k := range old {
+		touch(k)
+		if _, still := good[k]; !still {
+			s.claims[k] = slices.DeleteFunc(s.claims[k], func(p string) bool { return p == path })
+			if len(s.claims[k]) == 0 {
+				delete(s.claims, k)
 			}
-			touched[k] = true
 		}
-		if good == nil {
-			f.good = nil
-			return
-		}
-		for k := range good {
-			if _, had := f.good[k]; !had {
-				s.claim(k, path)
-			}
-			touched[k] = true
-		}
-		f.good = good
-		return
 	}
 	for k := range good {
-		s.claim(k, path)
-		touched[k] = true
+		touch(k)
+		if _, had := old[k]; !had {
+			s.claim(k, path)
+		}
 	}
-	if good != nil {
+	switch {
+	case f != nil:
+		f.good = good
+	case good != nil:
 		s.files[path] = &fileState{good: good}
 	}
 }
@@ -224,24 +243,13 @@ func (s *Source) claim(k objectKey, path string) {
 	}
 }
 
-// winner is the object that stands for k: the one of the first file in
-// path order holding it.
-func (s *Source) winner(k objectKey) (store.Object, bool) {
-	paths := s.claims[k]
-	if len(paths) == 0 {
-		return store.Object{}, false
-	}
-	h, ok := s.files[paths[0]].good[k]
-	return h.obj, ok
-}
-
 // duplicates are the problems of an identity that several files hold.
 func (s *Source) duplicates(k objectKey, paths []string) []ParseError {
 	first := s.files[paths[0]].good[k]
 	var out []ParseError
 	for _, p := range paths[1:] {
-		h := s.files[p].good[k]
-		out = append(out, ParseError{File: p, Doc: h.doc, Line: h.line,
+		at := s.files[p].good[k]
+		out = append(out, ParseError{File: p, Doc: at.doc, Line: at.line,
 			Err: fmt.Errorf("duplicate %s %s/%s: already defined in %s", k.typ, k.namespace, k.name, location(paths[0], first.doc, first.line))})
 	}
 	return out
@@ -268,14 +276,12 @@ func (s *Source) problems() []string {
 	return out
 }
 
-// replaceAll reports every type's complete set.
-func (s *Source) replaceAll(ctx context.Context, sink source.Sink) error {
+// replaceAll reports every type's complete set, from a full delta.
+func (s *Source) replaceAll(ctx context.Context, c changes, sink source.Sink) error {
 	byType := map[string][]store.Object{}
-	reported := make(map[objectKey]store.Object, len(s.claims))
-	for k := range s.claims {
-		if o, ok := s.winner(k); ok {
+	for k, paths := range s.claims {
+		if o, ok := c.fresh[paths[0]][k]; ok {
 			byType[k.typ] = append(byType[k.typ], o)
-			reported[k] = o
 		}
 	}
 	for _, typ := range s.types {
@@ -287,41 +293,76 @@ func (s *Source) replaceAll(ctx context.Context, sink source.Sink) error {
 			return err
 		}
 	}
-	s.reported, s.replaced = reported, true
+	clear(s.pending)
 	return nil
 }
 
-// reportChanges reports the touched identities whose object differs from
-// the one last reported: an object whose file was not read again is the
-// same value as before and is skipped without being hashed.
-func (s *Source) reportChanges(ctx context.Context, touched map[objectKey]bool, sink source.Sink) error {
-	var changed []store.Object
-	var gone []objectKey
-	for k := range touched {
-		o, ok := s.winner(k)
-		old, had := s.reported[k]
-		switch {
-		case !ok && had:
-			gone = append(gone, k)
-		case ok && (!had || !sameObject(old, o)):
-			changed = append(changed, o)
+// reportChanges stores the object of every touched (or pending) identity
+// whose winning file was read now, and deletes those no file holds any
+// more. It returns the files to read again: those that now stand for an
+// identity without having been read (another file's copy went away), and,
+// when a write failed, those of every identity it did not store.
+func (s *Source) reportChanges(ctx context.Context, c changes, sink source.Sink) ([]string, error) {
+	for k := range s.pending {
+		if _, ok := c.touched[k]; !ok {
+			c.touched[k] = "?" // stands for no file: its object is written again
 		}
 	}
-	if err := upsertAll(ctx, sink, changed); err != nil {
+	var (
+		upserts []store.Object
+		deletes []objectKey
+		again   []string
+	)
+	for k, before := range c.touched {
+		paths := s.claims[k]
+		if len(paths) == 0 {
+			if before != "" || s.pending[k] {
+				deletes = append(deletes, k)
+			}
+			continue
+		}
+		if o, ok := c.fresh[paths[0]][k]; ok {
+			upserts = append(upserts, o)
+		} else if paths[0] != before {
+			again = append(again, paths[0])
+		}
+	}
+	if err := upsertAll(ctx, sink, upserts); err != nil {
 		sink.Problem(ctx, err)
-		return err
+		s.failed(upserts, deletes)
+		return s.winnersOf(upserts, again), err
 	}
-	for _, o := range changed {
-		s.reported[objectKey{o.Type, o.Namespace, o.Name}] = o
+	for _, o := range upserts {
+		delete(s.pending, objectKey{o.Type, o.Namespace, o.Name})
 	}
-	for _, k := range gone {
+	for i, k := range deletes {
 		if err := sink.Delete(ctx, k.typ, k.namespace, k.name); err != nil {
 			sink.Problem(ctx, err)
-			return err
+			s.failed(nil, deletes[i:])
+			return again, err
 		}
-		delete(s.reported, k)
+		delete(s.pending, k)
 	}
-	return nil
+	return again, nil
+}
+
+// failed marks identities whose write may not have happened.
+func (s *Source) failed(upserts []store.Object, deletes []objectKey) {
+	for _, o := range upserts {
+		s.pending[objectKey{o.Type, o.Namespace, o.Name}] = true
+	}
+	for _, k := range deletes {
+		s.pending[k] = true
+	}
+}
+
+// winnersOf adds to files the files that hold objs.
+func (s *Source) winnersOf(objs []store.Object, files []string) []string {
+	for _, o := range objs {
+		files = append(files, o.Origin)
+	}
+	slices.Sort(files)
+	return slices.Compact(files)
 }
 
 // batchSink is a sink that stores many objects at once faster than one by
@@ -344,13 +385,6 @@ func upsertAll(ctx context.Context, sink source.Sink, objects []store.Object) er
 		}
 	}
 	return nil
-}
-
-// sameObject reports whether two objects are the same value read from the
-// same file: their bodies are one map.
-func sameObject(a, b store.Object) bool {
-	return a.Origin == b.Origin && a.ResourceVersion == b.ResourceVersion &&
-		reflect.ValueOf(a.Body).UnsafePointer() == reflect.ValueOf(b.Body).UnsafePointer()
 }
 
 func nested(obj map[string]any, keys ...string) any {

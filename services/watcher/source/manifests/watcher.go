@@ -135,28 +135,45 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) er
 	if fn == nil {
 		return errors.New("manifests: Run needs a callback")
 	}
-	return w.run(ctx, func(ctx context.Context, x *index) error { return fn(ctx, x.snapshot()) })
+	return w.run(ctx, false, func(ctx context.Context, r *run) error { return fn(ctx, r.index.snapshot()) })
+}
+
+// Reread is what a RunDeltas callback asks of the next pass: files to read
+// again, whose content the next Delta holds, or, with All, every file (the
+// next Delta is Full).
+type Reread struct {
+	Files []string
+	All   bool
 }
 
 // RunDeltas is Run with a callback that receives only what changed since
 // its previous call (see Delta), so that a pass costs what changed, not
-// the size of the folder. Everything Run says holds, except that a failed
-// call is not followed by the same delta: the next call, after the delay,
-// holds what changed since the failed one, and the caller, which saw the
-// failed delta, decides what to do again.
-func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta) error) error {
+// the size of the folder; the Watcher keeps no object once it handed it
+// over. Everything Run says holds, except that a failed call is not
+// followed by the same delta: the next call, after the delay, holds what
+// changed since, and what the callback asked to read again.
+func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta) (Reread, error)) error {
 	if fn == nil {
 		return errors.New("manifests: RunDeltas needs a callback")
 	}
-	first := true
-	return w.run(ctx, func(ctx context.Context, x *index) error {
-		d := x.delta(first)
-		first = false
-		return fn(ctx, d)
+	return w.run(ctx, true, func(ctx context.Context, r *run) error {
+		d := r.index.delta(r.fullDelta)
+		r.fullDelta = false
+		again, err := fn(ctx, d)
+		if again.All {
+			r.full, r.readAll = true, true
+		}
+		for _, f := range again.Files {
+			r.force[f] = true
+		}
+		if err == nil && (again.All || len(again.Files) > 0) {
+			r.schedule()
+		}
+		return err
 	})
 }
 
-func (w *Watcher) run(ctx context.Context, fn func(context.Context, *index) error) error {
+func (w *Watcher) run(ctx context.Context, lean bool, fn func(context.Context, *run) error) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -173,8 +190,9 @@ func (w *Watcher) run(ctx context.Context, fn func(context.Context, *index) erro
 
 	r := &run{
 		dir: w.dir, debounce: w.set.debounce, retryMax: max(w.set.rescan, time.Second), fsw: fsw, timer: time.NewTimer(time.Hour),
-		index: newIndex(w.dir, w.set.onRead), full: true, dirty: map[string]bool{}, force: map[string]bool{},
+		index: newIndex(w.dir, w.set.onRead), full: true, fullDelta: true, dirty: map[string]bool{}, force: map[string]bool{},
 	}
+	r.index.lean = lean
 	r.timer.Stop()
 	defer r.timer.Stop()
 
@@ -232,14 +250,16 @@ type run struct {
 	failures   int           // fn's failures in a row
 	retryMax   time.Duration // the longest delay before fn is tried again
 
-	index *index
-	full  bool            // the next scan re-lists the whole tree
-	dirty map[string]bool // directories to list again at the next scan
-	force map[string]bool // files to read at the next scan, whatever their stat
+	index     *index
+	full      bool            // the next scan re-lists the whole tree
+	readAll   bool            // the next scan reads every file, and its delta is full
+	fullDelta bool            // the next delta holds every file
+	dirty     map[string]bool // directories to list again at the next scan
+	force     map[string]bool // files to read at the next scan, whatever their stat
 }
 
 // emit scans and hands the snapshot to fn unless ctx was cancelled.
-func (r *run) emit(ctx context.Context, fn func(context.Context, *index) error) error {
+func (r *run) emit(ctx context.Context, fn func(context.Context, *run) error) error {
 	again, err := r.scan()
 	if err != nil {
 		return fmt.Errorf("manifests: watch: %w", err)
@@ -247,7 +267,7 @@ func (r *run) emit(ctx context.Context, fn func(context.Context, *index) error) 
 	if ctx.Err() != nil {
 		return nil
 	}
-	if err := fn(ctx, r.index); err != nil && ctx.Err() == nil {
+	if err := fn(ctx, r); err != nil && ctx.Err() == nil {
 		r.failures++
 		r.retry()
 		return nil
@@ -290,9 +310,13 @@ func (r *run) scan() (bool, error) {
 	}
 	full, dirty, force := r.full, r.dirty, r.force
 	r.full, r.dirty, r.force = false, map[string]bool{}, map[string]bool{}
+	if r.readAll {
+		r.readAll, r.fullDelta = false, true
+		force = nil // every file
+	}
 	var dirs []string
 	if full {
-		if err := r.index.full(onDir); err != nil {
+		if err := r.index.fullPass(onDir, force); err != nil {
 			return false, err
 		}
 		dirs = r.index.dirList()
