@@ -2,14 +2,18 @@ package manifests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/store"
 )
 
@@ -230,5 +234,72 @@ func TestRescanReadsOnlyChangedFiles(t *testing.T) {
 		if got := reads.get(fmt.Sprintf("f%d.yaml", i)); got != want {
 			t.Errorf("f%d.yaml read %d times, want %d", i, got, want)
 		}
+	}
+}
+
+// startSource runs a Source over dir with sink until the test ends.
+func startSource(t *testing.T, dir string, sink source.Sink, reads *readCounter) {
+	t.Helper()
+	src := NewSource(dir, 0, []string{"configmaps", "services"}, typeOfTest, WithDebounce(20*time.Millisecond), WithReadHook(reads.hook))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestDuplicateFallsBackToTheNextFile: when the file whose copy of an
+// identity wins goes away, the next file's copy is stored; that file is
+// read again for it, since the source holds no object.
+func TestDuplicateFallsBackToTheNextFile(t *testing.T) {
+	dir := newRoot(t)
+	writeFile(t, filepath.Join(dir, "a.yaml"), configMap("x", "from-a"))
+	writeFile(t, filepath.Join(dir, "b.yaml"), configMap("x", "from-b"))
+	var reads readCounter
+	sink := &recordingSink{}
+	startSource(t, dir, sink, &reads)
+	n := sink.waitCall(t, 0, "replace configmaps [configmaps/shop/x=from-a]")
+	must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+	n = sink.waitCall(t, n, "upsert configmaps/shop/x=from-b")
+	if got := reads.get("b.yaml"); got != 2 {
+		t.Errorf("b.yaml read %d times, want twice (at the start, and when its copy came to stand)", got)
+	}
+	must(t, os.Remove(filepath.Join(dir, "b.yaml")))
+	sink.waitCall(t, n, "delete configmaps/shop/x")
+}
+
+// failingSink fails its first failures writes of single objects.
+type failingSink struct {
+	recordingSink
+	failures atomic.Int32
+}
+
+func (s *failingSink) Upsert(ctx context.Context, o store.Object) error {
+	if s.failures.Add(-1) >= 0 {
+		s.add("failed " + describeObject(o))
+		return errors.New("nats: no response from stream")
+	}
+	return s.recordingSink.Upsert(ctx, o)
+}
+
+// TestFailedUpsertIsWrittenAgain: an object whose write failed is written
+// on a later pass with its content, read again from its file, with no
+// further change to the folder.
+func TestFailedUpsertIsWrittenAgain(t *testing.T) {
+	dir := newRoot(t)
+	writeFile(t, filepath.Join(dir, "a.yaml"), configMap("a", "1"))
+	var reads readCounter
+	sink := &failingSink{}
+	sink.failures.Store(2)
+	startSource(t, dir, sink, &reads)
+	n := sink.waitCall(t, 0, "replace configmaps [configmaps/shop/a=1]")
+	writeFile(t, filepath.Join(dir, "a.yaml"), configMap("a", "2"))
+	sink.waitCallWithin(t, 30*time.Second, n, "upsert configmaps/shop/a=2")
+	if calls := sink.since(n); !slices.Contains(calls, "failed configmaps/shop/a=2") {
+		t.Fatalf("calls %q: the write never failed", calls)
 	}
 }
