@@ -106,9 +106,11 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	opts := bus.Options{Service: Service, Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm, DLQ: env.JS}
 	stage := func(s string) bus.Options { o := opts; o.Stage = s; return o }
 	g, ctx := errgroup.WithContext(ctx)
-	relayed := stage("relay")
-	relayed.AckWait, relayed.Renew, relayed.Health = relay.AckWait, renew, env.Health
-	g.Go(func() error { return bus.Consume(ctx, cons, relay.New(env.JS).Handle, relayed) })
+	for _, renew := range relay.Renewals(renew, relay.Workers) {
+		relayed := stage("relay")
+		relayed.AckWait, relayed.Renew, relayed.Health = relay.AckWait, renew, env.Health
+		g.Go(func() error { return bus.Consume(ctx, cons, relay.New(env.JS).Handle, relayed) })
+	}
 	for _, src := range cfg.Sources {
 		s, err := newSource(env, cfg, src)
 		if err != nil {
