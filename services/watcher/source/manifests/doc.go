@@ -66,7 +66,9 @@
 // created, removed or renamed, a ConfigMap volume's "..data" link swapped),
 // where each file is read only if its size, modification time or inode
 // differ from when it was read. The periodic re-scan lists every directory
-// and compares the same way. WithReadHook counts the reads. The
+// and compares the same way. WithReadHook counts the reads. RunDeltas
+// hands over only the files read or gone since its last call (a Delta) and
+// keeps no object afterwards: Source follows a folder that way. The
 // callback is called from the goroutine that called Run, one call at a time.
 // Run returns nil when its context is cancelled, and an error only if file
 // notifications cannot be started or the directory itself can no longer be
