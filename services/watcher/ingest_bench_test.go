@@ -262,7 +262,7 @@ func BenchmarkHeapAfterSync(b *testing.B) {
 		}
 		b.ReportMetric(rawPublish(b, bus, msgs).Seconds(), "s-raw-publish")
 	}
-	for _, objects := range []int{30_000, 100_002} {
+	for _, objects := range []int{10_002, 30_000, 100_002} {
 		name := fmt.Sprintf("manifests-%dk", objects/1000)
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {

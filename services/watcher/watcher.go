@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -459,6 +460,10 @@ func (k *sink) Synced(ctx context.Context, typ string, problems []string) error 
 	if len(k.synced) == len(k.types) && first {
 		k.env.Health.Set("watcher/"+k.source, nil)
 		k.env.Log.InfoContext(ctx, "initial sync complete", "source", k.source)
+		// The first listing passed through whole (every object decoded at
+		// once); from now on only changes do. Hand that memory back to the
+		// system now rather than over the next minutes.
+		go debug.FreeOSMemory()
 	}
 	return nil
 }
