@@ -38,7 +38,8 @@ type Source struct {
 
 	mu       sync.Mutex
 	files    map[string]*fileState  // by path
-	claims   map[objectKey][]string // files holding each identity, in path order
+	first    map[objectKey]string   // the file first in path order holding each identity
+	others   map[objectKey][]string // the further files holding one, in path order: duplicates
 	dirErrs  []ParseError           // problems of the folder's directories
 	pending  map[objectKey]bool     // identities whose last write failed
 	replaced bool                   // the first complete set is stored
@@ -47,22 +48,31 @@ type Source struct {
 // objectKey names an object as the sink does.
 type objectKey struct{ typ, namespace, name string }
 
-// fileState is what the source keeps of one file: where its last good
-// objects were, and its current problems.
+// fileState is what the source keeps of one file: the identities of its
+// last good objects and where each was, and its current problems.
 type fileState struct {
-	good map[objectKey]loc
+	keys []objectKey
+	locs []loc
 	errs []ParseError
 }
 
 // loc is where an object was found in its file.
-type loc struct{ doc, line int }
+type loc struct{ doc, line int32 }
+
+// locOf is where the file's object k was.
+func (f *fileState) locOf(k objectKey) loc {
+	if i := slices.Index(f.keys, k); i >= 0 {
+		return f.locs[i]
+	}
+	return loc{}
+}
 
 // NewSource returns a source over dir reporting the given types; typeOf maps
 // an object's apiVersion and kind to its watched type. opts configure its
 // Watcher.
 func NewSource(dir string, rescan time.Duration, types []string, typeOf func(apiVersion, kind string) (string, bool), opts ...Option) *Source {
 	return &Source{dir: dir, rescan: rescan, types: types, typeOf: typeOf, opts: opts,
-		files: map[string]*fileState{}, claims: map[objectKey][]string{}, pending: map[objectKey]bool{}}
+		files: map[string]*fileState{}, first: map[objectKey]string{}, others: map[objectKey][]string{}, pending: map[objectKey]bool{}}
 }
 
 // Run watches the folder until ctx is done.
@@ -128,9 +138,7 @@ func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) changes {
 	touch := func(k objectKey) {
 		if _, ok := c.touched[k]; !ok {
 			c.touched[k] = ""
-			if paths := s.claims[k]; len(paths) > 0 {
-				c.touched[k] = paths[0]
-			}
+			c.touched[k] = s.first[k]
 		}
 	}
 	if d.Full {
@@ -139,7 +147,7 @@ func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) changes {
 				s.setGood(path, nil, touch)
 				delete(s.files, path)
 			} else {
-				for k := range f.good {
+				for _, k := range f.keys {
 					touch(k) // every object is reported again
 				}
 			}
@@ -171,8 +179,8 @@ func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) changes {
 		}
 	}
 	for k := range c.touched {
-		if paths := s.claims[k]; len(paths) > 1 {
-			for _, pe := range s.duplicates(k, paths) {
+		if len(s.others[k]) > 0 {
+			for _, pe := range s.duplicates(k) {
 				sink.Problem(ctx, pe)
 			}
 		}
@@ -194,12 +202,12 @@ func (s *Source) objectsOf(fc *FileContent) (map[objectKey]store.Object, map[obj
 		k := objectKey{typ, o.Namespace, o.Name}
 		if first, dup := good[k]; dup {
 			errs = append(errs, ParseError{File: o.File, Doc: o.Doc, Line: o.Line,
-				Err: fmt.Errorf("duplicate %s: already defined in %s", o, location(o.File, first.doc, first.line))})
+				Err: fmt.Errorf("duplicate %s: already defined in %s", o, location(o.File, int(first.doc), int(first.line)))})
 			continue
 		}
 		rv, _ := nested(o.Body, "metadata", "resourceVersion").(string)
 		objs[k] = store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body}
-		good[k] = loc{doc: o.Doc, line: o.Line}
+		good[k] = loc{doc: int32(o.Doc), line: int32(o.Line)}
 	}
 	return objs, good, errs
 }
@@ -208,49 +216,92 @@ func (s *Source) objectsOf(fc *FileContent) (map[objectKey]store.Object, map[obj
 // every identity it held or holds.
 func (s *Source) setGood(path string, good map[objectKey]loc, touch func(objectKey)) {
 	f := s.files[path]
-	var old map[objectKey]loc
 	if f != nil {
-		old = f.good
-	}
-	for k := range old {
-		touch(k)
-		if _, still := good[k]; !still {
-			s.claims[k] = slices.DeleteFunc(s.claims[k], func(p string) bool { return p == path })
-			if len(s.claims[k]) == 0 {
-				delete(s.claims, k)
+		for _, k := range f.keys {
+			touch(k)
+			if _, still := good[k]; !still {
+				s.unclaim(k, path)
 			}
 		}
 	}
+	held := make(map[objectKey]bool)
+	if f != nil {
+		for _, k := range f.keys {
+			held[k] = true
+		}
+	}
+	keys := make([]objectKey, 0, len(good))
 	for k := range good {
 		touch(k)
-		if _, had := old[k]; !had {
+		if !held[k] {
 			s.claim(k, path)
 		}
+		keys = append(keys, k)
+	}
+	locs := make([]loc, len(keys))
+	for i, k := range keys {
+		locs[i] = good[k]
 	}
 	switch {
 	case f != nil:
-		f.good = good
+		f.keys, f.locs = keys, locs
 	case good != nil:
-		s.files[path] = &fileState{good: good}
+		s.files[path] = &fileState{keys: keys, locs: locs}
+	}
+}
+
+// holders are the files holding k, in path order.
+func (s *Source) holders(k objectKey) []string {
+	first, ok := s.first[k]
+	if !ok {
+		return nil
+	}
+	return append([]string{first}, s.others[k]...)
+}
+
+// setHolders records the files holding k.
+func (s *Source) setHolders(k objectKey, paths []string) {
+	switch len(paths) {
+	case 0:
+		delete(s.first, k)
+		delete(s.others, k)
+	case 1:
+		s.first[k] = paths[0]
+		delete(s.others, k)
+	default:
+		s.first[k] = paths[0]
+		s.others[k] = slices.Clone(paths[1:])
 	}
 }
 
 func (s *Source) claim(k objectKey, path string) {
-	paths := s.claims[k]
-	i, found := slices.BinarySearchFunc(paths, path, comparePaths)
-	if !found {
-		s.claims[k] = slices.Insert(paths, i, path)
+	if _, ok := s.first[k]; !ok {
+		s.first[k] = path
+		return
+	}
+	paths := s.holders(k)
+	if i, found := slices.BinarySearchFunc(paths, path, comparePaths); !found {
+		s.setHolders(k, slices.Insert(paths, i, path))
 	}
 }
 
+func (s *Source) unclaim(k objectKey, path string) {
+	if first, ok := s.first[k]; ok && first == path && len(s.others[k]) == 0 {
+		delete(s.first, k)
+		return
+	}
+	s.setHolders(k, slices.DeleteFunc(s.holders(k), func(p string) bool { return p == path }))
+}
+
 // duplicates are the problems of an identity that several files hold.
-func (s *Source) duplicates(k objectKey, paths []string) []ParseError {
-	first := s.files[paths[0]].good[k]
+func (s *Source) duplicates(k objectKey) []ParseError {
+	paths := s.holders(k)
+	first := s.files[paths[0]].locOf(k)
 	var out []ParseError
 	for _, p := range paths[1:] {
-		at := s.files[p].good[k]
-		out = append(out, ParseError{File: p, Doc: at.doc, Line: at.line,
-			Err: fmt.Errorf("duplicate %s %s/%s: already defined in %s", k.typ, k.namespace, k.name, location(paths[0], first.doc, first.line))})
+		at := s.files[p].locOf(k)
+		out = append(out, ParseError{File: p, Doc: int(at.doc), Line: int(at.line),
+			Err: fmt.Errorf("duplicate %s %s/%s: already defined in %s", k.typ, k.namespace, k.name, location(paths[0], int(first.doc), int(first.line)))})
 	}
 	return out
 }
@@ -261,10 +312,8 @@ func (s *Source) problems() []string {
 	for _, f := range s.files {
 		all = append(all, f.errs...)
 	}
-	for k, paths := range s.claims {
-		if len(paths) > 1 {
-			all = append(all, s.duplicates(k, paths)...)
-		}
+	for k := range s.others {
+		all = append(all, s.duplicates(k)...)
 	}
 	slices.SortStableFunc(all, func(a, b ParseError) int {
 		return cmp.Or(comparePaths(a.File, b.File), cmp.Compare(a.Doc, b.Doc), strings.Compare(a.Error(), b.Error()))
@@ -279,8 +328,8 @@ func (s *Source) problems() []string {
 // replaceAll reports every type's complete set, from a full delta.
 func (s *Source) replaceAll(ctx context.Context, c changes, sink source.Sink) error {
 	byType := map[string][]store.Object{}
-	for k, paths := range s.claims {
-		if o, ok := c.fresh[paths[0]][k]; ok {
+	for k, first := range s.first {
+		if o, ok := c.fresh[first][k]; ok {
 			byType[k.typ] = append(byType[k.typ], o)
 		}
 	}
@@ -314,17 +363,17 @@ func (s *Source) reportChanges(ctx context.Context, c changes, sink source.Sink)
 		again   []string
 	)
 	for k, before := range c.touched {
-		paths := s.claims[k]
-		if len(paths) == 0 {
+		first, held := s.first[k]
+		if !held {
 			if before != "" || s.pending[k] {
 				deletes = append(deletes, k)
 			}
 			continue
 		}
-		if o, ok := c.fresh[paths[0]][k]; ok {
+		if o, ok := c.fresh[first][k]; ok {
 			upserts = append(upserts, o)
-		} else if paths[0] != before {
-			again = append(again, paths[0])
+		} else if first != before {
+			again = append(again, first)
 		}
 	}
 	if err := upsertAll(ctx, sink, upserts); err != nil {
