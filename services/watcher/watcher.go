@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -64,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "weft_watcher_source_errors_total", Help: "Source problems (unparseable manifests, store errors), by source.",
 		}, []string{"source"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "weft_watcher_apply_duration_seconds", Help: "Time to apply one listing of a source.",
+			Name: "weft_watcher_apply_duration_seconds", Help: "Time to apply one listing, or one object's change, of a source.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"source"}),
 	}
@@ -106,9 +107,11 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	opts := bus.Options{Service: Service, Log: env.Log, Tracer: env.Tracer.Tracer(Service), Metrics: bm, DLQ: env.JS}
 	stage := func(s string) bus.Options { o := opts; o.Stage = s; return o }
 	g, ctx := errgroup.WithContext(ctx)
-	relayed := stage("relay")
-	relayed.AckWait, relayed.Renew, relayed.Health = relay.AckWait, renew, env.Health
-	g.Go(func() error { return bus.Consume(ctx, cons, relay.New(env.JS).Handle, relayed) })
+	for _, renew := range relay.Renewals(renew, relay.Workers) {
+		relayed := stage("relay")
+		relayed.AckWait, relayed.Renew, relayed.Health = relay.AckWait, renew, env.Health
+		g.Go(func() error { return bus.Consume(ctx, cons, relay.New(env.JS).Handle, relayed) })
+	}
 	for _, src := range cfg.Sources {
 		s, err := newSource(env, cfg, src)
 		if err != nil {
@@ -347,7 +350,9 @@ func (k *sink) Replace(ctx context.Context, typ string, objects []store.Object) 
 func (k *sink) Upsert(ctx context.Context, o store.Object) error {
 	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher upsert "+k.source)
 	defer span.End()
+	start := time.Now()
 	wrote, err := k.store.Upsert(ctx, o, k.initial(o.Type))
+	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
 	if wrote {
 		k.m.applies.WithLabelValues(k.source, o.Type, "put").Inc()
 	}
@@ -355,11 +360,38 @@ func (k *sink) Upsert(ctx context.Context, o store.Object) error {
 	return err
 }
 
+// UpsertAll stores many objects at once, their writes pipelined.
+func (k *sink) UpsertAll(ctx context.Context, objects []store.Object) error {
+	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher upsert "+k.source)
+	defer span.End()
+	byType := map[string][]store.Object{}
+	for _, o := range objects {
+		byType[o.Type] = append(byType[o.Type], o)
+	}
+	var errs []error
+	for _, typ := range k.types {
+		if len(byType[typ]) == 0 {
+			continue
+		}
+		start := time.Now()
+		res, err := k.store.UpsertAll(ctx, byType[typ], k.initial(typ))
+		k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
+		k.m.applies.WithLabelValues(k.source, typ, "put").Add(float64(res.Put))
+		k.counted(typ)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("store %s %s: %w", k.source, typ, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Delete removes one object.
 func (k *sink) Delete(ctx context.Context, typ, namespace, name string) error {
 	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher delete "+k.source)
 	defer span.End()
+	start := time.Now()
 	wrote, err := k.store.Remove(ctx, typ, namespace, name)
+	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
 	if wrote {
 		k.m.applies.WithLabelValues(k.source, typ, "delete").Inc()
 	}
@@ -428,6 +460,10 @@ func (k *sink) Synced(ctx context.Context, typ string, problems []string) error 
 	if len(k.synced) == len(k.types) && first {
 		k.env.Health.Set("watcher/"+k.source, nil)
 		k.env.Log.InfoContext(ctx, "initial sync complete", "source", k.source)
+		// The first listing passed through whole (every object decoded at
+		// once); from now on only changes do. Hand that memory back to the
+		// system now rather than over the next minutes.
+		go debug.FreeOSMemory()
 	}
 	return nil
 }

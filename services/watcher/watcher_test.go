@@ -154,10 +154,14 @@ func TestWatcherStoresAndAnnounces(t *testing.T) {
 	seen := len(cs)
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
+			// A pass that read the edit either applied an object or
+			// reported the file as broken.
 			applies := testkit.CounterValue(t, env.Registry, "weft_watcher_apply_duration_seconds")
+			problems := testkit.CounterValue(t, env.Registry, "weft_watcher_source_errors_total")
 			st.act()
 			testkit.Eventually(t, 10*time.Second, func() error {
-				if testkit.CounterValue(t, env.Registry, "weft_watcher_apply_duration_seconds") <= applies {
+				if testkit.CounterValue(t, env.Registry, "weft_watcher_apply_duration_seconds") <= applies &&
+					testkit.CounterValue(t, env.Registry, "weft_watcher_source_errors_total") <= problems {
 					return fmt.Errorf("no apply yet")
 				}
 				return nil

@@ -7,11 +7,20 @@
 // that dies between writing and announcing loses no change. The trace
 // context and the initial-listing mark of the write travel on to the
 // change message.
+//
+// Workers handlers run at once on the consumer, so that announcing keeps up
+// with pipelined writes: change messages of different keys (and, rarely,
+// of one key) may be published out of bucket order; each names its
+// revision, and readers take the key's last write from the bucket, so
+// order does not matter to them. A lost consumer is renewed after the
+// lowest sequence any handler has reported, so a write one handler had not
+// reached is not skipped.
 package relay
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,6 +52,36 @@ func Consumer(ctx context.Context, js bus.ConsumerMaker) (jetstream.Consumer, bu
 		return nil, nil, fmt.Errorf("relay: %w", err)
 	}
 	return c, renew, nil
+}
+
+// Workers is how many handlers consume the relay's consumer at once.
+const Workers = 8
+
+// Renewals returns one renewal per worker over renew: each renews after the
+// lowest sequence that any worker has renewed after so far, its own
+// included.
+func Renewals(renew bus.Renewal, n int) []bus.Renewal {
+	var (
+		mu    sync.Mutex
+		after = make([]uint64, n)
+		known = make([]bool, n)
+	)
+	out := make([]bus.Renewal, n)
+	for i := range n {
+		out[i] = func(ctx context.Context, seq uint64) (bus.MessageSource, error) {
+			mu.Lock()
+			after[i], known[i] = seq, true
+			lowest := seq
+			for j := range n {
+				if known[j] {
+					lowest = min(lowest, after[j])
+				}
+			}
+			mu.Unlock()
+			return renew(ctx, lowest)
+		}
+	}
+	return out
 }
 
 // Relay turns bucket writes into change messages.

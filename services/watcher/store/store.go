@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +58,21 @@ type Stream interface {
 type Publisher interface {
 	PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 }
+
+// AsyncPublisher writes to the bucket's stream without waiting for each
+// acknowledgement. A Publisher that is one too (jetstream.JetStream) gets
+// the writes of an Apply pipelined: up to Window in flight at once.
+type AsyncPublisher interface {
+	PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+}
+
+// Window is the most writes of one Apply in flight at once.
+const Window = 512
+
+// AckWait is how long a pipelined write waits for its acknowledgement
+// before it counts as unanswered (nats.ErrTimeout): written again on the
+// source's next pass.
+const AckWait = 30 * time.Second
 
 // Result counts what one Apply did.
 type Result struct {
@@ -186,21 +202,12 @@ func (s *Store) apply(ctx context.Context, types []string, objects []Object, ini
 		prefixes[i] = msg.ResourcePrefix(s.source, t)
 	}
 	want := make(map[string]bool, len(objects))
-	var errs []error
 	for _, o := range objects {
-		key := msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)
-		want[key] = true
+		want[msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)] = true
 		res.Counts[o.Type]++
-		changed, err := s.put(ctx, key, o, initial)
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case changed:
-			res.Put++
-		default:
-			res.Unchanged++
-		}
 	}
+	var errs []error
+	res.Put, res.Unchanged, errs = s.putAll(ctx, objects, initial)
 	for key := range s.known {
 		if want[key] || !hasAnyPrefix(key, prefixes) {
 			continue
@@ -217,6 +224,60 @@ func (s *Store) apply(ctx context.Context, types []string, objects []Object, ini
 	return res, errors.Join(errs...)
 }
 
+// UpsertAll writes each of objects whose content changed, pipelined as an
+// Apply's writes are, and deletes nothing. Result.Counts is not set.
+func (s *Store) UpsertAll(ctx context.Context, objects []Object, initial bool) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ensureLoaded(ctx); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	var errs []error
+	res.Put, res.Unchanged, errs = s.putAll(ctx, objects, initial)
+	return res, errors.Join(errs...)
+}
+
+// putAll writes each of objects whose content changed: pipelined when the
+// publisher publishes asynchronously, else one at a time.
+func (s *Store) putAll(ctx context.Context, objects []Object, initial bool) (put, unchanged int, errs []error) {
+	async, pipelined := s.pub.(AsyncPublisher)
+	var inflight []*pending
+	settle := func(p *pending) {
+		changed, err := s.settle(ctx, p, initial)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case changed:
+			put++
+		default:
+			unchanged++
+		}
+	}
+	for _, o := range objects {
+		key := msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)
+		if !pipelined {
+			changed, err := s.put(ctx, key, o, initial)
+			settle(&pending{changed: changed, err: err})
+			continue
+		}
+		p := s.start(ctx, async, key, o, initial)
+		if p.future == nil {
+			settle(p) // unchanged, or failed before it was sent
+			continue
+		}
+		inflight = append(inflight, p)
+		if len(inflight) >= Window {
+			settle(inflight[0])
+			inflight = inflight[1:]
+		}
+	}
+	for _, p := range inflight {
+		settle(p)
+	}
+	return put, unchanged, errs
+}
+
 func hasAnyPrefix(s string, prefixes []string) bool {
 	for _, p := range prefixes {
 		if strings.HasPrefix(s, p) {
@@ -226,25 +287,95 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
-func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bool, error) {
+// pending is one write of an Apply: sent and not yet acknowledged when
+// future is set, otherwise decided (changed or err).
+type pending struct {
+	key, hash string
+	value     []byte
+	future    jetstream.PubAckFuture
+	changed   bool
+	err       error
+}
+
+// prepare strips and hashes o and encodes it; it returns a nil value when
+// the bucket already holds that content.
+func (s *Store) prepare(key string, o Object) (hash string, value []byte, err error) {
 	for _, p := range s.strip {
 		p.Delete(o.Body)
 	}
-	hash, err := Hash(o.Body)
-	if err != nil {
-		return false, fmt.Errorf("store: %s: %w", key, err)
+	if hash, err = Hash(o.Body); err != nil {
+		return "", nil, fmt.Errorf("store: %s: %w", key, err)
 	}
-	cur, ok := s.known[key]
-	if ok && cur.hash == hash {
-		return false, nil
+	if cur, ok := s.known[key]; ok && cur.hash == hash {
+		return hash, nil, nil
 	}
-	value, err := msg.Encode(msg.Resource{
+	value, err = msg.Encode(msg.Resource{
 		Source: s.source, Type: o.Type, Namespace: o.Namespace, Name: o.Name,
 		ResourceVersion: o.ResourceVersion, Hash: hash, Origin: o.Origin, Object: o.Body,
 	})
 	if err != nil {
-		return false, fmt.Errorf("store: %s: %w", key, err)
+		return "", nil, fmt.Errorf("store: %s: %w", key, err)
 	}
+	return hash, value, nil
+}
+
+// start sends the write of o without waiting for its acknowledgement.
+func (s *Store) start(ctx context.Context, pub AsyncPublisher, key string, o Object, initial bool) *pending {
+	hash, value, err := s.prepare(key, o)
+	if err != nil || value == nil {
+		return &pending{key: key, err: err}
+	}
+	p := &pending{key: key, hash: hash, value: value}
+	p.future, p.err = pub.PublishMsgAsync(s.message(ctx, key, value, "", s.known[key].rev, initial))
+	if p.err != nil {
+		p.err = fmt.Errorf("store: write %s: %w", key, p.err)
+	}
+	return p
+}
+
+// settle waits for a pipelined write's acknowledgement and records it. A
+// write that lost its compare-and-set is decided again as put does.
+func (s *Store) settle(ctx context.Context, p *pending, initial bool) (bool, error) {
+	if p.future == nil {
+		return p.changed, p.err
+	}
+	timer := time.NewTimer(AckWait)
+	defer timer.Stop()
+	select {
+	case ack := <-p.future.Ok():
+		s.remember(p.key, entry{hash: p.hash, rev: ack.Sequence})
+		return true, nil
+	case err := <-p.future.Err():
+		if !isConflict(err) {
+			return false, fmt.Errorf("store: write %s: %w", p.key, err)
+		}
+		cur, live, err := s.reread(ctx, p.key)
+		if err != nil {
+			return false, err
+		}
+		if live && cur.hash == p.hash {
+			return false, nil
+		}
+		return s.commit(ctx, p.key, p.hash, p.value, cur, initial)
+	case <-ctx.Done():
+		return false, fmt.Errorf("store: write %s: %w", p.key, ctx.Err())
+	case <-timer.C:
+		return false, fmt.Errorf("store: write %s: no acknowledgement within %s: %w", p.key, AckWait, nats.ErrTimeout)
+	}
+}
+
+func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bool, error) {
+	hash, value, err := s.prepare(key, o)
+	if err != nil || value == nil {
+		return false, err
+	}
+	return s.commit(ctx, key, hash, value, s.known[key], initial)
+}
+
+// commit writes value with a compare-and-set on cur's revision; when
+// another writer got there first it re-reads the key and decides again,
+// up to three times.
+func (s *Store) commit(ctx context.Context, key, hash string, value []byte, cur entry, initial bool) (bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		rev, err := s.write(ctx, key, value, "", cur.rev, initial)
 		if err == nil {
@@ -289,6 +420,16 @@ func (s *Store) delete(ctx context.Context, key string) (bool, error) {
 // write publishes a value (or a delete marker when op is set) for key,
 // expecting last as the key's current revision (0: none).
 func (s *Store) write(ctx context.Context, key string, value []byte, op string, last uint64, initial bool) (uint64, error) {
+	ack, err := s.pub.PublishMsg(ctx, s.message(ctx, key, value, op, last, initial))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// message is the write of a value (or a delete marker when op is set) for
+// key, expecting last as the key's current revision (0: none).
+func (s *Store) message(ctx context.Context, key string, value []byte, op string, last uint64, initial bool) *nats.Msg {
 	m := nats.NewMsg(msg.ResourceSubject(key))
 	m.Data = value
 	m.Header.Set(msg.HeaderExpectedLastSubjectSeq, strconv.FormatUint(last, 10))
@@ -301,11 +442,7 @@ func (s *Store) write(ctx context.Context, key string, value []byte, op string, 
 		m.Header.Set(msg.HeaderInitial, "true")
 	}
 	telemetry.Inject(ctx, m.Header)
-	ack, err := s.pub.PublishMsg(ctx, m)
-	if err != nil {
-		return 0, err
-	}
-	return ack.Sequence, nil
+	return m
 }
 
 // reread returns what the bucket holds for key: its last revision (a delete

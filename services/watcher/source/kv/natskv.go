@@ -194,19 +194,26 @@ initial:
 			if !ok {
 				return true, s.unavailable(errors.New("watcher closed"), "follow bucket %s", s.bucket)
 			}
-			if e == nil {
-				continue
+			// The changes already waiting are stored together.
+			rep.startBatch()
+			for n := 0; ; n++ {
+				if err := s.follow(ctx, rep, e); err != nil {
+					return true, errors.Join(err, rep.flush(ctx))
+				}
+				if n == maxBatch {
+					break
+				}
+				select {
+				case e, ok = <-w.Updates():
+					if !ok {
+						return true, errors.Join(rep.flush(ctx), s.unavailable(errors.New("watcher closed"), "follow bucket %s", s.bucket))
+					}
+					continue
+				default:
+				}
+				break
 			}
-			name, ok, err := s.name(e.Key())
-			if err != nil {
-				rep.sink.Problem(ctx, err)
-				continue
-			}
-			var vals map[string]entry
-			if ok && e.Operation() == jetstream.KeyValuePut {
-				vals = map[string]entry{name: {value: string(e.Value()), key: e.Key()}}
-			}
-			if err := rep.setKey(ctx, e.Key(), vals); err != nil {
+			if err := rep.flush(ctx); err != nil {
 				return true, err
 			}
 		case st := <-status:
@@ -221,6 +228,26 @@ initial:
 			return true, nil
 		}
 	}
+}
+
+// maxBatch is the most waiting changes stored together.
+const maxBatch = 1000
+
+// follow reports one change of the bucket.
+func (s *natsSource) follow(ctx context.Context, rep *reporter, e jetstream.KeyValueEntry) error {
+	if e == nil {
+		return nil
+	}
+	name, ok, err := s.name(e.Key())
+	if err != nil {
+		rep.sink.Problem(ctx, err)
+		return nil
+	}
+	var vals map[string]entry
+	if ok && e.Operation() == jetstream.KeyValuePut {
+		vals = map[string]entry{name: {value: string(e.Value()), key: e.Key()}}
+	}
+	return rep.setKey(ctx, e.Key(), vals)
 }
 
 // name maps a KV key to its name; ok is false when the scope does not

@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -235,4 +236,32 @@ func TestSinkErrors(t *testing.T) {
 	if replaces, _, _, synced := rec.counts(); replaces < 2 || synced != 1 {
 		t.Errorf("replaces %d synced %d: want a re-read after the failed upsert and one sync", replaces, synced)
 	}
+}
+
+// TestNATSBurstKeepsOrder: a burst of puts and deletes of the same keys,
+// stored together, ends as the bucket does: a value put and then deleted
+// is gone, one deleted and then put is there with its last value.
+func TestNATSBurstKeepsOrder(t *testing.T) {
+	t.Parallel()
+	bus := testkit.NATS(t)
+	kv := newBucket(t, bus.JS, "cfg")
+	kvPut(t, kv, "a.keep", "0")
+	rec := newRecorder(t)
+	start(t, mustNew(t, config.Source{Type: config.SourceNATSKV, Bucket: "cfg", Rescan: config.Duration(time.Hour)}, opts(WithNATSConn(bus.NC))...), rec)
+	waitValues(t, rec, map[string]string{"/a/keep": "0"})
+	ctx := context.Background()
+	for i := range 50 {
+		kvPut(t, kv, "a.gone", fmt.Sprint(i))
+		kvPut(t, kv, "a.back", fmt.Sprint(i))
+		if err := kv.Delete(ctx, "a.gone"); err != nil {
+			t.Fatal(err)
+		}
+		if i < 49 {
+			if err := kv.Delete(ctx, "a.back"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kvPut(t, kv, "a.keep", fmt.Sprint(i))
+	}
+	waitValues(t, rec, map[string]string{"/a/keep": "49", "/a/back": "49"})
 }

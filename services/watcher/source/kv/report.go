@@ -70,6 +70,56 @@ type reporter struct {
 	// reported are the texts of the last listing's problems, so that a
 	// re-read reports only new ones.
 	reported map[string]bool
+	// batch, when not nil, collects the upserts of setKey until flush:
+	// written at once when the sink can.
+	batch []store.Object
+}
+
+// batchSink is a sink that stores many objects at once faster than one by
+// one.
+type batchSink interface {
+	UpsertAll(ctx context.Context, objects []store.Object) error
+}
+
+// startBatch makes setKey collect its upserts until flush.
+func (r *reporter) startBatch() {
+	if r.batch == nil {
+		r.batch = []store.Object{}
+	}
+}
+
+// flush writes the collected upserts, the last of each name, and stops
+// collecting. A failed write leaves the reporter ahead of the sink: the
+// caller reads the source again in full.
+func (r *reporter) flush(ctx context.Context) error {
+	objs := r.batch
+	r.batch = nil
+	if len(objs) == 0 {
+		return nil
+	}
+	last := make(map[string]int, len(objs))
+	for i, o := range objs {
+		last[o.Name] = i
+	}
+	kept := objs[:0]
+	for i, o := range objs {
+		if last[o.Name] == i {
+			kept = append(kept, o)
+		}
+	}
+	if b, ok := r.sink.(batchSink); ok && len(kept) > 1 {
+		if err := b.UpsertAll(ctx, kept); err != nil {
+			return fmt.Errorf("%s: upsert %d values: %w", r.typ, len(kept), err)
+		}
+		return nil
+	}
+	var errs []error
+	for _, o := range kept {
+		if err := r.sink.Upsert(ctx, o); err != nil {
+			errs = append(errs, fmt.Errorf("%s: upsert %q: %w", r.typ, o.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func newReporter(sink source.Sink, typ string) *reporter {
@@ -143,6 +193,14 @@ func (r *reporter) setKey(ctx context.Context, k string, vals map[string]entry) 
 		if _, keep := vals[name]; keep {
 			continue
 		}
+		if r.batch != nil {
+			// An upsert of name collected earlier must not land after
+			// its delete.
+			if err := r.flush(ctx); err != nil {
+				errs = append(errs, err)
+			}
+			r.startBatch()
+		}
 		if err := r.sink.Delete(ctx, config.ValuesType, "", name); err != nil {
 			errs = append(errs, fmt.Errorf("%s: delete %q: %w", r.typ, name, err))
 			continue
@@ -167,7 +225,9 @@ func (r *reporter) setKey(ctx context.Context, k string, vals map[string]entry) 
 			}
 			r.sink.Problem(ctx, fmt.Errorf("%s: %w: %s and %s both give the value %q; %s is used", r.typ, ErrInvalidData, e, old, name, e))
 		}
-		if err := r.sink.Upsert(ctx, r.object(name, e)); err != nil {
+		if r.batch != nil {
+			r.batch = append(r.batch, r.object(name, e))
+		} else if err := r.sink.Upsert(ctx, r.object(name, e)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: upsert %q: %w", r.typ, name, err))
 			continue
 		}

@@ -30,7 +30,10 @@
 //     into an any: map[string]any, []any, float64, string, bool and nil.
 //     Integers such as ports stay integers when Body is encoded to JSON again
 //     (integers beyond 2^53 lose precision, as with any float64).
-//   - Each scan builds new values: a snapshot shares nothing with another.
+//   - Each Scan builds new values: a snapshot shares nothing with another.
+//     The snapshots of one Watcher share the objects of the files it did
+//     not read again: an object's Body is the same map until its file is
+//     read anew.
 //
 // # Ordering and identity
 //
@@ -57,7 +60,15 @@
 // the initial scan, then again after every burst of filesystem changes
 // (coalesced by a debounce interval, see WithDebounce) and on every periodic
 // re-scan (see WithRescan), which catches anything the change notifications
-// missed. Every call carries a complete, fresh snapshot, never a delta. The
+// missed. Every call carries a complete snapshot, never a delta, but the
+// Watcher reads only what changed: a file a notification names as written,
+// and the directories a notification names as changed (a file or directory
+// created, removed or renamed, a ConfigMap volume's "..data" link swapped),
+// where each file is read only if its size, modification time or inode
+// differ from when it was read. The periodic re-scan lists every directory
+// and compares the same way. WithReadHook counts the reads. RunDeltas
+// hands over only the files read or gone since its last call (a Delta) and
+// keeps no object afterwards: Source follows a folder that way. The
 // callback is called from the goroutine that called Run, one call at a time.
 // Run returns nil when its context is cancelled, and an error only if file
 // notifications cannot be started or the directory itself can no longer be

@@ -24,47 +24,159 @@ var errNotDir = errors.New("not a directory")
 // Scan reads every manifest under dir. The error is non-nil only when dir
 // itself cannot be read; every other problem is in Snapshot.Errors.
 func Scan(dir string) (Snapshot, error) {
-	snap, _, err := scan(dir, nil)
-	if err != nil {
+	x := newIndex(dir, nil)
+	if err := x.full(nil); err != nil {
 		return Snapshot{}, fmt.Errorf("manifests: %w", err)
 	}
-	return snap, nil
+	return x.snapshot(), nil
 }
 
-// scan walks dir, calling onDir (when not nil) for each directory before
-// reading it, and returns the snapshot and the directories it walked.
-func scan(dir string, onDir func(path string) error) (Snapshot, []string, error) {
-	root := filepath.Clean(dir)
-	info, err := os.Stat(root)
+// statKey is what tells a file apart from the one read before without
+// reading it: its size, modification time and inode (a ConfigMap volume's
+// "..data" swap points a link at a new file of the same size).
+type statKey struct {
+	size, mtime int64
+	dev, ino    uint64
+}
+
+func keyOf(fi fs.FileInfo) statKey {
+	k := statKey{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	k.dev, k.ino = fileID(fi)
+	return k
+}
+
+// indexedFile is one manifest file as last read.
+type indexedFile struct {
+	key statKey
+	res fileResult
+}
+
+// indexedDir is one directory as last listed: its manifest files, its
+// subdirectories and the problems met listing it.
+type indexedDir struct {
+	files   map[string]*indexedFile // by path
+	subdirs map[string]bool         // by path
+	errs    []ParseError
+}
+
+// index is what is known of a folder: every directory and manifest file in
+// it, and what each file held when last read. A pass re-lists directories
+// and reads only the files whose size, modification time or inode changed
+// since they were read, or that a notification named.
+type index struct {
+	root    string
+	dirs    map[string]*indexedDir
+	onRead  func(path string) // called before each file is read; may be nil
+	changed map[string]bool   // files read or gone since the last delta
+	lean    bool              // a delta hands the files' content over: it is not kept
+}
+
+func newIndex(dir string, onRead func(string)) *index {
+	return &index{root: filepath.Clean(dir), dirs: map[string]*indexedDir{}, onRead: onRead, changed: map[string]bool{}}
+}
+
+// pass is one update of an index: the directories walked and the files to
+// read.
+type pass struct {
+	x      *index
+	onDir  func(path string) error // called before a directory is listed; may be nil
+	force  map[string]bool         // files read whatever their stat says
+	all    bool                    // every file is read
+	reads  []string
+	keys   []statKey
+	walked []string
+}
+
+// full re-lists every directory of the tree, calling onDir (when not nil)
+// for each before listing it, and reads the files that changed. It fails
+// only when the root cannot be read.
+func (x *index) full(onDir func(string) error) error {
+	return x.fullPass(onDir, map[string]bool{})
+}
+
+// fullPass is full that also reads the files in force; with a nil force it
+// reads every file.
+func (x *index) fullPass(onDir func(string) error, force map[string]bool) error {
+	if err := x.checkRoot(); err != nil {
+		return err
+	}
+	p := &pass{x: x, onDir: onDir, force: force, all: force == nil}
+	if err := p.list(x.root, true); err != nil {
+		return err
+	}
+	p.read()
+	return nil
+}
+
+// update re-lists only the given directories (and walks whole any
+// directory found that is not indexed yet), and reads the files among them
+// that changed or are in force. It returns the directories walked.
+func (x *index) update(dirs []string, force map[string]bool, onDir func(string) error) ([]string, error) {
+	if err := x.checkRoot(); err != nil {
+		return nil, err
+	}
+	p := &pass{x: x, onDir: onDir, force: force}
+	slices.SortFunc(dirs, comparePaths)
+	listed := make(map[string]bool, len(dirs))
+	for _, d := range dirs {
+		if d != x.root && x.dirs[filepath.Dir(d)] == nil {
+			continue // not in the tree (any more): its parent lists it if it is
+		}
+		listed[d] = true
+		if err := p.list(d, false); err != nil {
+			return nil, err
+		}
+	}
+	for path := range force {
+		if !listed[filepath.Dir(path)] {
+			p.refile(path)
+		}
+	}
+	p.read()
+	return p.walked, nil
+}
+
+// refile queues one known file of a directory that is not listed again
+// (its content was written) for reading. A file that is not known is left
+// to the listing of its directory, which a creation or a rename causes.
+func (p *pass) refile(path string) {
+	d := p.x.dirs[filepath.Dir(path)]
+	if d == nil || d.files[path] == nil {
+		return
+	}
+	info, err := os.Stat(path)
+	if err != nil || !info.Mode().IsRegular() {
+		return // removed or replaced: its directory is listed on that notification
+	}
+	p.reads = append(p.reads, path)
+	p.keys = append(p.keys, keyOf(info))
+}
+
+func (x *index) checkRoot() error {
+	info, err := os.Stat(x.root)
 	if err != nil {
-		return Snapshot{}, nil, err
+		return err
 	}
 	if !info.IsDir() {
-		return Snapshot{}, nil, fmt.Errorf("%s: %w", root, errNotDir)
+		return fmt.Errorf("%s: %w", x.root, errNotDir)
 	}
-	w := walker{onDir: onDir}
-	if err := w.walk(root, true); err != nil {
-		return Snapshot{}, nil, err
-	}
-	slices.SortFunc(w.files, comparePaths)
-	return assemble(readAll(w.files), w.errs), w.dirs, nil
+	return nil
 }
 
-// walker collects the manifest files and directories of a tree.
-type walker struct {
-	onDir func(path string) error
-	files []string
-	dirs  []string
-	errs  []ParseError
-}
-
-func (w *walker) walk(dir string, root bool) error {
-	if w.onDir != nil {
-		if err := w.onDir(dir); err != nil {
+// list lists dir, records its files and subdirectories, queues the files
+// that need reading, and lists its subdirectories too when deep or when
+// they are not indexed yet.
+func (p *pass) list(dir string, deep bool) error {
+	x := p.x
+	root := dir == x.root
+	var errs []ParseError
+	if p.onDir != nil {
+		if err := p.onDir(dir); err != nil {
 			if !root && errors.Is(err, fs.ErrNotExist) {
-				return nil // removed since its parent was read
+				x.drop(dir) // removed since its parent was read
+				return nil
 			}
-			w.errs = append(w.errs, ParseError{File: dir, Err: fmt.Errorf("watch directory: %w", err)})
+			errs = append(errs, ParseError{File: dir, Err: fmt.Errorf("watch directory: %w", err)})
 		}
 	}
 	entries, err := os.ReadDir(dir)
@@ -73,41 +185,198 @@ func (w *walker) walk(dir string, root bool) error {
 		case root:
 			return err
 		case errors.Is(err, fs.ErrNotExist) && len(entries) == 0:
-			return nil // removed since its parent was read
+			x.drop(dir) // removed since its parent was read
+			return nil
 		}
-		w.errs = append(w.errs, ParseError{File: dir, Err: fmt.Errorf("read directory: %w", err)})
+		errs = append(errs, ParseError{File: dir, Err: fmt.Errorf("read directory: %w", err)})
 	}
-	w.dirs = append(w.dirs, dir)
+	d := x.dirs[dir]
+	if d == nil {
+		d = &indexedDir{files: map[string]*indexedFile{}, subdirs: map[string]bool{}}
+		x.dirs[dir] = d
+	}
+	p.walked = append(p.walked, dir)
+	files := make(map[string]bool, len(entries))
+	subdirs := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
 		if skipName(name) {
 			continue
 		}
 		path := filepath.Join(dir, name)
+		var info fs.FileInfo
 		typ := e.Type()
 		if typ&fs.ModeSymlink != 0 {
 			fi, err := os.Stat(path)
 			if err != nil {
 				if isManifestName(name) {
-					w.errs = append(w.errs, ParseError{File: path, Err: fmt.Errorf("read: %w", err)})
+					errs = append(errs, ParseError{File: path, Err: fmt.Errorf("read: %w", err)})
 				}
 				continue
 			}
 			if fi.IsDir() {
 				continue // links to directories are not followed
 			}
-			typ = fi.Mode().Type()
+			info, typ = fi, fi.Mode().Type()
 		}
 		switch {
 		case typ.IsDir():
-			if err := w.walk(path, false); err != nil {
-				return err
+			subdirs[path] = true
+			if deep || x.dirs[path] == nil {
+				if err := p.list(path, deep); err != nil {
+					return err
+				}
 			}
 		case typ.IsRegular() && isManifestName(name):
-			w.files = append(w.files, path)
+			if info == nil {
+				if info, err = e.Info(); err != nil {
+					continue // removed since the directory was read
+				}
+			}
+			files[path] = true
+			key := keyOf(info)
+			if f := d.files[path]; f != nil && f.key == key && !p.force[path] && !p.all {
+				continue
+			}
+			p.reads = append(p.reads, path)
+			p.keys = append(p.keys, key)
 		}
 	}
+	for path := range d.files {
+		if !files[path] {
+			delete(d.files, path)
+			x.changed[path] = true
+		}
+	}
+	for path := range d.subdirs {
+		if !subdirs[path] {
+			x.drop(path)
+		}
+	}
+	d.subdirs, d.errs = subdirs, errs
 	return nil
+}
+
+// read reads the queued files in parallel and records what they hold. A
+// file removed since it was listed holds nothing.
+func (p *pass) read() {
+	if p.x.onRead != nil {
+		for _, path := range p.reads {
+			p.x.onRead(path)
+		}
+	}
+	results := readAll(p.reads)
+	for i, path := range p.reads {
+		d := p.x.dirs[filepath.Dir(path)]
+		if d == nil {
+			continue
+		}
+		d.files[path] = &indexedFile{key: p.keys[i], res: results[i]}
+		p.x.changed[path] = true
+	}
+}
+
+// drop forgets dir and everything below it.
+func (x *index) drop(dir string) {
+	d := x.dirs[dir]
+	if d == nil {
+		return
+	}
+	delete(x.dirs, dir)
+	for path := range d.files {
+		x.changed[path] = true
+	}
+	for sub := range d.subdirs {
+		x.drop(sub)
+	}
+	if parent := x.dirs[filepath.Dir(dir)]; parent != nil && dir != x.root {
+		delete(parent.subdirs, dir)
+	}
+}
+
+// snapshot assembles what the index holds. Objects of files that were not
+// read again are the values of the earlier snapshots.
+func (x *index) snapshot() Snapshot {
+	var paths []string
+	var walkErrs []ParseError
+	for _, d := range x.dirs {
+		walkErrs = append(walkErrs, d.errs...)
+		for path := range d.files {
+			paths = append(paths, path)
+		}
+	}
+	slices.SortFunc(paths, comparePaths)
+	results := make([]fileResult, len(paths))
+	for i, path := range paths {
+		results[i] = x.dirs[filepath.Dir(path)].files[path].res
+	}
+	return assemble(results, walkErrs)
+}
+
+// Delta is what changed in a folder since the previous Delta (see
+// Watcher.RunDeltas).
+type Delta struct {
+	// Full is set on the first Delta of a run: Files holds every manifest
+	// file of the folder.
+	Full bool
+	// Files holds each manifest file read or gone since the previous
+	// Delta: what it holds now, or nil when it is gone. A file read again
+	// holds new values; objects of files not in Files are unchanged.
+	Files map[string]*FileContent
+	// DirErrors holds the current problems of the folder's directories
+	// (one that cannot be read or watched, a broken link to a manifest).
+	DirErrors []ParseError
+}
+
+// FileContent is what one manifest file holds: its objects in file order
+// and its problems. Identities are not checked across files (or within
+// one): that is the reader's part.
+type FileContent struct {
+	Objects []Object
+	Errors  []ParseError
+}
+
+// delta returns what changed since the last delta and forgets it; full
+// returns every file.
+func (x *index) delta(full bool) Delta {
+	d := Delta{Full: full, Files: map[string]*FileContent{}}
+	take := func(f *indexedFile) *FileContent {
+		c := &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+		if x.lean {
+			f.res = fileResult{}
+		}
+		return c
+	}
+	for _, dir := range x.dirs {
+		d.DirErrors = append(d.DirErrors, dir.errs...)
+		if full {
+			for path, f := range dir.files {
+				d.Files[path] = take(f)
+			}
+		}
+	}
+	slices.SortFunc(d.DirErrors, func(a, b ParseError) int { return comparePaths(a.File, b.File) })
+	if !full {
+		for path := range x.changed {
+			d.Files[path] = nil
+			if dir := x.dirs[filepath.Dir(path)]; dir != nil {
+				if f := dir.files[path]; f != nil {
+					d.Files[path] = take(f)
+				}
+			}
+		}
+	}
+	clear(x.changed)
+	return d
+}
+
+// dirList returns the indexed directories.
+func (x *index) dirList() []string {
+	out := make([]string, 0, len(x.dirs))
+	for d := range x.dirs {
+		out = append(out, d)
+	}
+	return out
 }
 
 // skipName reports whether a file or directory is hidden or an editor's

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -12,87 +13,107 @@ import (
 	"github.com/weftio/weft/services/watcher/store"
 )
 
-// Source is a folder of manifests as a weft source (source.Source). Every
-// scan reports each watched type's complete set with Replace, then Synced
-// with the folder's current problems. A file that stops parsing keeps its
-// last good objects: its error is reported, its objects stay.
+// Source is a folder of manifests as a weft source (source.Source). It
+// follows the folder with Watcher.RunDeltas and holds no object: per file,
+// only the identities of its last good objects, and per identity the files
+// holding it. The first pass reports each watched type's complete set with
+// Replace; every later pass reports the objects of the files that were
+// read again, many at once when the sink can (the sink's store skips those
+// whose content did not change), and deletes the identities no file holds
+// any more, so that an edit costs what it changed, whatever the size of
+// the folder. Each pass ends with Synced and the folder's current
+// problems. A write that failed is written again on the next pass, from
+// the files read again for it.
+//
+// A file that stops parsing (or holds one identity twice) keeps its last
+// good objects: its error is reported, its objects stay. When files hold
+// the same identity, the file first in path order wins and the others'
+// copies are reported as duplicates.
 type Source struct {
 	dir    string
 	rescan time.Duration
 	types  []string
 	typeOf func(apiVersion, kind string) (string, bool)
+	opts   []Option
 
 	mu       sync.Mutex
-	lastGood map[string][]store.Object // by file: objects of the last good parse
+	files    map[string]*fileState  // by path
+	first    map[objectKey]string   // the file first in path order holding each identity
+	others   map[objectKey][]string // the further files holding one, in path order: duplicates
+	dirErrs  []ParseError           // problems of the folder's directories
+	pending  map[objectKey]bool     // identities whose last write failed
+	replaced bool                   // the first complete set is stored
+}
+
+// objectKey names an object as the sink does.
+type objectKey struct{ typ, namespace, name string }
+
+// fileState is what the source keeps of one file: the identities of its
+// last good objects and where each was, and its current problems.
+type fileState struct {
+	keys []objectKey
+	locs []loc
+	errs []ParseError
+}
+
+// loc is where an object was found in its file.
+type loc struct{ doc, line int32 }
+
+// locOf is where the file's object k was.
+func (f *fileState) locOf(k objectKey) loc {
+	if i := slices.Index(f.keys, k); i >= 0 {
+		return f.locs[i]
+	}
+	return loc{}
 }
 
 // NewSource returns a source over dir reporting the given types; typeOf maps
-// an object's apiVersion and kind to its watched type.
-func NewSource(dir string, rescan time.Duration, types []string, typeOf func(apiVersion, kind string) (string, bool)) *Source {
-	return &Source{dir: dir, rescan: rescan, types: types, typeOf: typeOf, lastGood: map[string][]store.Object{}}
+// an object's apiVersion and kind to its watched type. opts configure its
+// Watcher.
+func NewSource(dir string, rescan time.Duration, types []string, typeOf func(apiVersion, kind string) (string, bool), opts ...Option) *Source {
+	return &Source{dir: dir, rescan: rescan, types: types, typeOf: typeOf, opts: opts,
+		files: map[string]*fileState{}, first: map[objectKey]string{}, others: map[objectKey][]string{}, pending: map[objectKey]bool{}}
 }
 
 // Run watches the folder until ctx is done.
 func (s *Source) Run(ctx context.Context, sink source.Sink) error {
-	w, err := NewWatcher(s.dir, WithRescan(s.rescan))
+	w, err := NewWatcher(s.dir, append([]Option{WithRescan(s.rescan)}, s.opts...)...)
 	if err != nil {
 		return err
 	}
-	return w.Run(ctx, func(ctx context.Context, snap Snapshot) error { return s.report(ctx, snap, sink) })
+	return w.RunDeltas(ctx, func(ctx context.Context, d Delta) (Reread, error) { return s.report(ctx, d, sink) })
 }
 
-// Resync re-reads the whole folder now.
+// Resync re-reads the whole folder now and reports every object again.
 func (s *Source) Resync(ctx context.Context, sink source.Sink) error {
-	snap, err := Scan(s.dir)
-	if err != nil {
-		return err
+	x := newIndex(s.dir, nil)
+	x.lean = true
+	if err := x.full(nil); err != nil {
+		return fmt.Errorf("manifests: %w", err)
 	}
-	return s.report(ctx, snap, sink)
+	_, err := s.report(ctx, x.delta(true), sink)
+	return err
 }
 
-// report stores a snapshot through sink. It fails when a write failed, so
-// that the watcher scans and reports again soon.
-func (s *Source) report(ctx context.Context, snap Snapshot, sink source.Sink) error {
+// report takes in a delta and stores what it changed through sink. It
+// fails when a write failed, so that the watcher calls again soon, and
+// names the files to read again for the writes to do.
+func (s *Source) report(ctx context.Context, d Delta, sink source.Sink) (Reread, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	broken := map[string]bool{}
-	var problems []string
-	for _, pe := range snap.Errors {
-		broken[pe.File] = true
-		problems = append(problems, pe.Error())
-		sink.Problem(ctx, fmt.Errorf("not loaded; the last good objects of %s stay: %w", pe.File, pe))
-	}
-	byFile := map[string][]store.Object{}
-	for _, o := range snap.Objects {
-		typ, ok := s.typeOf(o.APIVersion, o.Kind)
-		if !ok {
-			continue
+	c := s.take(ctx, d, sink)
+	if !s.replaced {
+		if !d.Full {
+			return Reread{All: true}, nil // the first complete set needs every object
 		}
-		rv, _ := nested(o.Body, "metadata", "resourceVersion").(string)
-		byFile[o.File] = append(byFile[o.File], store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body})
-	}
-	for file, objs := range byFile {
-		if !broken[file] {
-			s.lastGood[file] = objs
+		if err := s.replaceAll(ctx, c, sink); err != nil {
+			return Reread{All: true}, err
 		}
+		s.replaced = true
+	} else if again, err := s.reportChanges(ctx, c, sink); err != nil || len(again) > 0 {
+		return Reread{Files: again}, err
 	}
-	for file := range s.lastGood {
-		if _, ok := byFile[file]; !ok && !broken[file] {
-			delete(s.lastGood, file) // gone, or holds nothing watched
-		}
-	}
-	byType := map[string][]store.Object{}
-	for _, objs := range s.lastGood {
-		for _, o := range objs {
-			byType[o.Type] = append(byType[o.Type], o)
-		}
-	}
-	for _, typ := range s.types {
-		if err := sink.Replace(ctx, typ, dedupe(byType[typ])); err != nil {
-			sink.Problem(ctx, err)
-			return err // scanned and tried again soon; no sync marker from a failed write
-		}
-	}
+	problems := s.problems()
 	var failed error
 	for _, typ := range s.types {
 		if err := sink.Synced(ctx, typ, problems); err != nil {
@@ -100,24 +121,319 @@ func (s *Source) report(ctx context.Context, snap Snapshot, sink source.Sink) er
 			failed = err
 		}
 	}
-	return failed
+	return Reread{}, failed
 }
 
-// dedupe keeps one object per identity, the first by origin (a broken
-// file's last good objects may have moved to another file meanwhile).
-func dedupe(objs []store.Object) []store.Object {
-	slices.SortStableFunc(objs, func(a, b store.Object) int {
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
+// changes is what one delta changed: the identities whose object may have
+// changed, with the file that stood for each before, and the objects read.
+type changes struct {
+	touched map[objectKey]string                  // identity -> the file that held it first, "" if none
+	fresh   map[string]map[objectKey]store.Object // by file: the objects read now
+}
+
+// take records the files of d and returns what changed. Problems found in
+// d are reported to sink.
+func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) changes {
+	c := changes{touched: map[objectKey]string{}, fresh: map[string]map[objectKey]store.Object{}}
+	touch := func(k objectKey) {
+		if _, ok := c.touched[k]; !ok {
+			c.touched[k] = ""
+			c.touched[k] = s.first[k]
 		}
-		if c := strings.Compare(a.Name, b.Name); c != 0 {
-			return c
+	}
+	if d.Full {
+		for path, f := range s.files {
+			if _, ok := d.Files[path]; !ok {
+				s.setGood(path, nil, touch)
+				delete(s.files, path)
+			} else {
+				for _, k := range f.keys {
+					touch(k) // every object is reported again
+				}
+			}
 		}
-		return strings.Compare(a.Origin, b.Origin)
+	}
+	for _, pe := range d.DirErrors {
+		sink.Problem(ctx, pe)
+	}
+	s.dirErrs = d.DirErrors
+	for path, fc := range d.Files {
+		if fc == nil {
+			s.setGood(path, nil, touch)
+			delete(s.files, path)
+			continue
+		}
+		objs, good, errs := s.objectsOf(fc)
+		f := s.files[path]
+		if f == nil {
+			f = &fileState{}
+			s.files[path] = f
+		}
+		f.errs = errs
+		for _, pe := range errs {
+			sink.Problem(ctx, fmt.Errorf("not loaded; the last good objects of %s stay: %w", pe.File, pe))
+		}
+		if len(errs) == 0 {
+			s.setGood(path, good, touch)
+			c.fresh[path] = objs
+		}
+	}
+	for k := range c.touched {
+		if len(s.others[k]) > 0 {
+			for _, pe := range s.duplicates(k) {
+				sink.Problem(ctx, pe)
+			}
+		}
+	}
+	return c
+}
+
+// objectsOf converts a file's watched objects; an identity held twice is
+// one of its problems.
+func (s *Source) objectsOf(fc *FileContent) (map[objectKey]store.Object, map[objectKey]loc, []ParseError) {
+	errs := slices.Clone(fc.Errors)
+	objs := make(map[objectKey]store.Object, len(fc.Objects))
+	good := make(map[objectKey]loc, len(fc.Objects))
+	for _, o := range fc.Objects {
+		typ, ok := s.typeOf(o.APIVersion, o.Kind)
+		if !ok {
+			continue
+		}
+		k := objectKey{typ, o.Namespace, o.Name}
+		if first, dup := good[k]; dup {
+			errs = append(errs, ParseError{File: o.File, Doc: o.Doc, Line: o.Line,
+				Err: fmt.Errorf("duplicate %s: already defined in %s", o, location(o.File, int(first.doc), int(first.line)))})
+			continue
+		}
+		rv, _ := nested(o.Body, "metadata", "resourceVersion").(string)
+		objs[k] = store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body}
+		good[k] = loc{doc: int32(o.Doc), line: int32(o.Line)}
+	}
+	return objs, good, errs
+}
+
+// setGood makes good the last good objects of path (nil: none), touching
+// every identity it held or holds.
+func (s *Source) setGood(path string, good map[objectKey]loc, touch func(objectKey)) {
+	f := s.files[path]
+	if f != nil {
+		for _, k := range f.keys {
+			touch(k)
+			if _, still := good[k]; !still {
+				s.unclaim(k, path)
+			}
+		}
+	}
+	held := make(map[objectKey]bool)
+	if f != nil {
+		for _, k := range f.keys {
+			held[k] = true
+		}
+	}
+	keys := make([]objectKey, 0, len(good))
+	for k := range good {
+		touch(k)
+		if !held[k] {
+			s.claim(k, path)
+		}
+		keys = append(keys, k)
+	}
+	locs := make([]loc, len(keys))
+	for i, k := range keys {
+		locs[i] = good[k]
+	}
+	switch {
+	case f != nil:
+		f.keys, f.locs = keys, locs
+	case good != nil:
+		s.files[path] = &fileState{keys: keys, locs: locs}
+	}
+}
+
+// holders are the files holding k, in path order.
+func (s *Source) holders(k objectKey) []string {
+	first, ok := s.first[k]
+	if !ok {
+		return nil
+	}
+	return append([]string{first}, s.others[k]...)
+}
+
+// setHolders records the files holding k.
+func (s *Source) setHolders(k objectKey, paths []string) {
+	switch len(paths) {
+	case 0:
+		delete(s.first, k)
+		delete(s.others, k)
+	case 1:
+		s.first[k] = paths[0]
+		delete(s.others, k)
+	default:
+		s.first[k] = paths[0]
+		s.others[k] = slices.Clone(paths[1:])
+	}
+}
+
+func (s *Source) claim(k objectKey, path string) {
+	if _, ok := s.first[k]; !ok {
+		s.first[k] = path
+		return
+	}
+	paths := s.holders(k)
+	if i, found := slices.BinarySearchFunc(paths, path, comparePaths); !found {
+		s.setHolders(k, slices.Insert(paths, i, path))
+	}
+}
+
+func (s *Source) unclaim(k objectKey, path string) {
+	if first, ok := s.first[k]; ok && first == path && len(s.others[k]) == 0 {
+		delete(s.first, k)
+		return
+	}
+	s.setHolders(k, slices.DeleteFunc(s.holders(k), func(p string) bool { return p == path }))
+}
+
+// duplicates are the problems of an identity that several files hold.
+func (s *Source) duplicates(k objectKey) []ParseError {
+	paths := s.holders(k)
+	first := s.files[paths[0]].locOf(k)
+	var out []ParseError
+	for _, p := range paths[1:] {
+		at := s.files[p].locOf(k)
+		out = append(out, ParseError{File: p, Doc: int(at.doc), Line: int(at.line),
+			Err: fmt.Errorf("duplicate %s %s/%s: already defined in %s", k.typ, k.namespace, k.name, location(paths[0], int(first.doc), int(first.line)))})
+	}
+	return out
+}
+
+// problems lists the folder's current problems, ordered by file.
+func (s *Source) problems() []string {
+	all := slices.Clone(s.dirErrs)
+	for _, f := range s.files {
+		all = append(all, f.errs...)
+	}
+	for k := range s.others {
+		all = append(all, s.duplicates(k)...)
+	}
+	slices.SortStableFunc(all, func(a, b ParseError) int {
+		return cmp.Or(comparePaths(a.File, b.File), cmp.Compare(a.Doc, b.Doc), strings.Compare(a.Error(), b.Error()))
 	})
-	return slices.CompactFunc(objs, func(a, b store.Object) bool {
-		return a.Namespace == b.Namespace && a.Name == b.Name
-	})
+	var out []string
+	for _, pe := range all {
+		out = append(out, pe.Error())
+	}
+	return out
+}
+
+// replaceAll reports every type's complete set, from a full delta.
+func (s *Source) replaceAll(ctx context.Context, c changes, sink source.Sink) error {
+	byType := map[string][]store.Object{}
+	for k, first := range s.first {
+		if o, ok := c.fresh[first][k]; ok {
+			byType[k.typ] = append(byType[k.typ], o)
+		}
+	}
+	for _, typ := range s.types {
+		slices.SortFunc(byType[typ], func(a, b store.Object) int {
+			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+		})
+		if err := sink.Replace(ctx, typ, byType[typ]); err != nil {
+			sink.Problem(ctx, err)
+			return err
+		}
+	}
+	clear(s.pending)
+	return nil
+}
+
+// reportChanges stores the object of every touched (or pending) identity
+// whose winning file was read now, and deletes those no file holds any
+// more. It returns the files to read again: those that now stand for an
+// identity without having been read (another file's copy went away), and,
+// when a write failed, those of every identity it did not store.
+func (s *Source) reportChanges(ctx context.Context, c changes, sink source.Sink) ([]string, error) {
+	for k := range s.pending {
+		if _, ok := c.touched[k]; !ok {
+			c.touched[k] = "?" // stands for no file: its object is written again
+		}
+	}
+	var (
+		upserts []store.Object
+		deletes []objectKey
+		again   []string
+	)
+	for k, before := range c.touched {
+		first, held := s.first[k]
+		if !held {
+			if before != "" || s.pending[k] {
+				deletes = append(deletes, k)
+			}
+			continue
+		}
+		if o, ok := c.fresh[first][k]; ok {
+			upserts = append(upserts, o)
+		} else if first != before {
+			again = append(again, first)
+		}
+	}
+	if err := upsertAll(ctx, sink, upserts); err != nil {
+		sink.Problem(ctx, err)
+		s.failed(upserts, deletes)
+		return s.winnersOf(upserts, again), err
+	}
+	for _, o := range upserts {
+		delete(s.pending, objectKey{o.Type, o.Namespace, o.Name})
+	}
+	for i, k := range deletes {
+		if err := sink.Delete(ctx, k.typ, k.namespace, k.name); err != nil {
+			sink.Problem(ctx, err)
+			s.failed(nil, deletes[i:])
+			return again, err
+		}
+		delete(s.pending, k)
+	}
+	return again, nil
+}
+
+// failed marks identities whose write may not have happened.
+func (s *Source) failed(upserts []store.Object, deletes []objectKey) {
+	for _, o := range upserts {
+		s.pending[objectKey{o.Type, o.Namespace, o.Name}] = true
+	}
+	for _, k := range deletes {
+		s.pending[k] = true
+	}
+}
+
+// winnersOf adds to files the files that hold objs.
+func (s *Source) winnersOf(objs []store.Object, files []string) []string {
+	for _, o := range objs {
+		files = append(files, o.Origin)
+	}
+	slices.Sort(files)
+	return slices.Compact(files)
+}
+
+// batchSink is a sink that stores many objects at once faster than one by
+// one.
+type batchSink interface {
+	UpsertAll(ctx context.Context, objects []store.Object) error
+}
+
+// upsertAll stores objects through sink, at once when it can.
+func upsertAll(ctx context.Context, sink source.Sink, objects []store.Object) error {
+	if len(objects) == 0 {
+		return nil
+	}
+	if b, ok := sink.(batchSink); ok && len(objects) > 1 {
+		return b.UpsertAll(ctx, objects)
+	}
+	for _, o := range objects {
+		if err := sink.Upsert(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func nested(obj map[string]any, keys ...string) any {

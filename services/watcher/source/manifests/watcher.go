@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,7 @@ type Option func(*settings) error
 type settings struct {
 	rescan   time.Duration
 	debounce time.Duration
+	onRead   func(path string)
 }
 
 // WithRescan sets the interval of the periodic full re-scan, the safety net
@@ -65,6 +68,16 @@ func WithDebounce(d time.Duration) Option {
 			return fmt.Errorf("%w: debounce interval %s is negative", ErrInvalidOption, d)
 		}
 		s.debounce = d
+		return nil
+	}
+}
+
+// WithReadHook sets a function called with the path of every file the
+// Watcher is about to read, from the goroutine that called Run: a count of
+// the reads a change costs.
+func WithReadHook(fn func(path string)) Option {
+	return func(s *settings) error {
+		s.onRead = fn
 		return nil
 	}
 }
@@ -122,6 +135,45 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) er
 	if fn == nil {
 		return errors.New("manifests: Run needs a callback")
 	}
+	return w.run(ctx, false, func(ctx context.Context, r *run) error { return fn(ctx, r.index.snapshot()) })
+}
+
+// Reread is what a RunDeltas callback asks of the next pass: files to read
+// again, whose content the next Delta holds, or, with All, every file (the
+// next Delta is Full).
+type Reread struct {
+	Files []string
+	All   bool
+}
+
+// RunDeltas is Run with a callback that receives only what changed since
+// its previous call (see Delta), so that a pass costs what changed, not
+// the size of the folder; the Watcher keeps no object once it handed it
+// over. Everything Run says holds, except that a failed call is not
+// followed by the same delta: the next call, after the delay, holds what
+// changed since, and what the callback asked to read again.
+func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta) (Reread, error)) error {
+	if fn == nil {
+		return errors.New("manifests: RunDeltas needs a callback")
+	}
+	return w.run(ctx, true, func(ctx context.Context, r *run) error {
+		d := r.index.delta(r.fullDelta)
+		r.fullDelta = false
+		again, err := fn(ctx, d)
+		if again.All {
+			r.full, r.readAll = true, true
+		}
+		for _, f := range again.Files {
+			r.force[f] = true
+		}
+		if err == nil && (again.All || len(again.Files) > 0) {
+			r.schedule()
+		}
+		return err
+	})
+}
+
+func (w *Watcher) run(ctx context.Context, lean bool, fn func(context.Context, *run) error) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -136,7 +188,11 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) er
 	}
 	defer fsw.Close()
 
-	r := &run{dir: w.dir, debounce: w.set.debounce, retryMax: max(w.set.rescan, time.Second), fsw: fsw, timer: time.NewTimer(time.Hour)}
+	r := &run{
+		dir: w.dir, debounce: w.set.debounce, retryMax: max(w.set.rescan, time.Second), fsw: fsw, timer: time.NewTimer(time.Hour),
+		index: newIndex(w.dir, w.set.onRead), full: true, fullDelta: true, dirty: map[string]bool{}, force: map[string]bool{},
+	}
+	r.index.lean = lean
 	r.timer.Stop()
 	defer r.timer.Stop()
 
@@ -165,6 +221,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) er
 			}
 			// Events were lost (a queue overflow, a failed read): only a
 			// full scan is sure to see everything.
+			r.full = true
 			r.schedule()
 		case <-r.timer.C:
 			r.pending = false
@@ -173,6 +230,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) er
 			}
 		case <-tick:
 			r.pending = false
+			r.full = true
 			r.timer.Stop()
 			if err := r.emit(ctx, fn); err != nil {
 				return err
@@ -191,18 +249,25 @@ type run struct {
 	burstStart time.Time
 	failures   int           // fn's failures in a row
 	retryMax   time.Duration // the longest delay before fn is tried again
+
+	index     *index
+	full      bool            // the next scan re-lists the whole tree
+	readAll   bool            // the next scan reads every file, and its delta is full
+	fullDelta bool            // the next delta holds every file
+	dirty     map[string]bool // directories to list again at the next scan
+	force     map[string]bool // files to read at the next scan, whatever their stat
 }
 
 // emit scans and hands the snapshot to fn unless ctx was cancelled.
-func (r *run) emit(ctx context.Context, fn func(context.Context, Snapshot) error) error {
-	snap, again, err := r.scan()
+func (r *run) emit(ctx context.Context, fn func(context.Context, *run) error) error {
+	again, err := r.scan()
 	if err != nil {
 		return fmt.Errorf("manifests: watch: %w", err)
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	if err := fn(ctx, snap); err != nil && ctx.Err() == nil {
+	if err := fn(ctx, r); err != nil && ctx.Err() == nil {
 		r.failures++
 		r.retry()
 		return nil
@@ -215,41 +280,59 @@ func (r *run) emit(ctx context.Context, fn func(context.Context, Snapshot) error
 }
 
 // retry arranges the next scan after fn failed: a second after the first
-// failure, doubling up to retryMax.
+// failure, doubling up to retryMax. That scan re-lists the whole tree.
 func (r *run) retry() {
+	r.full = true
 	delay := min(time.Second<<min(r.failures-1, 16), r.retryMax)
 	r.pending = true
 	r.burstStart = time.Now()
 	r.timer.Reset(delay)
 }
 
-// scan scans the directory and brings the watches in line with the
-// directories found. Each directory is watched before it is read, so a
-// change made after the read is always notified. It reports whether a watch
-// had to be repaired after the read, in which case a change may have gone
-// unnoticed and another scan is due.
-func (r *run) scan() (Snapshot, bool, error) {
+// scan brings the index up to date and the watches in line with the
+// directories found: in full after a lost notification, a failed callback
+// and at every re-scan; otherwise it lists only the directories that
+// notifications named and reads only the files in them that changed. Each
+// directory is watched before it is read, so a change made after the read
+// is always notified. It reports whether a watch had to be repaired after
+// the read, in which case a change may have gone unnoticed and another scan
+// is due.
+func (r *run) scan() (bool, error) {
 	watched := make(map[string]bool)
 	for _, p := range r.fsw.WatchList() {
 		watched[p] = true
 	}
-	snap, dirs, err := scan(r.dir, func(dir string) error {
+	onDir := func(dir string) error {
 		if watched[dir] {
 			return nil
 		}
 		return r.fsw.Add(dir)
-	})
-	if err != nil {
-		return Snapshot{}, false, err
 	}
-
-	walked := make(map[string]bool, len(dirs))
-	for _, d := range dirs {
-		walked[d] = true
+	full, dirty, force := r.full, r.dirty, r.force
+	r.full, r.dirty, r.force = false, map[string]bool{}, map[string]bool{}
+	if r.readAll {
+		r.readAll, r.fullDelta = false, true
+		force = nil // every file
 	}
-	for p := range watched {
-		if !walked[p] {
-			_ = r.fsw.Remove(p) // already gone when the directory was deleted
+	var dirs []string
+	if full {
+		if err := r.index.fullPass(onDir, force); err != nil {
+			return false, err
+		}
+		dirs = r.index.dirList()
+		walked := make(map[string]bool, len(dirs))
+		for _, d := range dirs {
+			walked[d] = true
+		}
+		for p := range watched {
+			if !walked[p] {
+				_ = r.fsw.Remove(p) // already gone when the directory was deleted
+			}
+		}
+	} else {
+		var err error
+		if dirs, err = r.index.update(slices.Collect(maps.Keys(dirty)), force, onDir); err != nil {
+			return false, err
 		}
 	}
 	// A directory moved inside the tree keeps its kernel watch under the
@@ -265,7 +348,7 @@ func (r *run) scan() (Snapshot, bool, error) {
 			again = true
 		}
 	}
-	return snap, again, nil
+	return again, nil
 }
 
 // event handles one filesystem notification.
@@ -275,6 +358,17 @@ func (r *run) event(ev fsnotify.Event) {
 	}
 	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 		r.unwatch(ev.Name)
+	}
+	// A file written is read again, even if its stat looks the same. On
+	// anything else the directory holding the name is listed again: that
+	// sees a file or directory that came or went, and a hidden name that
+	// changed (a ConfigMap volume's "..data" link) changes the stat of the
+	// files linked through it.
+	if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) {
+		r.force[ev.Name] = true
+	}
+	if ev.Op&^fsnotify.Write != 0 {
+		r.dirty[filepath.Dir(ev.Name)] = true
 	}
 	r.schedule()
 }
