@@ -1,0 +1,228 @@
+// Package fastpath proves an HAProxy bundle valid from what changed since a
+// bundle `haproxy -c` accepted (the base), without running haproxy.
+//
+// Contract: Prove returns nil only when every difference between base and
+// candidate is a runtime value whose new form HAProxy is known to accept:
+//   - a `server` line of a backend or listen section that keeps its name and
+//     every option, and changes only its address (an IPv4 literal, or an
+//     IPv6 literal in brackets), its port (1-65535), `weight N` (0-256) and
+//     its `disabled`/`enabled` state;
+//   - the lines of a map file (kind map) that the main configuration uses
+//     only in ways Prove classifies (the map converters map, map_<match> and
+//     map_<match>_<output>; an ACL's `-f <file> -m <match>`), each line
+//     valid for every such use: an IP or CIDR key for ip, an integer for
+//     int and len and for an _int output, an IP for an _ip output, a regular
+//     expression of a conservative subset for reg;
+//   - a certificate file (kind cert, or a file the configuration names after
+//     `crt`): PEM certificates with SHA-2 signatures and one private key
+//     (RSA of 2048 bits or more, ECDSA P-256/P-384) matching the first.
+//
+// Anything else (another line, a file added, removed or of another kind, a
+// use of a map that is not classified) is ErrFullCheck: only the whole
+// check can decide. Prove never says "invalid": a value it refuses is
+// ErrFullCheck too, and the whole check gives the verdict. Prove is pure and
+// safe for concurrent use.
+package fastpath
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/weftio/weft/pkg/msg"
+)
+
+// ErrFullCheck: the difference cannot be proven valid from its values; the
+// whole check decides.
+var ErrFullCheck = errors.New("needs the full check")
+
+// Result counts the runtime values Prove checked.
+type Result struct {
+	Servers  int // server lines changed
+	MapLines int // map lines changed or added
+	Certs    int // certificate files changed
+}
+
+// Prove decides whether cand, which differs from base (a bundle the whole
+// check accepted), is valid from the values that changed. It returns what
+// it checked, or an error wrapping ErrFullCheck that says why not.
+func Prove(base, cand msg.Bundle) (Result, error) {
+	var res Result
+	if base.Target != cand.Target || base.Base != cand.Base || base.Main != cand.Main {
+		return res, fullf("target, base folder or main file changed")
+	}
+	if len(base.Files) != len(cand.Files) {
+		return res, fullf("files added or removed")
+	}
+	var baseMain, candMain []byte
+	for i, bf := range base.Files {
+		cf := cand.Files[i]
+		if bf.Path != cf.Path || bf.Kind != cf.Kind {
+			return res, fullf("files added, removed or of another kind (%s)", cf.Path)
+		}
+		if bf.Path == base.Main {
+			baseMain, candMain = bf.Content, cf.Content
+		}
+	}
+	if baseMain == nil {
+		return res, fullf("no main file %s", base.Main)
+	}
+	n, err := diffServers(baseMain, candMain)
+	if err != nil {
+		return res, err
+	}
+	res.Servers = n
+	var uses map[string][]use
+	for i, bf := range base.Files {
+		cf := cand.Files[i]
+		if bf.Path == base.Main || bytes.Equal(bf.Content, cf.Content) {
+			continue
+		}
+		abs := path.Join(base.Base, cf.Path)
+		switch {
+		case cf.Kind == msg.FileMap:
+			if uses == nil {
+				uses = mapUses(candMain)
+			}
+			n, err := checkMap(cf.Path, bf.Content, cf.Content, uses[abs])
+			if err != nil {
+				return res, err
+			}
+			res.MapLines += n
+		case cf.Kind == msg.FileCert || namedAsCrt(candMain, abs):
+			if err := checkCert(cf.Content); err != nil {
+				return res, fullf("%s: %v", cf.Path, err)
+			}
+			res.Certs++
+		default:
+			return res, fullf("%s (kind %s) changed", cf.Path, cf.Kind)
+		}
+	}
+	return res, nil
+}
+
+func fullf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrFullCheck, fmt.Sprintf(format, args...))
+}
+
+// namedAsCrt reports whether the configuration names file abs after crt
+// (bind ... crt <file>, server ... crt <file>).
+func namedAsCrt(cfg []byte, abs string) bool {
+	for line := range bytes.Lines(cfg) {
+		f := strings.Fields(string(line))
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "crt" && f[i+1] == abs {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// diffServers compares two main configurations line by line: they must
+// have the same lines but for server lines whose runtime values changed,
+// each of which must be valid. It returns how many server lines changed.
+func diffServers(base, cand []byte) (int, error) {
+	if bytes.Equal(base, cand) {
+		return 0, nil
+	}
+	bl, cl := bytes.Split(base, []byte("\n")), bytes.Split(cand, []byte("\n"))
+	if len(bl) != len(cl) {
+		return 0, fullf("main configuration: lines added or removed")
+	}
+	section := ""
+	n := 0
+	for i := range bl {
+		if len(cl[i]) > 0 && cl[i][0] != ' ' && cl[i][0] != '\t' {
+			section = strings.ToLower(firstField(cl[i]))
+		}
+		if bytes.Equal(bl[i], cl[i]) {
+			continue
+		}
+		if section != "backend" && section != "listen" {
+			return 0, fullf("main configuration line %d changed outside a backend", i+1)
+		}
+		if err := serverChange(string(bl[i]), string(cl[i])); err != nil {
+			return 0, fmt.Errorf("main configuration line %d: %w", i+1, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func firstField(b []byte) string {
+	f := bytes.Fields(b)
+	if len(f) == 0 {
+		return ""
+	}
+	return string(f[0])
+}
+
+// server is the runtime part of a server line and the rest of its options.
+type server struct {
+	name, addr string
+	weight     string // "" when not set
+	state      string // "", "disabled" or "enabled"
+	rest       []string
+}
+
+// parseServer reads a `server <name> <addr> [options]` line. Lines HAProxy
+// would read differently from their words (quotes, escapes, comments,
+// environment variables) are not parsed.
+func parseServer(line string) (server, error) {
+	var s server
+	if strings.ContainsAny(line, "\"'\\#$\r") {
+		return s, fullf("server line with quotes, escapes, comments or variables")
+	}
+	f := strings.Fields(line)
+	if len(f) < 3 || f[0] != "server" {
+		return s, fullf("not a server line")
+	}
+	s.name, s.addr = f[1], f[2]
+	for i := 3; i < len(f); i++ {
+		switch f[i] {
+		case "weight":
+			if s.weight != "" || i+1 == len(f) {
+				return s, fullf("server %s: weight twice or without a value", s.name)
+			}
+			s.weight = f[i+1]
+			i++
+		case "disabled", "enabled":
+			if s.state != "" {
+				return s, fullf("server %s: state twice", s.name)
+			}
+			s.state = f[i]
+		default:
+			s.rest = append(s.rest, f[i])
+		}
+	}
+	return s, nil
+}
+
+// serverChange checks that a server line changed only in runtime values
+// and that the new ones are valid.
+func serverChange(base, cand string) error {
+	b, err := parseServer(base)
+	if err != nil {
+		return err
+	}
+	c, err := parseServer(cand)
+	if err != nil {
+		return err
+	}
+	if b.name != c.name || !slices.Equal(b.rest, c.rest) {
+		return fullf("server line changed beyond its address, port, weight and state")
+	}
+	if err := checkServerAddr(c.addr); err != nil {
+		return fullf("server %s: %v", c.name, err)
+	}
+	if c.weight != "" {
+		if w, ok := smallInt(c.weight, 3); !ok || w > 256 {
+			return fullf("server %s: weight %q is not 0-256", c.name, c.weight)
+		}
+	}
+	return nil
+}
