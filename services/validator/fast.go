@@ -54,8 +54,9 @@ func newFastMetrics(reg prometheus.Registerer) (*fastMetrics, error) {
 	return m, svc.Register(reg, Service, m.checks, m.refuted)
 }
 
-// bundleCache keeps the last few decoded bundles of each target: the base
-// of a fast-path request is almost always the bundle checked last.
+// bundleCache keeps the few most recently used decoded bundles of each
+// target: the base of a fast-path request is almost always the bundle
+// checked last.
 type bundleCache struct {
 	mu       sync.Mutex
 	byTarget map[string][]msg.Bundle
@@ -63,11 +64,14 @@ type bundleCache struct {
 
 const bundlesPerTarget = 3
 
+// get returns the bundle and makes it the most recently used.
 func (c *bundleCache) get(target, hash string) (msg.Bundle, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, b := range c.byTarget[target] {
+	list := c.byTarget[target]
+	for i, b := range list {
 		if b.Hash == hash {
+			c.byTarget[target] = append(slices.Delete(list, i, i+1), b)
 			return b, true
 		}
 	}
