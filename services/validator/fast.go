@@ -333,7 +333,6 @@ func (v *validator) refute(ctx context.Context, log interface {
 	}
 	v.fast.refuted.WithLabelValues(j.target).Inc()
 	v.fast.checks.WithLabelValues(j.target, "refuted").Inc()
-	v.m.verdicts.WithLabelValues(j.target, "refuted").Inc()
 	log.ErrorContext(ctx, "provisionally accepted bundle refused by the whole check; rolled back to the last fully accepted bundle, renders are checked whole until one is fully accepted",
 		"reason", verdict.Reason, "problems", problems(verdict.Replies), "rolled_back_to", short(rolled))
 	verdict.Refutes = true

@@ -208,6 +208,9 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	if v.fast, err = newFastMetrics(env.Registry); err != nil {
 		return err
 	}
+	for _, name := range cfg.TargetNames() {
+		v.fast.refuted.WithLabelValues(name) // exported at 0, so that its increase is seen
+	}
 	var leases jetstream.KeyValue
 	if err := msg.Open(ctx, "validator: buckets and store", func(ctx context.Context) (err error) {
 		if leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
@@ -399,9 +402,6 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	}
 	if verdict.Cached {
 		outcome = "cached-" + outcome
-	}
-	if verdict.Provisional {
-		outcome = "provisional-" + outcome
 	}
 	v.m.verdicts.WithLabelValues(r.Target, outcome).Inc()
 	// The status first: the deployer acts on a verdict only once the status
