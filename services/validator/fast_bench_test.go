@@ -115,7 +115,7 @@ func ingressBundles(b *testing.B, n, k int) (msg.Bundle, []msg.Bundle) {
 
 // BenchmarkFastVerdict validates, through the whole scatter-gather of a
 // running validator (request over NATS, the haproxy kind reads the
-// candidate from the object store), renders of 1,000 Ingresses with the
+// candidate from the object store), renders of 1,000 and 10,000 Ingresses with the
 // ingress library that differ from the base bundle in one EndpointSlice:
 // with the base named (the fast path: the candidate is read, decoded and
 // diffed against the cached base) and, measured in the same run as the
@@ -125,6 +125,12 @@ func ingressBundles(b *testing.B, n, k int) (msg.Bundle, []msg.Bundle) {
 // holds, so every validation reads and decodes its candidate as a new
 // render's would.
 func BenchmarkFastVerdict(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("ingresses=%d", n), func(b *testing.B) { benchFast(b, n) })
+	}
+}
+
+func benchFast(b *testing.B, ingresses int) {
 	testkit.HAProxy(b)
 	bus := testkit.NATS(b)
 	cfg, err := config.Parse([]byte(cfgYAML), "/")
@@ -134,7 +140,7 @@ func BenchmarkFastVerdict(b *testing.B) {
 	env := testkit.NewEnv(b, bus, "v1")
 	env.Env.Log = telemetry.NewLogger(io.Discard, slog.LevelError)
 	testkit.Run(b, func(ctx context.Context) error { return validator.Run(ctx, env.Env, cfg) })
-	base, cands := ingressBundles(b, 1000, 8)
+	base, cands := ingressBundles(b, ingresses, 8)
 	obs, _ := bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
 	for _, bnd := range append([]msg.Bundle{base}, cands...) {
 		data, _ := msg.EncodeBundle(bnd)

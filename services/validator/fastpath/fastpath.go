@@ -125,15 +125,20 @@ func namedAsCrt(cfg []byte, abs string) bool {
 // diffServers compares two main configurations line by line: they must
 // have the same lines but for server lines whose runtime values changed,
 // each of which must be valid. It returns how many server lines changed.
+// Only the lines between the longest common prefix and suffix of whole
+// lines are looked at, so a change costs a comparison of the files, not a
+// split of them.
 func diffServers(base, cand []byte) (int, error) {
 	if bytes.Equal(base, cand) {
 		return 0, nil
 	}
-	bl, cl := bytes.Split(base, []byte("\n")), bytes.Split(cand, []byte("\n"))
-	if len(bl) != len(cl) {
+	p, bm, cm := middle(base, cand)
+	bl, cl := splitLines(bm), splitLines(cm)
+	if len(bl) != len(cl) || endsLine(bm) != endsLine(cm) {
 		return 0, fullf("main configuration: lines added or removed")
 	}
-	section := ""
+	section := sectionAt(base[:p])
+	lineNo := bytes.Count(base[:p], []byte("\n"))
 	n := 0
 	for i := range bl {
 		if len(cl[i]) > 0 && cl[i][0] != ' ' && cl[i][0] != '\t' {
@@ -143,14 +148,64 @@ func diffServers(base, cand []byte) (int, error) {
 			continue
 		}
 		if section != "backend" && section != "listen" {
-			return 0, fullf("main configuration line %d changed outside a backend", i+1)
+			return 0, fullf("main configuration line %d changed outside a backend", lineNo+i+1)
 		}
 		if err := serverChange(string(bl[i]), string(cl[i])); err != nil {
-			return 0, fmt.Errorf("main configuration line %d: %w", i+1, err)
+			return 0, fmt.Errorf("main configuration line %d: %w", lineNo+i+1, err)
 		}
 		n++
 	}
 	return n, nil
+}
+
+// middle returns where the longest common prefix of whole lines of a and
+// b ends, and what of a and b lies between it and their longest common
+// suffix of whole lines (each a run of whole lines, possibly empty).
+func middle(a, b []byte) (int, []byte, []byte) {
+	p := 0
+	for p < len(a) && p < len(b) && a[p] == b[p] {
+		p++
+	}
+	p = bytes.LastIndexByte(a[:p], '\n') + 1
+	s := 0
+	for s < len(a)-p && s < len(b)-p && a[len(a)-1-s] == b[len(b)-1-s] {
+		s++
+	}
+	// The suffix starts at a line start of both: past the first newline
+	// in it unless it starts right after one.
+	ae, be := len(a)-s, len(b)-s
+	if s > 0 && (!(ae == p || a[ae-1] == '\n') || !(be == p || b[be-1] == '\n')) {
+		if i := bytes.IndexByte(a[ae:], '\n'); i >= 0 {
+			ae, be = ae+i+1, be+i+1
+		} else {
+			ae, be = len(a), len(b)
+		}
+	}
+	return p, a[p:ae], b[p:be]
+}
+
+func endsLine(b []byte) bool { return len(b) > 0 && b[len(b)-1] == '\n' }
+
+// splitLines splits a run of whole lines (the last one maybe without its
+// newline); an empty run has no lines.
+func splitLines(b []byte) [][]byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+}
+
+// sectionAt is the keyword of the section the text before ends in: the
+// first word of its last line that starts in the first column.
+func sectionAt(before []byte) string {
+	for end := len(before); end > 0; {
+		start := bytes.LastIndexByte(before[:end-1], '\n') + 1
+		if line := before[start:end]; len(line) > 0 && line[0] != ' ' && line[0] != '\t' && line[0] != '\n' {
+			return strings.ToLower(firstField(line))
+		}
+		end = start
+	}
+	return ""
 }
 
 func firstField(b []byte) string {

@@ -145,7 +145,7 @@ func TestProve(t *testing.T) {
 			{"maps/tiers.map", "2 silver", "3 gold"},
 			{"maps/via.map", "10.0.0.1", "192.0.2.1"},
 			{"maps/lan.acl", "", "10.0.0.0/8\n172.16.0.0/12\n# comment\n\n"},
-		}, want: fastpath.Result{MapLines: 8}},
+		}, want: fastpath.Result{MapLines: 9}},
 		{name: "certificate replaced", edits: []edit{{"certs/site.pem", "", fixture(t, "ec.pem")}}, want: fastpath.Result{Certs: 1}},
 		{name: "another certificate with its key", edits: []edit{{"certs/site.pem", "", fixture(t, "other.pem")}}, want: fastpath.Result{Certs: 1}},
 

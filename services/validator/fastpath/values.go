@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rsa"
@@ -142,18 +143,23 @@ func checkMap(name string, base, cand []byte, uses []use) (int, error) {
 			return 0, fullf("map %s: a use that is not a map converter or an ACL's -f with -m", name)
 		}
 	}
-	old := map[string]bool{}
-	for _, l := range strings.Split(string(base), "\n") {
-		old[l] = true
+	p, bm, cm := middle(base, cand)
+	if len(bm) > 0 && len(cm) > 0 && endsLine(bm) != endsLine(cm) {
+		return 0, fullf("map %s: its last line's newline changed", name)
 	}
+	old := map[string]bool{}
+	for _, l := range splitLines(bm) {
+		old[string(l)] = true
+	}
+	first := bytes.Count(cand[:p], []byte("\n"))
 	n := 0
-	for i, l := range strings.Split(string(cand), "\n") {
-		if old[l] {
+	for i, l := range splitLines(cm) {
+		if old[string(l)] {
 			continue
 		}
 		n++
-		if err := checkMapLine(l, uses); err != nil {
-			return 0, fullf("map %s line %d: %v", name, i+1, err)
+		if err := checkMapLine(string(l), uses); err != nil {
+			return 0, fullf("map %s line %d: %v", name, first+i+1, err)
 		}
 	}
 	return n, nil
