@@ -11,15 +11,23 @@ import (
 // prefix and suffix are whole lines both share, and when a and b have as
 // many lines, the middles hold exactly the lines that differ, at the same
 // positions (checked against a split of the whole files, on random files
-// of a few possible lines, with or without a final newline).
+// of a few possible lines, some thousands long, with or without a final
+// newline, and with one byte changed).
 func TestMiddle(t *testing.T) {
 	words := []string{"a", "b", "ab", "", "  server x 1", "backend y"}
 	rnd := rand.New(rand.NewPCG(1, 2))
+	long := bytes.Repeat([]byte("  server s 10.0.0.1:80\n"), 800) // beyond middle's chunk
 	gen := func() []byte {
 		var buf bytes.Buffer
+		if rnd.IntN(4) == 0 {
+			buf.Write(long)
+		}
 		for range rnd.IntN(6) {
 			buf.WriteString(words[rnd.IntN(len(words))])
 			buf.WriteByte('\n')
+		}
+		if rnd.IntN(4) == 0 {
+			buf.Write(long)
 		}
 		if rnd.IntN(3) == 0 {
 			buf.WriteString(words[rnd.IntN(len(words))])
@@ -29,7 +37,14 @@ func TestMiddle(t *testing.T) {
 	for range 20000 {
 		a := gen()
 		b := a
-		if rnd.IntN(4) > 0 {
+		switch rnd.IntN(4) {
+		case 0:
+		case 1: // one byte changed somewhere
+			if len(a) > 0 {
+				b = bytes.Clone(a)
+				b[rnd.IntN(len(b))] = "xa\n "[rnd.IntN(4)]
+			}
+		default:
 			b = gen()
 		}
 		p, am, bm := middle(a, b)

@@ -151,7 +151,6 @@ func checkMap(name string, base, cand []byte, uses []use) (int, error) {
 	for _, l := range splitLines(bm) {
 		old[string(l)] = true
 	}
-	first := bytes.Count(cand[:p], []byte("\n"))
 	n := 0
 	for i, l := range splitLines(cm) {
 		if old[string(l)] {
@@ -159,7 +158,7 @@ func checkMap(name string, base, cand []byte, uses []use) (int, error) {
 		}
 		n++
 		if err := checkMapLine(string(l), uses); err != nil {
-			return 0, fullf("map %s line %d: %v", name, first+i+1, err)
+			return 0, fullf("map %s line %d: %v", name, bytes.Count(cand[:p], []byte("\n"))+i+1, err)
 		}
 	}
 	return n, nil
