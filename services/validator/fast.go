@@ -231,11 +231,14 @@ func (v *validator) runConfirmer(ctx context.Context) error {
 	}
 }
 
-// sweepPending queues the whole check of every target's pending bundle.
+// sweepPending queues the whole check of every target's pending bundle
+// whose status was last written pendingSweep ago or more: one the replica
+// that accepted it has not confirmed (it stopped, or it is still checking
+// it: then the second verdict finds the status done and changes nothing).
 func (v *validator) sweepPending(ctx context.Context) {
 	for _, name := range v.cfg.TargetNames() {
 		var st msg.ValidationStatus
-		if _, err := msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(name), &st); err != nil || st.Pending == "" {
+		if _, err := msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(name), &st); err != nil || st.Pending == "" || time.Since(st.At) < pendingSweep {
 			continue
 		}
 		v.confirms.add(confirmJob{target: name, version: st.PendingVersion, hash: st.Pending})

@@ -61,6 +61,30 @@ func (f *fixture) lastVerdict(what string, ok func(msg.Validated) bool) msg.Vali
 	return v
 }
 
+// earlierVerdict is the verdict on version ver published before the last
+// verdict on edge (which refutes it).
+func (f *fixture) earlierVerdict(ver uint64) msg.Validated {
+	f.t.Helper()
+	ctx := context.Background()
+	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	last, err := stream.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for seq := last.Sequence - 1; seq > 0; seq-- {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil || m.Subject != msg.ValidatedSubject("edge") {
+			continue
+		}
+		var v msg.Validated
+		if msg.Decode(m.Data, &v) == nil && v.Version == ver && !v.Refutes {
+			return v
+		}
+	}
+	f.t.Fatalf("no verdict on v%d before the last", ver)
+	return msg.Validated{}
+}
+
 // status waits until the validation status of edge satisfies ok.
 func (f *fixture) status(what string, ok func(msg.ValidationStatus) bool) msg.ValidationStatus {
 	f.t.Helper()
@@ -120,10 +144,12 @@ func TestFastPath(t *testing.T) {
 	})
 
 	b3 := bundle(t, withServer("10.66.66.66:8080 weight 10"), "a.example.com b\nc.example.com b\n")
-	if v := f.submit(b3); !v.OK || !v.Provisional {
-		t.Fatalf("the value the whole check refuses: ok=%v provisional=%v (%s); want a provisional acceptance", v.OK, v.Provisional, v.Reason)
-	}
+	f.store(b3)
+	f.publish(b3)
 	refuted := f.lastVerdict("a refutation of v3", func(v msg.Validated) bool { return v.Version == 3 && v.Refutes })
+	if v := f.earlierVerdict(3); !v.OK || !v.Provisional {
+		t.Fatalf("the value the whole check refuses: ok=%v provisional=%v (%s); want a provisional acceptance first", v.OK, v.Provisional, v.Reason)
+	}
 	if refuted.OK || refuted.BundleHash != b3.Hash || !strings.Contains(refuted.Reason, "10.66.66.66") {
 		t.Fatalf("refutation = %+v", refuted)
 	}
@@ -170,7 +196,8 @@ func TestFastPathOff(t *testing.T) {
 
 // TestFastPendingConfirmedByAnyReplica: the whole check due on a
 // provisionally accepted bundle is recorded in the status bucket, so a
-// replica that did not accept it (here: one started after) confirms it.
+// replica that did not accept it (here: one started after the status was
+// last written a minute ago) confirms it.
 func TestFastPendingConfirmedByAnyReplica(t *testing.T) {
 	testkit.HAProxy(t)
 	f, _ := startWith(t, cfgYAML)
@@ -181,7 +208,7 @@ func TestFastPendingConfirmedByAnyReplica(t *testing.T) {
 	ctx := context.Background()
 	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
 	st := msg.ValidationStatus{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true,
-		LastGood: b2.Hash, LastGoodVersion: 2, LastFull: b1.Hash, LastFullVersion: 1, Pending: b2.Hash, PendingVersion: 2, At: time.Now()}
+		LastGood: b2.Hash, LastGoodVersion: 2, LastFull: b1.Hash, LastFullVersion: 1, Pending: b2.Hash, PendingVersion: 2, At: time.Now().Add(-time.Minute)}
 	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"), st, 0); err != nil {
 		t.Fatal(err)
 	}
