@@ -25,6 +25,9 @@
 // (msg.ValidateRequest.DryRunObject, from the renderer's admission webhook)
 // is answered from the bundle under that name; its gather is the
 // requester's, so nothing of it is cached, published or kept in a status.
+// A bundle that differs from the target's last fully accepted one only in
+// runtime values is accepted provisionally by the haproxy kind and checked
+// whole after its verdict; a refusal then rolls the target back (fast.go).
 package validator
 
 import (
