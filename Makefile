@@ -107,9 +107,11 @@ chaos: build
 chaos-short:
 	cd hack/chaos && $(GO) test $(TEST_FLAGS) -run '^TestChaosShort$$' -v .
 
-## fuzz: run each decoder fuzzer for a while
+## fuzz: run each decoder fuzzer, and the validator's fast path against haproxy -c, for a while
 fuzz:
 	@cd pkg/msg && for f in $$($(GO) test -list 'Fuzz.*' . | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s . || exit 1; done
+	@# the validator's fast path against the real haproxy -c
+	cd services/validator/fastpath && $(GO) test -run '^$$' -fuzz '^FuzzFastVerdict$$' -fuzztime 60s -parallel 1 .
 
 ## tidy: go mod tidy in every module
 tidy:

@@ -334,7 +334,17 @@ type Validate struct {
 	Timeout  Duration `json:"timeout,omitempty"`
 	// Policy holds the rules of the policy kind.
 	Policy Policy `json:"policy,omitempty"`
+	// Fast (default true) lets the haproxy kind accept a bundle that
+	// differs from the last fully accepted one only in runtime values
+	// (server addresses, ports, weights and states; map entries;
+	// certificates) by checking those values, then confirm it with the
+	// whole `haproxy -c` after the verdict; false: every bundle is
+	// checked whole before its verdict.
+	Fast *bool `json:"fast,omitempty"`
 }
+
+// FastPath reports whether validate.fast is on (the default).
+func (v Validate) FastPath() bool { return v.Fast == nil || *v.Fast }
 
 // Deploy drivers.
 const (

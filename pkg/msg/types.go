@@ -227,6 +227,12 @@ type ValidateRequest struct {
 	// (DryRunObjectName), removed once the requester has its answers. No
 	// verdict on a dry run is cached, published or kept in a status.
 	DryRunObject string `json:"dryRunObject,omitempty"`
+	// Base names the target's last bundle that every kind fully accepted
+	// (ValidationStatus.LastFull). A kind that can prove the bundle valid
+	// from what changed since Base (the haproxy kind: runtime values only)
+	// may answer provisionally (ValidateReply.Provisional) instead of
+	// checking it whole. Empty: every kind checks the whole bundle.
+	Base string `json:"base,omitempty"`
 }
 
 // DryRunObjectName is the object store name of the bundle of one dry run
@@ -279,6 +285,9 @@ type ValidateReply struct {
 	Problems []Problem     `json:"problems,omitempty"`
 	Error    string        `json:"error,omitempty"` // the validator could not decide
 	Duration time.Duration `json:"durationNs"`
+	// Provisional: OK was proven from the values that changed since the
+	// request's Base, not by the kind's whole check, which is still due.
+	Provisional bool `json:"provisional,omitempty"`
 }
 
 func (ValidateReply) Schema() string    { return SchemaValidateReply }
@@ -296,6 +305,14 @@ type Validated struct {
 	Reason     string          `json:"reason,omitempty"`
 	Cached     bool            `json:"cached,omitempty"`
 	At         time.Time       `json:"at"`
+	// Provisional: accepted, with a kind's whole check still due (a reply
+	// was provisional); a later verdict with Refutes withdraws it.
+	Provisional bool `json:"provisional,omitempty"`
+	// Refutes: the whole check refused this bundle, which an earlier
+	// provisional verdict accepted. The validation status then names the
+	// last fully accepted bundle as LastGood, which the deployer orders
+	// back.
+	Refutes bool `json:"refutes,omitempty"`
 }
 
 func (Validated) Schema() string { return SchemaValidated }
@@ -336,6 +353,9 @@ const (
 	// OrderUnpin: a pin was lifted; the order names the last accepted
 	// bundle.
 	OrderUnpin = "unpin"
+	// OrderRefuted: a provisionally accepted bundle was refused by the
+	// whole check; the order names the last fully accepted bundle.
+	OrderRefuted = "refuted"
 	// OrderCanary: a canary instance gets an accepted bundle before the
 	// rest (deploy.canary).
 	OrderCanary = "canary"
@@ -475,6 +495,18 @@ type ValidationStatus struct {
 	LastGood        string    `json:"lastGood,omitempty"`
 	LastGoodVersion uint64    `json:"lastGoodVersion,omitempty"`
 	At              time.Time `json:"at"`
+	// LastFull is the hash of the newest bundle every kind accepted by its
+	// whole check (no provisional reply): the base of the next fast-path
+	// request.
+	LastFull        string `json:"lastFull,omitempty"`
+	LastFullVersion uint64 `json:"lastFullVersion,omitempty"`
+	// Pending is the newest provisionally accepted bundle whose whole
+	// check is still due (PendingVersion its version).
+	Pending        string `json:"pending,omitempty"`
+	PendingVersion uint64 `json:"pendingVersion,omitempty"`
+	// FullOnly: a provisional acceptance was refuted; every render is
+	// checked whole until one is fully accepted.
+	FullOnly bool `json:"fullOnly,omitempty"`
 }
 
 func (ValidationStatus) Schema() string    { return SchemaValidStatus }

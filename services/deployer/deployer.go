@@ -331,6 +331,9 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		d.env.Log.DebugContext(ctx, "verdict on a target of another site; left to its deployer", "target", v.Target, "site", site)
 		return nil
 	}
+	if v.Refutes {
+		return d.onRefuted(ctx, m, v)
+	}
 	if !v.OK {
 		d.env.Log.WarnContext(ctx, "bundle refused by validation; the deployed configuration stays", "target", v.Target, "version", v.Version, "reason", v.Reason)
 		return nil

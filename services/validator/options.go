@@ -10,6 +10,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/services/validator/kind"
 )
 
 // Options are a validator process's own settings (not part of weft.yaml:
@@ -22,6 +23,9 @@ type Options struct {
 	// HeartbeatTTL is how long a heartbeat counts; replicas renew theirs
 	// every third of it. Default msg.LeaseTTL.
 	HeartbeatTTL time.Duration
+
+	// wrapChecker, set by tests only, replaces each served checker.
+	wrapChecker func(kind.Checker) kind.Checker
 }
 
 // Flags registers --kinds [WEFT_VALIDATOR_KINDS] on fs.

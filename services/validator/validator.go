@@ -25,6 +25,9 @@
 // (msg.ValidateRequest.DryRunObject, from the renderer's admission webhook)
 // is answered from the bundle under that name; its gather is the
 // requester's, so nothing of it is cached, published or kept in a status.
+// A bundle that differs from the target's last fully accepted one only in
+// runtime values is accepted provisionally by the haproxy kind and checked
+// whole after its verdict; a refusal then rolls the target back (fast.go).
 package validator
 
 import (
@@ -165,6 +168,9 @@ type validator struct {
 	bundles  *msg.BundleStore
 	status   jetstream.KeyValue
 	verdicts jetstream.KeyValue
+	fast     *fastMetrics
+	cache    bundleCache
+	confirms *confirmer
 }
 
 // Run answers validation requests for every kind and gathers verdicts until
@@ -193,9 +199,20 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	for i, c := range checkers {
 		served[i] = c.Name()
 	}
-	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL)}
+	if o.wrapChecker != nil {
+		for i, c := range checkers {
+			checkers[i] = o.wrapChecker(c)
+		}
+	}
+	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL), confirms: newConfirmer()}
 	if v.m, err = newMetrics(env.Registry); err != nil {
 		return err
+	}
+	if v.fast, err = newFastMetrics(env.Registry); err != nil {
+		return err
+	}
+	for _, name := range cfg.TargetNames() {
+		v.fast.refuted.WithLabelValues(name) // exported at 0, so that its increase is seen
 	}
 	var leases jetstream.KeyValue
 	if err := msg.Open(ctx, "validator: buckets and store", func(ctx context.Context) (err error) {
@@ -239,6 +256,7 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	renders := opts
 	renders.Stage, renders.AckWait, renders.Renew, renders.Health = "renders", rendersAckWait, renew, env.Health
 	g.Go(func() error { return bus.Consume(ctx, cons, v.onRender, renders) })
+	g.Go(func() error { return v.runConfirmer(ctx) })
 	return g.Wait()
 }
 
@@ -268,10 +286,7 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 				reply.Problems, err = cc.CheckConfig(ctx, cfg)
 			}
 		default:
-			var b msg.Bundle
-			if b, err = v.bundle(ctx, req.BundleObject()); err == nil {
-				reply.Problems, err = c.Check(ctx, b)
-			}
+			reply.Problems, reply.Provisional, err = v.checkBundle(ctx, c, req)
 		}
 		reply.Duration = time.Since(start)
 		if err != nil && ctx.Err() != nil {
@@ -282,9 +297,10 @@ func (v *validator) answer(c kind.Checker) bus.CoreHandler {
 		}
 		v.m.checks.WithLabelValues(c.Name()).Observe(reply.Duration.Seconds())
 		if err != nil {
-			reply.Error = err.Error()
+			reply.Error, reply.Provisional = err.Error(), false
 		} else {
 			reply.OK = !kind.Failed(reply.Problems)
+			reply.Provisional = reply.Provisional && reply.OK
 		}
 		if m.Reply != "" {
 			if out, eerr := msg.NewMsg(m.Reply, "", reply); eerr == nil {
@@ -330,6 +346,10 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	var st msg.ValidationStatus
+	if _, err := msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(r.Target), &st); err != nil {
+		st = msg.ValidationStatus{} // unreadable: no base, every kind checks the whole bundle
+	}
 	verdict := msg.Validated{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash, At: time.Now().UTC()}
 	cacheKey := msg.VerdictKey(r.BundleHash, kinds)
 	if e, err := v.verdicts.Get(ctx, cacheKey); err == nil {
@@ -344,7 +364,7 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		verdict.Reason = "no validator kind is registered (validate.expect: registered) and none is configured"
 	default:
 		res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(r.Target),
-			msg.ValidateRequest{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash}, kinds, tc.Validate.Timeout.D())
+			msg.ValidateRequest{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash, Base: fastBase(tc, st, kinds, r.BundleHash)}, kinds, tc.Validate.Timeout.D())
 		if err != nil {
 			return fmt.Errorf("gather: %w", err)
 		}
@@ -353,7 +373,10 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		}
 		verdict.OK, verdict.Replies, verdict.Missing = res.Accepted(tc.Validate.MinKinds), res.Replies, res.Missing
 		verdict.Reason = reason(res, verdict.OK)
-		if len(res.Missing) == 0 && !hasErrors(res.Replies) {
+		// A provisional acceptance is not cached: only the whole check's
+		// verdict is (confirmer).
+		verdict.Provisional = verdict.OK && provisional(res.Replies)
+		if len(res.Missing) == 0 && !hasErrors(res.Replies) && !verdict.Provisional {
 			if data, err := msg.Encode(verdict); err == nil {
 				_, _ = v.verdicts.Put(ctx, cacheKey, data)
 			}
@@ -364,7 +387,7 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		outcome = "refused"
 		log.ErrorContext(ctx, "bundle refused; it will not be deployed", "reason", verdict.Reason, "problems", problems(verdict.Replies))
 	} else {
-		log.InfoContext(ctx, "bundle accepted", "hash", short(r.BundleHash), "cached", verdict.Cached)
+		log.InfoContext(ctx, "bundle accepted", "hash", short(r.BundleHash), "cached", verdict.Cached, "provisional", verdict.Provisional)
 	}
 	if verdict.Cached {
 		outcome = "cached-" + outcome
@@ -379,6 +402,9 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	}
 	if _, err := bus.Publish(ctx, v.env.JS, msg.ValidatedSubject(r.Target), msg.RenderID(r.Target, r.Version), verdict); err != nil {
 		return err
+	}
+	if verdict.Provisional {
+		v.confirms.add(confirmJob{target: r.Target, version: r.Version, hash: r.BundleHash})
 	}
 	return nil
 }
@@ -486,6 +512,7 @@ func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated, rend
 			return nil
 		}
 		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version
+		recordFull(&st, verdict)
 		if _, err := msg.StoreStatus(ctx, v.status, key, st, rev); err != nil {
 			return msg.Retry(err, 200*time.Millisecond)
 		}
@@ -495,11 +522,27 @@ func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated, rend
 	st.Problems = problems(verdict.Replies)
 	if verdict.OK {
 		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version
+		recordFull(&st, verdict)
 	}
 	if _, err := msg.StoreStatus(ctx, v.status, key, st, rev); err != nil {
 		return msg.Retry(err, 200*time.Millisecond)
 	}
 	return nil
+}
+
+// recordFull records an accepted verdict in the fast path's part of the
+// status: a whole check's acceptance is the new base (and ends FullOnly),
+// a provisional one is the bundle whose whole check is due.
+func recordFull(st *msg.ValidationStatus, verdict msg.Validated) {
+	switch {
+	case verdict.Provisional && verdict.Version > st.PendingVersion:
+		st.Pending, st.PendingVersion = verdict.BundleHash, verdict.Version
+	case !verdict.Provisional && verdict.Version > st.LastFullVersion:
+		st.LastFull, st.LastFullVersion, st.FullOnly = verdict.BundleHash, verdict.Version, false
+		if st.PendingVersion <= verdict.Version {
+			st.Pending, st.PendingVersion = "", 0
+		}
+	}
 }
 
 func reason(res gather.Result, ok bool) string {

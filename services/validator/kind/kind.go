@@ -18,6 +18,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/render/engine"
 	"github.com/weftio/weft/pkg/render/target"
+	"github.com/weftio/weft/services/validator/fastpath"
 	"github.com/weftio/weft/services/validator/haproxycheck"
 )
 
@@ -133,6 +134,14 @@ func (h HAProxyChecker) Check(ctx context.Context, b msg.Bundle) ([]msg.Problem,
 		out = append(out, msg.Problem{File: b.Main, Severity: "error", Message: err.Error()})
 	}
 	return out, nil
+}
+
+// Prove decides whether cand, which differs from base (a bundle this kind
+// fully accepted), is valid from the runtime values that changed
+// (fastpath.Prove); an error wrapping fastpath.ErrFullCheck says why only
+// the whole check can decide.
+func (HAProxyChecker) Prove(base, cand msg.Bundle) (fastpath.Result, error) {
+	return fastpath.Prove(base, cand)
 }
 
 // ConfigChecker is a kind that can also judge a candidate configuration.

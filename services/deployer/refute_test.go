@@ -1,0 +1,58 @@
+package deployer_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// TestRefutationRollsBack: a provisionally accepted bundle, deployed, is
+// then refused by the validator's whole check: with the validation status
+// back on the last fully accepted bundle, the refutation verdict orders
+// that bundle to every instance, whatever they hold.
+func TestRefutationRollsBack(t *testing.T) {
+	dir := t.TempDir()
+	bus := testkit.NATS(t)
+	f, _ := run(t, bus, dir, "/etc/haproxy", fmt.Sprintf(twoInstances, 10))
+	cfgOf := func(v int) string {
+		return fmt.Sprintf("global\n  maxconn 100\n# version %d\ndefaults\n  timeout client 1s\n", v)
+	}
+	b1 := f.store(cfgOf(1))
+	f.verdict(msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true, At: time.Now()})
+	b2 := f.store(cfgOf(2))
+	f.verdict(msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true, Provisional: true, At: time.Now()})
+	for _, in := range []string{"a", "b"} {
+		status(t, bus, in, 2)
+	}
+
+	// What the validator does on a refutation: the status first, then
+	// the verdict.
+	ctx := context.Background()
+	kv, _ := bus.JS.KeyValue(ctx, msg.BucketStatus)
+	var st msg.ValidationStatus
+	rev, err := msg.LoadStatus(ctx, kv, msg.ValidationStatusKey("edge"), &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.OK, st.FullOnly, st.LastGood, st.LastGoodVersion, st.LastFull, st.LastFullVersion = false, true, b1.Hash, 1, b1.Hash, 1
+	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"), st, rev); err != nil {
+		t.Fatal(err)
+	}
+	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, Refutes: true,
+		Reason: "refuted by the whole check after a provisional acceptance: haproxy refused", At: time.Now()})
+
+	for _, in := range []string{"a", "b"} {
+		st := status(t, bus, in, 1)
+		if st.BundleHash != b1.Hash {
+			t.Fatalf("%s after the refutation: %+v", in, st)
+		}
+		if got := read(t, filepath.Join(dir, in, "haproxy.cfg")); got != cfgOf(1) {
+			t.Fatalf("%s serves %q after the refutation", in, got)
+		}
+	}
+}
