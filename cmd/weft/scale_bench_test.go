@@ -60,6 +60,14 @@ func reportLatency(b *testing.B, lat []time.Duration, reloads int) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// reportStages adds the median time of each stage of the pipeline
+// (stageMedians), from the services' logs.
+func reportStages(b *testing.B, s *scaleStack, starts, ends []time.Time) {
+	for metric, v := range stageMedians(s.env.Logs.String(), starts, ends) {
+		b.ReportMetric(v, metric)
+	}
+}
+
 // BenchmarkEndpointToServedAtScale changes the address of one endpoint at a
 // time (in its manifest file, or with an update on the API server), each
 // of a different Ingress, and times it until served.
@@ -72,18 +80,24 @@ func BenchmarkEndpointToServedAtScale(b *testing.B) {
 				}
 				s := startScaleServed(b, src, size.n)
 				before := s.reloads(b)
-				var lat []time.Duration
+				var (
+					lat          []time.Duration
+					starts, ends []time.Time
+				)
 				k := 0
 				for b.Loop() {
 					i := (k*7919 + 13) % size.n
 					host := s.w.host(i)
 					start := time.Now()
 					want := s.flip(b, i)
-					lat = append(lat, s.served(b, host, want, servedTimeout).Sub(start))
+					end := s.served(b, host, want, servedTimeout)
+					starts, ends = append(starts, start), append(ends, end)
+					lat = append(lat, end.Sub(start))
 					s.only(b, host, want)
 					k++
 				}
 				reportLatency(b, lat, s.reloads(b)-before)
+				reportStages(b, s, starts, ends)
 			})
 		}
 	}
@@ -100,7 +114,10 @@ func BenchmarkNewHostAtScale(b *testing.B) {
 				}
 				s := startScaleServed(b, src, size.n)
 				before := s.reloads(b)
-				var lat []time.Duration
+				var (
+					lat          []time.Duration
+					starts, ends []time.Time
+				)
 				k := 0
 				for b.Loop() {
 					i := (k*7919 + 29) % size.n
@@ -109,10 +126,13 @@ func BenchmarkNewHostAtScale(b *testing.B) {
 					s.w.addHost(i, host)
 					s.update(b, i, true)
 					want := s.w.answer(i)
-					lat = append(lat, s.served(b, host, want, servedTimeout).Sub(start))
+					end := s.served(b, host, want, servedTimeout)
+					starts, ends = append(starts, start), append(ends, end)
+					lat = append(lat, end.Sub(start))
 					k++
 				}
 				reportLatency(b, lat, s.reloads(b)-before)
+				reportStages(b, s, starts, ends)
 			})
 		}
 	}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -460,4 +462,54 @@ func (s *scaleStack) reloads(b testing.TB) int {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// pipelineStages are the log messages that mark, in order, where a change
+// is: read by the watcher (manifests only), rendered, validated. The
+// deployer logs "deployed" once HAProxy already serves the change, so the
+// deploy is the rest: until the answer.
+var pipelineStages = []struct{ msg, metric string }{
+	{"source applied", "watch-ms"},
+	{"rendered", "render-ms"},
+	{"bundle accepted", "validate-ms"},
+}
+
+// stageMedians splits each change's time (from starts[k] to ends[k], when
+// it was answered) at the first log line of each stage after the previous
+// one, and returns the median of each part in milliseconds: what a stage
+// took, including its wait for the one before (a stage without a line,
+// such as the watcher's for API server events, adds to the next). deploy-ms
+// is from the validation until the answer.
+func stageMedians(logs string, starts, ends []time.Time) map[string]float64 {
+	type event struct {
+		Time time.Time `json:"time"`
+		Msg  string    `json:"msg"`
+	}
+	var events []event
+	for line := range strings.Lines(logs) {
+		var e event
+		if json.Unmarshal([]byte(line), &e) == nil {
+			events = append(events, e)
+		}
+	}
+	parts := map[string][]float64{}
+	for k := range starts {
+		at := starts[k]
+		for _, st := range pipelineStages {
+			for _, e := range events {
+				if e.Msg == st.msg && !e.Time.Before(at) && !e.Time.After(ends[k]) {
+					parts[st.metric] = append(parts[st.metric], float64(e.Time.Sub(at).Microseconds())/1000)
+					at = e.Time
+					break
+				}
+			}
+		}
+		parts["deploy-ms"] = append(parts["deploy-ms"], float64(ends[k].Sub(at).Microseconds())/1000)
+	}
+	out := map[string]float64{}
+	for metric, v := range parts {
+		slices.Sort(v)
+		out[metric] = v[len(v)/2]
+	}
+	return out
 }
