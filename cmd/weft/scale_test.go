@@ -161,7 +161,9 @@ func (w *scaleWorld) ingressObject(i int) *networkingv1.Ingress {
 func (w *scaleWorld) serviceObject(i int) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i), Namespace: scaleNamespace},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(int32(w.port))}}},
+		// Headless: the test API server's service range has a few hundred
+		// cluster IPs, and the Ingress library reads only the ports.
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(int32(w.port))}}},
 	}
 }
 
