@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +30,27 @@ import (
 // custom metrics only (ns/op is 0): run with -benchtime Nx, e.g.
 //
 //	go test -run '^$' -bench 'EndpointToServedAtScale/manifests/1k' -benchtime 200x
+
+// heapProfile names a file to which BenchmarkInitialSyncToServed and
+// BenchmarkHundredThousand write a heap profile of the process once every
+// host is served (the last run's), for go tool pprof -sample_index=inuse_space.
+var heapProfile = flag.String("scale-heap-profile", "", "write a heap profile here once every host is served")
+
+// writeHeapProfile writes the heap profile -scale-heap-profile asks for.
+func writeHeapProfile(b *testing.B) {
+	if *heapProfile == "" {
+		return
+	}
+	runtime.GC()
+	f, err := os.Create(*heapProfile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
 
 var scaleSizes = []struct {
 	name string
@@ -151,6 +174,7 @@ func BenchmarkInitialSyncToServed(b *testing.B) {
 			w, dir, kube, cs, port := prepareScale(b, fromManifests, size.n)
 			s := startScale(b, fromManifests, w, dir, kube, cs, port)
 			took := s.allServed(b, 10*time.Minute).Sub(s.started)
+			writeHeapProfile(b)
 			s.stop()
 			reportOnce(b, map[string]float64{"sync-s": took.Seconds()})
 		})
@@ -182,6 +206,7 @@ func BenchmarkHundredThousand(b *testing.B) {
 	w, dir, kube, cs, port := prepareScale(b, fromManifests, hundredThousand)
 	s := startScale(b, fromManifests, w, dir, kube, cs, port)
 	load := s.allServed(b, 20*time.Minute).Sub(s.started)
+	writeHeapProfile(b)
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
