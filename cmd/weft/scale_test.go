@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/weftio/weft/cmd/weft/internal/demo"
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/deployer/driver/runtime"
 )
@@ -264,7 +266,7 @@ type scaleStack struct {
 	port   int // HAProxy's HTTP port
 	drv    *runtime.Driver
 	kube   kubernetes.Interface
-	srcDir string // the folder the stack was copied from
+	srcDir string // the stack's folder
 	// started is when the services were started.
 	started time.Time
 }
@@ -328,8 +330,8 @@ func prepareScale(b testing.TB, src scaleSource, n int) (w *scaleWorld, dir stri
 	return w, dir, kube, cs, httpPort
 }
 
-// startScale starts HAProxy and weft on a prepared world; the stack's
-// folder is a copy of dir, and its weft.yaml names sockets in that copy.
+// startScale starts HAProxy and weft on a prepared world in dir, which
+// becomes the stack's folder.
 func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *testkit.KubeEnv, cs kubernetes.Interface, httpPort int) *scaleStack {
 	b.Helper()
 	kubeconfig := ""
@@ -337,28 +339,44 @@ func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *
 		kubeconfig = kube.Kubeconfig
 	}
 	ss := &scaleStack{w: w, src: src, port: httpPort, kube: cs, srcDir: dir}
-	after := func(d string) {
-		if err := os.WriteFile(filepath.Join(d, "weft.yaml"), []byte(scaleConfig(src, kubeconfig, httpPort, d)), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		master, admin := filepath.Join(d, "master.sock"), filepath.Join(d, "admin.sock")
-		ctx, cancel := context.WithCancel(context.Background())
-		hp, err := demo.StartHAProxy(ctx, demo.HAProxyOptions{
-			Bin: testkit.HAProxy(b), Dir: filepath.Join(d, "out"), Listen: "127.0.0.1:" + strconv.Itoa(httpPort),
-			Log: slog.New(slog.DiscardHandler), MasterSocket: master, AdminSocket: admin,
-		})
-		if err != nil {
-			cancel()
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cancel(); _ = hp.Wait() })
-		ss.drv, err = runtime.New(runtime.Options{Dir: filepath.Join(d, "out"), MasterSocket: master, AdminSocket: admin})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ss.started = time.Now()
+	if err := os.WriteFile(filepath.Join(dir, "weft.yaml"), []byte(scaleConfig(src, kubeconfig, httpPort, dir)), 0o644); err != nil {
+		b.Fatal(err)
 	}
-	ss.stack = startStackWith(b, dir, nil, nil, after)
+	master, admin := filepath.Join(dir, "master.sock"), filepath.Join(dir, "admin.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	hp, err := demo.StartHAProxy(ctx, demo.HAProxyOptions{
+		Bin: testkit.HAProxy(b), Dir: filepath.Join(dir, "out"), Listen: "127.0.0.1:" + strconv.Itoa(httpPort),
+		Log: slog.New(slog.DiscardHandler), MasterSocket: master, AdminSocket: admin,
+	})
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cancel(); _ = hp.Wait() })
+	ss.drv, err = runtime.New(runtime.Options{Dir: filepath.Join(dir, "out"), MasterSocket: master, AdminSocket: admin})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := config.Load(filepath.Join(dir, "weft.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &stack{t: b, dir: dir, cfg: cfg, bus: testkit.NATS(b)}
+	s.env = testkit.NewEnv(b, s.bus, "scale")
+	// weft up's tracer, which keeps no span: the test environment's
+	// recorder keeps every one, hundreds of MB at 100,000 objects.
+	s.env.Env.Tracer = telemetry.NewTracerProvider()
+	ss.started = time.Now()
+	var stops []func()
+	for _, sv := range Services {
+		stops = append(stops, testkit.Run(b, func(ctx context.Context) error { return sv.Run(ctx, s.env.Env, cfg) }))
+	}
+	s.stop = func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	ss.stack = s
 	return ss
 }
 
