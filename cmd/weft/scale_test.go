@@ -266,15 +266,18 @@ type scaleStack struct {
 	port   int // HAProxy's HTTP port
 	drv    *runtime.Driver
 	kube   kubernetes.Interface
-	srcDir string // the stack's folder
 	// started is when the services were started.
 	started time.Time
 }
 
-// scaleConfig is weft.yaml of the rig: the ingress library, debounce as
-// short as the configuration allows (0 means the default, 100 ms; the
-// leading edge renders an isolated change at once), every bundle validated
-// by haproxy -c, the runtime driver.
+// scaleDebounce is the renderer's debounce in the rig: as short as today's
+// configuration allows (0 there means the default, 100 ms; the leading
+// edge renders an isolated change at once). Once render.debounce 0 means no
+// debounce, it is to be "0s".
+const scaleDebounce = "1ms"
+
+// scaleConfig is weft.yaml of the rig: the ingress library, scaleDebounce,
+// every bundle validated by haproxy -c, the runtime driver.
 func scaleConfig(src scaleSource, kubeconfig string, httpPort int, dir string) string {
 	source := "  - {name: manifests, type: manifests, path: manifests}\n"
 	if src == fromKube {
@@ -297,10 +300,10 @@ targets:
       bind_address: 127.0.0.1
       http_port: "%d"
       admin_socket: %s
-    render: {debounce: 1ms}
+    render: {debounce: %s}
     validate: {kinds: [haproxy], timeout: 120s}
     deploy: {driver: runtime, dest: out, master_socket: %s, admin_socket: %s}
-`, source, httpPort, admin, master, admin)
+`, source, httpPort, admin, scaleDebounce, master, admin)
 }
 
 // prepareScale lays out the world (files, or objects on a new
@@ -338,7 +341,7 @@ func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *
 	if kube != nil {
 		kubeconfig = kube.Kubeconfig
 	}
-	ss := &scaleStack{w: w, src: src, port: httpPort, kube: cs, srcDir: dir}
+	ss := &scaleStack{w: w, src: src, port: httpPort, kube: cs}
 	if err := os.WriteFile(filepath.Join(dir, "weft.yaml"), []byte(scaleConfig(src, kubeconfig, httpPort, dir)), 0o644); err != nil {
 		b.Fatal(err)
 	}
