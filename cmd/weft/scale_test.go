@@ -261,11 +261,11 @@ const (
 // server) delivering the world to a real HAProxy with the runtime driver.
 type scaleStack struct {
 	*stack
-	w      *scaleWorld
-	src    scaleSource
-	port   int // HAProxy's HTTP port
-	drv    *runtime.Driver
-	kube   kubernetes.Interface
+	w    *scaleWorld
+	src  scaleSource
+	port int // HAProxy's HTTP port
+	drv  *runtime.Driver
+	kube kubernetes.Interface
 	// started is when the services were started.
 	started time.Time
 }
