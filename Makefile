@@ -2,14 +2,14 @@
 # the tests need (see deps) when it is missing.
 SHELL := /bin/bash
 GO ?= go
-MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft deploy/k8s deploy/monitoring hack/chaos
+MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft deploy/k8s deploy/monitoring hack/chaos hack/soak
 CONFIG ?= examples/quickstart/weft.yaml
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 BENCH ?= .
 # VERSION is what `weft --version` prints for a `make build` binary.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: run build test deps lint bench fuzz tidy chaos chaos-short image
+.PHONY: run build test deps lint bench bench-scale fuzz tidy chaos chaos-short soak image
 
 ## run: weft in one process (embedded NATS on 127.0.0.1:4222) on the quickstart;
 ## with haproxy installed, also HAProxy on 127.0.0.1:18080 and echo backends.
@@ -106,6 +106,28 @@ chaos: build
 ## by `make test` (hack/chaos is one of MODULES)
 chaos-short:
 	cd hack/chaos && $(GO) test $(TEST_FLAGS) -run '^TestChaosShort$$' -v .
+
+## bench-scale: the whole path at scale (cmd/weft/scale_bench_test.go;
+## BENCHMARKS.md, "The whole path at scale"): N Ingresses from manifests
+## or a kube-apiserver to a real HAProxy. SCALE_BENCH picks benchmarks,
+## SCALE_BENCHTIME the changes timed per benchmark. The kube ones run in a
+## network namespace of their own (unshare -n, as root).
+SCALE_BENCH ?= AtScale|InitialSyncToServed|WatcherProcessRSS|HundredThousand
+SCALE_BENCHTIME ?= 30x
+bench-scale: deps
+	cd cmd/weft && $(GO) test -run '^$$' -bench '$(SCALE_BENCH)' -benchtime $(SCALE_BENCHTIME) -timeout 180m .
+
+## soak: `weft up` with the files driver on 10,000 objects in 100 manifest
+## files under 100 endpoint changes a second for SOAK_DURATION; reports the
+## data folder's size, goroutines and memory over time and probe changes'
+## latency, and passes when the deployed files equal `weft render` of the
+## final manifests and weft logged no error. `make test` runs it for 20s
+## (hack/soak is one of MODULES). SOAK_FLAGS: -rate, -objects, -files,
+## -sample-every, -probe-every, -settle, -report FILE.
+SOAK_DURATION ?= 10m
+SOAK_FLAGS ?=
+soak: deps
+	cd hack/soak && $(GO) test -count=1 -timeout 60m -run '^TestSoak$$' -v . -args -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 ## fuzz: run each decoder fuzzer, and the validator's fast path against haproxy -c, for a while
 fuzz:

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// The whole path at scale (BENCHMARKS.md, "The whole path at scale"). Every
+// benchmark runs weft's services in this process over an embedded NATS
+// server against a real HAProxy (runtime driver) and echo backends; times
+// are wall time per change, from the write of the change until a fresh
+// connection to the host is answered by the new backend. They report
+// custom metrics only (ns/op is 0): run with -benchtime Nx, e.g.
+//
+//	go test -run '^$' -bench 'EndpointToServedAtScale/manifests/1k' -benchtime 200x
+
+// heapProfile names a file to which BenchmarkInitialSyncToServed and
+// BenchmarkHundredThousand write a heap profile of the process once every
+// host is served (the last run's), for go tool pprof -sample_index=inuse_space.
+var heapProfile = flag.String("scale-heap-profile", "", "write a heap profile here once every host is served")
+
+// writeHeapProfile writes the heap profile -scale-heap-profile asks for.
+func writeHeapProfile(b *testing.B) {
+	if *heapProfile == "" {
+		return
+	}
+	runtime.GC()
+	f, err := os.Create(*heapProfile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
+var scaleSizes = []struct {
+	name string
+	n    int
+}{{"1k", 1000}, {"10k", 10000}}
+
+// servedTimeout bounds the wait for one change to be served: generous, so
+// that a slow run is measured rather than failed.
+const servedTimeout = 2 * time.Minute
+
+// startScaleServed prepares the world, starts weft and HAProxy on it and
+// waits until every host is served.
+func startScaleServed(b testing.TB, src scaleSource, n int) *scaleStack {
+	b.Helper()
+	w, dir, kube, cs, port := prepareScale(b, src, n)
+	s := startScale(b, src, w, dir, kube, cs, port)
+	s.allServed(b, 10*time.Minute)
+	return s
+}
+
+// reportLatency adds p50-ms, p99-ms (the largest sample when there are
+// fewer than 100), max-ms and reloads/1000-changes.
+func reportLatency(b *testing.B, lat []time.Duration, reloads int) {
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+	b.ReportMetric(float64(reloads)*1000/float64(len(lat)), "reloads/1000-changes")
+	b.ReportMetric(0, "ns/op")
+}
+
+// reportStages adds the median time of each stage of the pipeline
+// (stageMedians), from the services' logs.
+func reportStages(b *testing.B, s *scaleStack, starts, ends []time.Time) {
+	for metric, v := range stageMedians(s.env.Logs.String(), starts, ends) {
+		b.ReportMetric(v, metric)
+	}
+}
+
+// BenchmarkEndpointToServedAtScale changes the address of one endpoint at a
+// time (in its manifest file, or with an update on the API server), each
+// of a different Ingress, and times it until served.
+func BenchmarkEndpointToServedAtScale(b *testing.B) {
+	for _, src := range []scaleSource{fromManifests, fromKube} {
+		for _, size := range scaleSizes {
+			b.Run(string(src)+"/"+size.name, func(b *testing.B) {
+				if src == fromKube && inScaleNetns(b) {
+					return
+				}
+				s := startScaleServed(b, src, size.n)
+				before := s.reloads(b)
+				var (
+					lat          []time.Duration
+					starts, ends []time.Time
+				)
+				k := 0
+				for b.Loop() {
+					i := (k*7919 + 13) % size.n
+					host := s.w.host(i)
+					start := time.Now()
+					want := s.flip(b, i)
+					end := s.served(b, host, want, servedTimeout)
+					starts, ends = append(starts, start), append(ends, end)
+					lat = append(lat, end.Sub(start))
+					s.only(b, host, want)
+					k++
+				}
+				reportLatency(b, lat, s.reloads(b)-before)
+				reportStages(b, s, starts, ends)
+			})
+		}
+	}
+}
+
+// BenchmarkNewHostAtScale adds a host (a rule of an existing Ingress, on its
+// existing Service) at a time, and times it until the host is served.
+func BenchmarkNewHostAtScale(b *testing.B) {
+	for _, src := range []scaleSource{fromManifests, fromKube} {
+		for _, size := range scaleSizes {
+			b.Run(string(src)+"/"+size.name, func(b *testing.B) {
+				if src == fromKube && inScaleNetns(b) {
+					return
+				}
+				s := startScaleServed(b, src, size.n)
+				before := s.reloads(b)
+				var (
+					lat          []time.Duration
+					starts, ends []time.Time
+				)
+				k := 0
+				for b.Loop() {
+					i := (k*7919 + 29) % size.n
+					host := fmt.Sprintf("new%d.scale.test", k)
+					start := time.Now()
+					s.w.addHost(i, host)
+					s.update(b, i, true)
+					want := s.w.answer(i)
+					end := s.served(b, host, want, servedTimeout)
+					starts, ends = append(starts, start), append(ends, end)
+					lat = append(lat, end.Sub(start))
+					k++
+				}
+				reportLatency(b, lat, s.reloads(b)-before)
+				reportStages(b, s, starts, ends)
+			})
+		}
+	}
+}
+
+// BenchmarkInitialSyncToServed starts weft (its services, on a new embedded
+// NATS server) on manifests already written and times it until every host
+// is served by HAProxy (sync-s; a sample of hosts is timed, then every host
+// is checked).
+func BenchmarkInitialSyncToServed(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"1k", 1000}, {"5k", 5000}, {"10k", 10000}} {
+		b.Run(size.name, func(b *testing.B) {
+			w, dir, kube, cs, port := prepareScale(b, fromManifests, size.n)
+			s := startScale(b, fromManifests, w, dir, kube, cs, port)
+			took := s.allServed(b, 10*time.Minute).Sub(s.started)
+			writeHeapProfile(b)
+			s.stop()
+			reportOnce(b, map[string]float64{"sync-s": took.Seconds()})
+		})
+	}
+}
+
+// reportOnce reports metrics measured once before the benchmark's loop
+// (whose iterations do nothing): these benchmarks measure one run each,
+// however long -benchtime asks for; -count repeats them.
+func reportOnce(b *testing.B, metrics map[string]float64) {
+	for b.Loop() {
+	}
+	for unit, v := range metrics {
+		b.ReportMetric(v, unit)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// hundredThousand is the Ingresses of BenchmarkHundredThousand: with their
+// Services and EndpointSlices, 100,002 objects.
+const hundredThousand = 33334
+
+// BenchmarkHundredThousand loads 100,002 objects from manifests: the time
+// from the start of the services to the first deploy served (load-s), this
+// process's resident memory (rss-MB, VmRSS: the NATS server, every service
+// and the test) and Go heap in use after a collection (heap-MB), and the
+// time of one endpoint change served while all are held (edit-ms).
+func BenchmarkHundredThousand(b *testing.B) {
+	w, dir, kube, cs, port := prepareScale(b, fromManifests, hundredThousand)
+	s := startScale(b, fromManifests, w, dir, kube, cs, port)
+	load := s.allServed(b, 20*time.Minute).Sub(s.started)
+	writeHeapProfile(b)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss := vmRSS(b, "self")
+	i := hundredThousand / 2
+	start := time.Now()
+	want := s.flip(b, i)
+	edit := s.served(b, s.w.host(i), want, servedTimeout).Sub(start)
+	s.only(b, s.w.host(i), want)
+	s.stop()
+	reportOnce(b, map[string]float64{
+		"load-s":  load.Seconds(),
+		"rss-MB":  float64(rss) / (1 << 20),
+		"heap-MB": float64(ms.HeapInuse) / (1 << 20),
+		"edit-ms": float64(edit.Microseconds()) / 1000,
+	})
+}
+
+// BenchmarkWatcherProcessRSS runs the watcher alone as its own process
+// (weft-watcher, built with go build) on N Ingresses with their Services
+// and EndpointSlices, and reads its resident memory (rss-MB, VmRSS) once it
+// has published every object (sync-s: from its start until then).
+func BenchmarkWatcherProcessRSS(b *testing.B) {
+	bin := testkit.GoBuild(b, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
+	for _, size := range scaleSizes {
+		b.Run(size.name, func(b *testing.B) {
+			w := newScaleWorld(size.n, 8080, loopbackBackends)
+			dir := b.TempDir()
+			w.writeAll(b, filepath.Join(dir, "manifests"))
+			cfg := filepath.Join(dir, "weft.yaml")
+			if err := os.WriteFile(cfg, []byte(scaleConfig(fromManifests, "", 18080, dir)), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			bus := testkit.NATS(b)
+			start := time.Now()
+			p := testkit.StartProcess(b, bin, "--config", cfg, "--nats-url", bus.URL, "--listen", "127.0.0.1:0", "--log-level", "warn")
+			testkit.Eventually(b, 5*time.Minute, func() error { return synced(bus.JS, "manifests", size.n) })
+			took := time.Since(start)
+			rss := vmRSS(b, strconv.Itoa(p.Pid()))
+			reportOnce(b, map[string]float64{"sync-s": took.Seconds(), "rss-MB": float64(rss) / (1 << 20)})
+		})
+	}
+}
+
+// synced reports nil once the status bucket says source has published n
+// objects of each of the world's three types.
+func synced(js jetstream.JetStream, source string, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		return err
+	}
+	rep, err := msg.ReadStatus(ctx, kv)
+	if err != nil {
+		return err
+	}
+	got := map[string]int{}
+	for _, sy := range rep.Syncs {
+		if sy.Source == source && sy.Synced {
+			got[sy.Type] = sy.Count
+		}
+	}
+	for _, typ := range []string{"ingresses", "services", "endpoints"} {
+		if got[typ] != n {
+			return fmt.Errorf("%w: %s has %v of %d each", errNotYet, source, got, n)
+		}
+	}
+	return nil
+}
+
+// vmRSS reads VmRSS of /proc/<pid>/status in bytes.
+func vmRSS(b testing.TB, pid string) int64 {
+	b.Helper()
+	f, err := os.Open(filepath.Join("/proc", pid, "status"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal(errors.New("no VmRSS in /proc/" + pid + "/status"))
+	return 0
+}
+
+// TestScaleRigServes is the scale benchmarks' rig at 20 Ingresses, from
+// manifests and from a kube-apiserver: every host is served, an endpoint
+// change moves its host (and only it) to the other backend with no reload,
+// and a new host is served.
+func TestScaleRigServes(t *testing.T) {
+	for _, src := range []scaleSource{fromManifests, fromKube} {
+		t.Run(string(src), func(t *testing.T) {
+			if src == fromKube && inScaleNetns(t) {
+				return
+			}
+			s := startScaleServed(t, src, 20)
+			before := s.reloads(t)
+			want := s.flip(t, 7)
+			s.served(t, s.w.host(7), want, time.Minute)
+			s.only(t, s.w.host(7), want)
+			if got := httpGet(s.port, s.w.host(8), "/"); got != "200 a" {
+				t.Fatalf("%s answered %q after another host's endpoint changed", s.w.host(8), got)
+			}
+			if n := s.reloads(t) - before; n != 0 {
+				t.Errorf("an endpoint change cost %d reloads, want 0", n)
+			}
+			s.w.addHost(3, "new.scale.test")
+			s.update(t, 3, true)
+			s.served(t, "new.scale.test", "a", time.Minute)
+		})
+	}
+}
