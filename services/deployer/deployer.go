@@ -658,13 +658,22 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 		}
 		if out.Outcome != msg.OutcomeFailed {
 			ran := msg.HistoryDeploy{Instance: out.Instance, Site: d.env.Site, At: out.At}
-			if err := d.recordDeploy(ctx, out.Target, out.Version, out.BundleHash, ran); err != nil {
+			// The deploy is done and announced: its record finishes it even
+			// when the process is stopping (ctx cancelled), within a bound,
+			// since no redelivery would record it again.
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyRecordTimeout)
+			err := d.recordDeploy(hctx, out.Target, out.Version, out.BundleHash, ran)
+			cancel()
+			if err != nil {
 				d.env.Log.ErrorContext(ctx, "deployed, but not recorded in the history", "target", out.Target, "instance", out.Instance, "version", out.Version, "err", err)
 			}
 		}
 	}
 	return nil
 }
+
+// historyRecordTimeout bounds recording a done deploy in the history.
+const historyRecordTimeout = 5 * time.Second
 
 func (d *deployer) instance(target, name string) *instance { return d.instances.get(target, name) }
 
