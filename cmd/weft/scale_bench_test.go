@@ -36,6 +36,10 @@ import (
 // host is served (the last run's), for go tool pprof -sample_index=inuse_space.
 var heapProfile = flag.String("scale-heap-profile", "", "write a heap profile here once every host is served")
 
+// scaleLogs, when set, keeps the services' logs of a scale benchmark (the
+// stage times are read from them) in that file.
+var scaleLogs = flag.String("scale-logs", "", "write the services' logs of each scale benchmark to this file")
+
 // writeHeapProfile writes the heap profile -scale-heap-profile asks for.
 func writeHeapProfile(b *testing.B) {
 	if *heapProfile == "" {
@@ -86,6 +90,11 @@ func reportLatency(b *testing.B, lat []time.Duration, reloads int) {
 // reportStages adds the median time of each stage of the pipeline
 // (stageMedians), from the services' logs.
 func reportStages(b *testing.B, s *scaleStack, starts, ends []time.Time) {
+	if *scaleLogs != "" {
+		if err := os.WriteFile(*scaleLogs, []byte(s.env.Logs.String()), 0o644); err != nil {
+			b.Error(err)
+		}
+	}
 	for metric, v := range stageMedians(s.env.Logs.String(), starts, ends) {
 		b.ReportMetric(v, metric)
 	}

@@ -52,6 +52,11 @@ func inScaleNetns(tb testing.TB) bool {
 	if bench {
 		flags = []string{"-test.run=^$", "-test.bench=" + pattern, "-test.count=1", "-test.benchtime=" + flag.Lookup("test.benchtime").Value.String()}
 	}
+	for _, f := range []string{"scale-heap-profile", "scale-logs"} {
+		if v := flag.Lookup(f).Value.String(); v != "" {
+			flags = append(flags, "-"+f+"="+v)
+		}
+	}
 	script := "ip link set lo up"
 	for _, e := range kubeBackends {
 		script += " && ip addr add " + e.addr + "/32 dev lo"

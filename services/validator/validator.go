@@ -246,7 +246,9 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	g, ctx := errgroup.WithContext(ctx)
 	for _, c := range checkers {
 		o := opts
-		o.Stage = "validate-" + c.Name()
+		// Several at once: a fast-path answer must not wait for a whole
+		// check (the background confirmation of the previous bundle).
+		o.Stage, o.Workers = "validate-"+c.Name(), kindWorkers
 		g.Go(func() error {
 			return bus.Serve(ctx, env.NC, msg.ValidateAll, "weft-validator-"+c.Name(), v.answer(c), o)
 		})
@@ -259,6 +261,9 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 	g.Go(func() error { return v.runConfirmer(ctx) })
 	return g.Wait()
 }
+
+// kindWorkers is how many requests each kind answers at once.
+const kindWorkers = 4
 
 // rendersAckWait bounds how long a render held by a validator that died
 // waits for another; a live gather keeps its render with InProgress.

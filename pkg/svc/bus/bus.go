@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -92,11 +93,18 @@ type Options struct {
 	// Health, when set, holds the consumer's state under ConsumerCheck's
 	// name: not ready while it is lost or its heartbeats are missing.
 	Health HealthSetter
+	// Workers is how many requests Serve handles at once (0: one). A
+	// request/reply handler with slow and quick requests needs more than
+	// one, or a quick request waits for every slow one before it.
+	Workers int
 }
 
 func (o Options) check() error {
 	if o.Service == "" || o.Stage == "" || o.Log == nil || o.Tracer == nil || o.Metrics == nil || o.DLQ == nil {
 		return errors.New("bus: options need service, stage, log, tracer, metrics and dlq")
+	}
+	if o.Workers < 0 {
+		return fmt.Errorf("bus: negative workers %d", o.Workers)
 	}
 	return nil
 }
@@ -169,7 +177,8 @@ type CoreHandler func(ctx context.Context, m *nats.Msg) error
 // Serve subscribes to subject in queue group queue (empty: every replica
 // gets every message) and runs h for each message until ctx is done. A
 // permanent error is dead-lettered; others are logged (core messages are not
-// redelivered: the sender retries).
+// redelivered: the sender retries). With o.Workers above one, that many
+// messages are handled at once, in no particular order.
 func Serve(ctx context.Context, nc *nats.Conn, subject, queue string, h CoreHandler, o Options) error {
 	if err := o.check(); err != nil {
 		return err
@@ -180,14 +189,22 @@ func Serve(ctx context.Context, nc *nats.Conn, subject, queue string, h CoreHand
 		return fmt.Errorf("%s: subscribe %s: %w", o.Service, subject, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-ch:
-			handleCore(ctx, m, h, o)
-		}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for range max(o.Workers, 1) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m := <-ch:
+					handleCore(ctx, m, h, o)
+				}
+			}
+		})
 	}
+	<-ctx.Done()
+	return nil
 }
 
 func handleCore(ctx context.Context, m *nats.Msg, h CoreHandler, o Options) {

@@ -232,3 +232,58 @@ func TestConsumeInterruptedByTheShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWorkersAnswerWhileOneIsBusy: with two workers, a request is
+// answered while another request's handler is still running (it waits for
+// that answer, so with one worker neither would be answered).
+func TestServeWorkersAnswerWhileOneIsBusy(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	o := options(t, env)
+	o.Stage, o.Workers = "requests", 2
+	quickAnswered, slowStarted := make(chan struct{}), make(chan struct{})
+	testkit.Run(t, func(ctx context.Context) error {
+		return bus.Serve(ctx, b.NC, "weft.test.serve", "q", func(ctx context.Context, m *nats.Msg) error {
+			if string(m.Data) == "slow" {
+				close(slowStarted)
+				select {
+				case <-quickAnswered:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return m.Respond(m.Data)
+		}, o)
+	})
+	testkit.Eventually(t, 5*time.Second, func() error {
+		_, err := b.NC.Request("weft.test.serve", []byte("ping"), time.Second)
+		return err
+	})
+	slow := make(chan error, 1)
+	go func() {
+		_, err := b.NC.Request("weft.test.serve", []byte("slow"), 10*time.Second)
+		slow <- err
+	}()
+	<-slowStarted
+	r, err := b.NC.Request("weft.test.serve", []byte("quick"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("quick request while a slow one runs: %v", err)
+	}
+	if string(r.Data) != "quick" {
+		t.Fatalf("answer %q", r.Data)
+	}
+	close(quickAnswered)
+	if err := <-slow; err != nil {
+		t.Fatalf("slow request: %v", err)
+	}
+}
+
+func TestServeRejectsNegativeWorkers(t *testing.T) {
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	o := options(t, env)
+	o.Stage, o.Workers = "requests", -1
+	if err := bus.Serve(context.Background(), b.NC, "weft.test.serve", "q", func(context.Context, *nats.Msg) error { return nil }, o); err == nil {
+		t.Fatal("Serve took a negative worker count")
+	}
+}

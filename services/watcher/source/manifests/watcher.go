@@ -16,10 +16,12 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// Defaults for a Watcher.
+// Defaults for a Watcher. The debounce only has to cover the events of one
+// save (an editor's write, then rename): a burst reads just the files it
+// named, so a short one costs little and keeps an edit's latency low.
 const (
 	DefaultRescan   = 30 * time.Second
-	DefaultDebounce = 100 * time.Millisecond
+	DefaultDebounce = 10 * time.Millisecond
 )
 
 // maxBurst bounds how long a stream of changes can postpone a scan, in

@@ -444,7 +444,7 @@ func TestNewWatcher(t *testing.T) {
 		wantRescan   time.Duration
 		wantDebounce time.Duration
 	}{
-		{"defaults", dir, nil, nil, 30 * time.Second, 100 * time.Millisecond},
+		{"defaults", dir, nil, nil, 30 * time.Second, 10 * time.Millisecond},
 		{"set both", dir, []Option{WithRescan(time.Minute), WithDebounce(time.Second)}, nil, time.Minute, time.Second},
 		{"zero", dir, []Option{WithRescan(0), WithDebounce(0)}, nil, 0, 0},
 		{"nil option", dir, []Option{nil}, nil, DefaultRescan, DefaultDebounce},
