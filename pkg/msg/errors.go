@@ -136,18 +136,21 @@ const ConfirmWait = 10 * time.Second
 // Unconfirmed is the error for a stream message, stored age ago, that the
 // recorded state does not confirm (ErrUnconfirmed with the formatted
 // detail): retried while younger than ConfirmWait, permanent (dead-lettered)
-// after. The delay doubles with the message's age (100ms, 200ms, ...):
-// the write that normally follows within milliseconds is met at once,
-// and a message nothing confirms is dead-lettered after about nine
-// deliveries, before a consumer's MaxDeliver (10 and more here) would drop
-// it unseen.
+// after. The delay doubles with the message's age (5ms, 10ms, 20ms, ...):
+// the write that normally follows within milliseconds is met a few
+// milliseconds later, and a message nothing confirms is dead-lettered
+// after about fifteen deliveries (every consumer that can meet such a
+// message delivers without limit).
 func Unconfirmed(age time.Duration, format string, args ...any) error {
 	err := fmt.Errorf("%w: %s", ErrUnconfirmed, fmt.Sprintf(format, args...))
 	if age > ConfirmWait {
 		return Permanent(err)
 	}
-	return Retry(err, min(max(age, 100*time.Millisecond), ConfirmWait))
+	return Retry(err, min(max(age, unconfirmedFirstRetry), ConfirmWait))
 }
+
+// unconfirmedFirstRetry is the shortest wait for the recorded state.
+const unconfirmedFirstRetry = 5 * time.Millisecond
 
 // AgeOf is how long ago a stream message was stored, from its metadata (0
 // when it has none).

@@ -76,3 +76,32 @@ func TestValidToken(t *testing.T) {
 		}
 	}
 }
+
+// TestUnconfirmedDelays: a message the recorded state does not confirm yet
+// is retried soon after it was stored (the write that confirms it follows
+// within milliseconds), later the older it is, and dead-lettered once it
+// is older than ConfirmWait.
+func TestUnconfirmedDelays(t *testing.T) {
+	tests := []struct {
+		age       time.Duration
+		action    msg.Action
+		wantDelay time.Duration
+	}{
+		{0, msg.Nak, 5 * time.Millisecond},
+		{2 * time.Millisecond, msg.Nak, 5 * time.Millisecond},
+		{40 * time.Millisecond, msg.Nak, 40 * time.Millisecond},
+		{3 * time.Second, msg.Nak, 3 * time.Second},
+		{msg.ConfirmWait, msg.Nak, msg.ConfirmWait},
+		{msg.ConfirmWait + time.Millisecond, msg.Term, 0},
+	}
+	for _, tt := range tests {
+		err := msg.Unconfirmed(tt.age, "render %s v%d", "t", 1)
+		if !errors.Is(err, msg.ErrUnconfirmed) {
+			t.Errorf("age %s: %v is not ErrUnconfirmed", tt.age, err)
+		}
+		d := msg.Classify(err)
+		if d.Action != tt.action || d.Delay != tt.wantDelay {
+			t.Errorf("age %s: decision %v delay %s, want %v delay %s", tt.age, d.Action, d.Delay, tt.action, tt.wantDelay)
+		}
+	}
+}
