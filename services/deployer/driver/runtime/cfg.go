@@ -218,6 +218,14 @@ func structuref(format string, args ...any) error {
 // diffConfig compares two configurations. It returns the server changes
 // when they are the only differences, or a *structureError.
 func diffConfig(oldB, newB []byte) ([]serverChange, error) {
+	if changes, ok, err := diffConfigLines(oldB, newB); ok {
+		return changes, err
+	}
+	return diffConfigParsed(oldB, newB)
+}
+
+// diffConfigParsed is diffConfig on both files parsed whole.
+func diffConfigParsed(oldB, newB []byte) ([]serverChange, error) {
 	oldC, newC := parseConfig(oldB), parseConfig(newB)
 	if oldC.conditional || newC.conditional {
 		return nil, structuref("conditional blocks (.if) in the configuration")

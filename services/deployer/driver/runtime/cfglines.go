@@ -1,0 +1,147 @@
+package runtime
+
+import (
+	"bytes"
+	"slices"
+)
+
+// diffConfigLines is diffConfig for the usual change, a few lines of a
+// large file: the files are compared as bytes, and only the lines between
+// their common prefix and suffix, the section header above them and the
+// default-server lines are split into words, so a change costs what it
+// touches rather than what the file holds. ok is false when it cannot
+// decide alone (lines added or removed, a section header among the changed
+// lines, conditional blocks anywhere); diffConfigParsed then decides, with
+// its exact explanation. When ok, its answer is diffConfigParsed's.
+func diffConfigLines(oldB, newB []byte) (changes []serverChange, ok bool, err error) {
+	if conditional(oldB) || conditional(newB) {
+		return nil, false, nil
+	}
+	start, endOld, endNew := middle(oldB, newB)
+	oldM, newM := splitLines(oldB[start:endOld]), splitLines(newB[start:endNew])
+	if len(oldM) != len(newM) {
+		return nil, false, nil
+	}
+	// The section the first middle line is in: the last header above it
+	// (the same in both files: everything above is byte-identical).
+	cur := section{}
+	for i := start; i > 0; {
+		j := bytes.LastIndexByte(newB[:i-1], '\n') + 1
+		if words := splitWords(string(newB[j : i-1])); len(words) > 0 && sectionKeywords[words[0]] {
+			cur = headerSection(words)
+			break
+		}
+		i = j
+	}
+	num := bytes.Count(newB[:start], []byte{'\n'})
+	var defaultsTouch *bool
+	for k := range newM {
+		num++
+		oRaw, nRaw := oldM[k], newM[k]
+		if bytes.Equal(oRaw, nRaw) {
+			if words := splitWords(string(nRaw)); len(words) > 0 && sectionKeywords[words[0]] {
+				cur = headerSection(words)
+			}
+			continue
+		}
+		ow, nw := splitWords(string(oRaw)), splitWords(string(nRaw))
+		if slices.Equal(ow, nw) { // comments or spacing
+			if len(nw) > 0 && sectionKeywords[nw[0]] {
+				cur = headerSection(nw)
+			}
+			continue
+		}
+		if len(ow) == 0 || len(nw) == 0 || sectionKeywords[ow[0]] || sectionKeywords[nw[0]] {
+			return nil, false, nil // lines or sections added, removed or renamed
+		}
+		ol, nl := cfgLine{num: num, words: ow}, cfgLine{num: num, words: nw}
+		isServer := (cur.kind == "backend" || cur.kind == "listen") &&
+			ow[0] == "server" && nw[0] == "server" && len(ow) > 1 && len(nw) > 1 && ow[1] == nw[1]
+		if !isServer {
+			return nil, true, structuref("%s: line %d %q changed", sectionName(cur), num, nl)
+		}
+		if defaultsTouch == nil {
+			t := serverDefaultsSet(oldB) || serverDefaultsSet(newB)
+			defaultsTouch = &t
+		}
+		ch, err := diffServer(cur.name, ol, nl, *defaultsTouch)
+		if err != nil {
+			return nil, true, err
+		}
+		changes = append(changes, ch)
+	}
+	return changes, true, nil
+}
+
+// headerSection is the section a header line's words start.
+func headerSection(words []string) section {
+	s := section{kind: words[0], header: cfgLine{words: words}}
+	if len(words) > 1 {
+		s.name = words[1]
+	}
+	return s
+}
+
+// conditional reports whether b may hold .if/.elif/.else/.endif lines
+// (any ".if" or ".el" at all: a false alarm only costs the whole parse).
+func conditional(b []byte) bool {
+	return bytes.Contains(b, []byte(".if")) || bytes.Contains(b, []byte(".el")) || bytes.Contains(b, []byte(".endif"))
+}
+
+// middle returns where the bytes of a and b stop being the same, backed up
+// to a line start, and where their common suffix starts in each, moved on
+// to a line start: a[start:endA] and b[start:endB] are the whole lines that
+// differ (both empty when a and b are equal).
+func middle(a, b []byte) (start, endA, endB int) {
+	n := min(len(a), len(b))
+	p := 0
+	for p < n && a[p] == b[p] {
+		p++
+	}
+	if p == len(a) && p == len(b) {
+		return p, p, p
+	}
+	start = bytes.LastIndexByte(a[:p], '\n') + 1
+	s := 0
+	for s < n-start && a[len(a)-1-s] == b[len(b)-1-s] {
+		s++
+	}
+	endA, endB = len(a)-s, len(b)-s
+	// Move the ends on, in step (what follows them is the same in both),
+	// until both are at a line start or at the end.
+	for endA < len(a) && !(lineStart(a, endA) && lineStart(b, endB)) {
+		endA++
+		endB++
+	}
+	return start, endA, endB
+}
+
+func lineStart(b []byte, i int) bool { return i == 0 || b[i-1] == '\n' }
+
+// splitLines splits b into lines without their line feeds (an empty b has
+// no lines; a last line without a line feed is a line).
+func splitLines(b []byte) [][]byte {
+	if len(b) == 0 {
+		return nil
+	}
+	lines := bytes.Split(b, []byte{'\n'})
+	if len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
+}
+
+// serverDefaultsSet is touchesServerDefaults on a file's default-server
+// lines alone.
+func serverDefaultsSet(b []byte) bool {
+	if !bytes.Contains(b, []byte("default-server")) {
+		return false
+	}
+	var c config
+	for line := range bytes.Lines(b) {
+		if words := splitWords(string(bytes.TrimRight(line, "\n"))); len(words) > 0 && words[0] == "default-server" {
+			c.sections = append(c.sections, section{lines: []cfgLine{{words: words}}})
+		}
+	}
+	return touchesServerDefaults(c)
+}
