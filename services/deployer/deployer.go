@@ -319,15 +319,28 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	_, ok := d.instances.of(v.Target)
-	site, there := d.elsewhere[v.Target]
+	_, there := d.elsewhere[v.Target]
 	if !ok && !there {
 		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
+	}
+	// Orders first: the history is bookkeeping, not on a deploy's path. A
+	// record that fails has the verdict delivered again, whose orders are
+	// then duplicates the stream drops.
+	if err := d.route(ctx, m, v); err != nil {
+		return err
 	}
 	if err := d.recordVerdict(ctx, v); err != nil {
 		return err
 	}
 	d.pruneOnce(ctx)
-	if there {
+	return nil
+}
+
+// route orders what a verdict calls for: nothing for a refusal or a target
+// of another site, a rollback for a refutation, else the accepted bundle
+// to every instance unless the target is pinned or its canary goes first.
+func (d *deployer) route(ctx context.Context, m jetstream.Msg, v msg.Validated) error {
+	if site, there := d.elsewhere[v.Target]; there {
 		d.env.Log.DebugContext(ctx, "verdict on a target of another site; left to its deployer", "target", v.Target, "site", site)
 		return nil
 	}
