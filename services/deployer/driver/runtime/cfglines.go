@@ -82,10 +82,25 @@ func headerSection(words []string) section {
 	return s
 }
 
-// conditional reports whether b may hold .if/.elif/.else/.endif lines
-// (any ".if" or ".el" at all: a false alarm only costs the whole parse).
+// conditional reports whether b may hold .if/.elif/.else/.endif lines:
+// any line whose first word starts with a dot (a false alarm only costs
+// the whole parse).
 func conditional(b []byte) bool {
-	return bytes.Contains(b, []byte(".if")) || bytes.Contains(b, []byte(".el")) || bytes.Contains(b, []byte(".endif"))
+	for len(b) > 0 {
+		i := 0
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+			i++
+		}
+		if i < len(b) && b[i] == '.' {
+			return true
+		}
+		n := bytes.IndexByte(b[i:], '\n')
+		if n < 0 {
+			return false
+		}
+		b = b[i+n+1:]
+	}
+	return false
 }
 
 // middle returns where the bytes of a and b stop being the same, backed up

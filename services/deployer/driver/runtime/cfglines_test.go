@@ -103,3 +103,24 @@ func TestMiddle(t *testing.T) {
 		}
 	}
 }
+
+func TestConditional(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  string
+		want bool
+	}{
+		{"global\n    maxconn 10\n", false},
+		{"backend b\n    server a 10.0.0.1:80\n", false},
+		{".if defined(X)\n.endif\n", true},
+		{"global\n  .if streq(a,b)\n  .endif\n", true},
+		{"global\n\t.else\n", true},
+		{"global\n    # .if in a comment\n", false},
+		{"", false},
+		{"x\n.endif", true},
+	} {
+		if got := conditional([]byte(tc.cfg)); got != tc.want {
+			t.Errorf("conditional(%q) = %v, want %v", tc.cfg, got, tc.want)
+		}
+	}
+}
