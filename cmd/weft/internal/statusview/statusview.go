@@ -38,6 +38,10 @@ func Write(w io.Writer, rep msg.StatusReport) {
 			}
 			if v.OK {
 				valid = fmt.Sprintf("v%d ok", v.Version)
+				if v.Pending != "" && v.Pending == v.BundleHash {
+					// proven from its runtime values; the whole check follows
+					valid = fmt.Sprintf("v%d ok (provisional; whole check of v%d pending)", v.Version, v.PendingVersion)
+				}
 			} else if lastErr == "" {
 				lastErr = "validation: " + v.Reason
 			}
@@ -175,6 +179,9 @@ func Failing(rep msg.StatusReport) []string {
 				verdict = "undecided"
 			}
 			out = append(out, fmt.Sprintf("%s: validation of v%d %s: %s", t.Target, v.Version, verdict, oneLine(v.Reason)))
+		}
+		if v := t.Validation; v != nil && v.FullOnly {
+			out = append(out, fmt.Sprintf("%s: a provisionally accepted bundle was refused by the whole check and rolled back to v%d; every render is checked whole until one is accepted", t.Target, v.LastFullVersion))
 		}
 		if c, v := t.Canary, t.Validation; c != nil && c.Phase == msg.CanaryRefused && v != nil && v.LastGoodVersion == c.Version {
 			out = append(out, fmt.Sprintf("%s: canary of v%d refused: %s", t.Target, c.Version, oneLine(c.Reason)))

@@ -43,7 +43,30 @@ func TestWrite(t *testing.T) {
 				}},
 			},
 		}},
+		{"fast-path", msg.StatusReport{
+			At: at,
+			Targets: []msg.TargetReport{
+				{
+					Target:     "edge",
+					Render:     &msg.RenderStatus{Target: "edge", Version: 9, BundleHash: "fedcba9876543210"},
+					Validation: &msg.ValidationStatus{Target: "edge", Version: 9, BundleHash: "fedcba9876543210", OK: true, Pending: "fedcba9876543210", PendingVersion: 9, LastFull: "0123456789abcdef", LastFullVersion: 8},
+					Deploys:    []msg.DeployStatus{{Target: "edge", Instance: "local", Version: 9, BundleHash: "fedcba9876543210"}},
+				},
+				{
+					Target:     "shop",
+					Render:     &msg.RenderStatus{Target: "shop", Version: 5, BundleHash: "1111111111111111"},
+					Validation: &msg.ValidationStatus{Target: "shop", Version: 5, BundleHash: "1111111111111111", OK: true, LastFull: "1111111111111111", LastFullVersion: 5, FullOnly: true},
+				},
+			},
+		}},
 	}
+	t.Run("failing fast path", func(t *testing.T) {
+		got := statusview.Failing(tests[len(tests)-1].rep)
+		want := []string{"shop: a provisionally accepted bundle was refused by the whole check and rolled back to v5; every render is checked whole until one is accepted"}
+		if !slices.Equal(got, want) {
+			t.Errorf("Failing = %q, want %q", got, want)
+		}
+	})
 	sites := msg.StatusReport{
 		At: at,
 		Targets: []msg.TargetReport{
