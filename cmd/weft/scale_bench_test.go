@@ -104,40 +104,31 @@ func reportStages(b *testing.B, s *scaleStack, starts, ends []time.Time) {
 // time (in its manifest file, or with an update on the API server), each
 // of a different Ingress, and times it until served.
 func BenchmarkEndpointToServedAtScale(b *testing.B) {
-	for _, src := range []scaleSource{fromManifests, fromKube} {
-		for _, size := range scaleSizes {
-			b.Run(string(src)+"/"+size.name, func(b *testing.B) {
-				if src == fromKube && inScaleNetns(b) {
-					return
-				}
-				s := startScaleServed(b, src, size.n)
-				before := s.reloads(b)
-				var (
-					lat          []time.Duration
-					starts, ends []time.Time
-				)
-				k := 0
-				for b.Loop() {
-					i := (k*7919 + 13) % size.n
-					host := s.w.host(i)
-					start := time.Now()
-					want := s.flip(b, i)
-					end := s.served(b, host, want, servedTimeout)
-					starts, ends = append(starts, start), append(ends, end)
-					lat = append(lat, end.Sub(start))
-					s.only(b, host, want)
-					k++
-				}
-				reportLatency(b, lat, s.reloads(b)-before)
-				reportStages(b, s, starts, ends)
-			})
-		}
-	}
+	benchScaleChanges(b, func(b *testing.B, s *scaleStack, k int) (string, string, func()) {
+		i := (k*7919 + 13) % s.w.n
+		host := s.w.host(i)
+		want := s.flip(b, i)
+		return host, want, func() { s.only(b, host, want) }
+	})
 }
 
 // BenchmarkNewHostAtScale adds a host (a rule of an existing Ingress, on its
 // existing Service) at a time, and times it until the host is served.
 func BenchmarkNewHostAtScale(b *testing.B) {
+	benchScaleChanges(b, func(b *testing.B, s *scaleStack, k int) (string, string, func()) {
+		i := (k*7919 + 29) % s.w.n
+		host := fmt.Sprintf("new%d.scale.test", k)
+		s.w.addHost(i, host)
+		s.update(b, i, true)
+		return host, s.w.answer(i), nil
+	})
+}
+
+// benchScaleChanges runs change k = 0, 1, ... on every source and size,
+// each timed from the moment change starts making it until host answers
+// want (then check, when change returns one, runs untimed), and reports
+// the latencies, the reloads and the stages.
+func benchScaleChanges(b *testing.B, change func(b *testing.B, s *scaleStack, k int) (host, want string, check func())) {
 	for _, src := range []scaleSource{fromManifests, fromKube} {
 		for _, size := range scaleSizes {
 			b.Run(string(src)+"/"+size.name, func(b *testing.B) {
@@ -150,18 +141,15 @@ func BenchmarkNewHostAtScale(b *testing.B) {
 					lat          []time.Duration
 					starts, ends []time.Time
 				)
-				k := 0
-				for b.Loop() {
-					i := (k*7919 + 29) % size.n
-					host := fmt.Sprintf("new%d.scale.test", k)
+				for k := 0; b.Loop(); k++ {
 					start := time.Now()
-					s.w.addHost(i, host)
-					s.update(b, i, true)
-					want := s.w.answer(i)
+					host, want, check := change(b, s, k)
 					end := s.served(b, host, want, servedTimeout)
 					starts, ends = append(starts, start), append(ends, end)
 					lat = append(lat, end.Sub(start))
-					k++
+					if check != nil {
+						check()
+					}
 				}
 				reportLatency(b, lat, s.reloads(b)-before)
 				reportStages(b, s, starts, ends)
