@@ -41,7 +41,7 @@ func TestOneTraceFromChangeToDeploy(t *testing.T) {
 		return errNotYet
 	})
 	trace := deploy.SpanContext().TraceID()
-	want := []string{"watcher apply manifests", "watcher relay", "renderer changes", "render quickstart", "validator renders", "validator validate-haproxy", "validator validate-template", "deployer verdicts", "deployer orders"}
+	want := []string{"watcher upsert manifests", "watcher relay", "renderer changes", "render quickstart", "validator renders", "validator validate-haproxy", "validator validate-template", "deployer verdicts", "deployer orders"}
 	got := map[string]bool{}
 	for _, sp := range s.env.Spans.Ended() {
 		if sp.SpanContext().TraceID() == trace {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
@@ -155,11 +157,14 @@ func provisional(replies []msg.ValidateReply) bool {
 }
 
 // confirmJob is the whole check due on a provisionally accepted bundle.
+// cause is the span of the gather that accepted it provisionally (when
+// this replica did): the whole check is part of the same change's trace.
 type confirmJob struct {
 	target  string
 	version uint64
 	hash    string
 	attempt int
+	cause   trace.SpanContext
 }
 
 // confirmer holds, per target, the newest bundle whose whole check is due:
@@ -255,6 +260,12 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 	if !ok {
 		return nil
 	}
+	if j.cause.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, j.cause)
+	}
+	ctx, span := v.env.Tracer.Tracer(Service).Start(ctx, "whole check "+j.target,
+		trace.WithAttributes(attribute.String("weft.target", j.target), attribute.Int64("weft.version", int64(j.version))))
+	defer span.End()
 	var st msg.ValidationStatus
 	if _, err := msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(j.target), &st); err != nil {
 		return err

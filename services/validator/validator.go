@@ -42,6 +42,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftio/weft/pkg/config"
@@ -409,7 +410,7 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	if verdict.Provisional {
-		v.confirms.add(confirmJob{target: r.Target, version: r.Version, hash: r.BundleHash})
+		v.confirms.add(confirmJob{target: r.Target, version: r.Version, hash: r.BundleHash, cause: trace.SpanContextFromContext(ctx)})
 	}
 	return nil
 }
