@@ -201,13 +201,13 @@ func (c *confirmer) next() (confirmJob, bool) {
 	return confirmJob{}, false
 }
 
-// pendingSweep is how often every target's status is read for a pending
-// bundle nobody confirms (its replica stopped).
-const pendingSweep = 30 * time.Second
+// defaultPendingSweep is how often every target's status is read for a
+// pending bundle nobody confirms (its replica stopped).
+const defaultPendingSweep = 30 * time.Second
 
 // runConfirmer runs the whole checks due, one at a time, until ctx is done.
 func (v *validator) runConfirmer(ctx context.Context) error {
-	sweep := time.NewTicker(pendingSweep)
+	sweep := time.NewTicker(v.pendingSweep)
 	defer sweep.Stop()
 	v.sweepPending(ctx)
 	for {
@@ -237,13 +237,13 @@ func (v *validator) runConfirmer(ctx context.Context) error {
 }
 
 // sweepPending queues the whole check of every target's pending bundle
-// whose status was last written pendingSweep ago or more: one the replica
+// whose status was last written v.pendingSweep ago or more: one the replica
 // that accepted it has not confirmed (it stopped, or it is still checking
 // it: then the second verdict finds the status done and changes nothing).
 func (v *validator) sweepPending(ctx context.Context) {
 	for _, name := range v.cfg.TargetNames() {
 		var st msg.ValidationStatus
-		if _, err := msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(name), &st); err != nil || st.Pending == "" || time.Since(st.At) < pendingSweep {
+		if _, err := msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(name), &st); err != nil || st.Pending == "" || time.Since(st.At) < v.pendingSweep {
 			continue
 		}
 		v.confirms.add(confirmJob{target: name, version: st.PendingVersion, hash: st.Pending})

@@ -26,6 +26,8 @@ type Options struct {
 
 	// wrapChecker, set by tests only, replaces each served checker.
 	wrapChecker func(kind.Checker) kind.Checker
+	// pendingSweep, set by tests only, replaces defaultPendingSweep.
+	pendingSweep time.Duration
 }
 
 // Flags registers --kinds [WEFT_VALIDATOR_KINDS] on fs.
@@ -66,6 +68,9 @@ func (o Options) check() (Options, error) {
 		o.HeartbeatTTL = msg.LeaseTTL
 	case o.HeartbeatTTL > msg.LeaseTTL:
 		return o, fmt.Errorf("validator: heartbeat TTL %s exceeds the leases bucket's %s", o.HeartbeatTTL, msg.LeaseTTL)
+	}
+	if o.pendingSweep <= 0 {
+		o.pendingSweep = defaultPendingSweep
 	}
 	return o, nil
 }

@@ -172,6 +172,8 @@ type validator struct {
 	fast     *fastMetrics
 	cache    bundleCache
 	confirms *confirmer
+	// pendingSweep: see runConfirmer.
+	pendingSweep time.Duration
 }
 
 // Run answers validation requests for every kind and gathers verdicts until
@@ -205,7 +207,7 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 			checkers[i] = o.wrapChecker(c)
 		}
 	}
-	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL), confirms: newConfirmer()}
+	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL), confirms: newConfirmer(), pendingSweep: own.pendingSweep}
 	if v.m, err = newMetrics(env.Registry); err != nil {
 		return err
 	}
