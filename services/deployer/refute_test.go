@@ -14,11 +14,42 @@ import (
 // TestRefutationRollsBack: a provisionally accepted bundle, deployed, is
 // then refused by the validator's whole check: with the validation status
 // back on the last fully accepted bundle, the refutation verdict orders
-// that bundle to every instance, whatever they hold.
+// that bundle to every instance, whatever they hold. On a 3-node cluster
+// the deployer's NATS node is killed between the deploy and the
+// refutation: its consumers carry on from another node.
 func TestRefutationRollsBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// buses gives the deployer's bus, the test's bus, and what to do
+		// once the provisional bundle is deployed.
+		buses func(t *testing.T) (deployer, test *testkit.Bus, fault func())
+	}{
+		{"one server", func(t *testing.T) (*testkit.Bus, *testkit.Bus, func()) {
+			bus := testkit.NATS(t)
+			return bus, bus, func() {}
+		}},
+		{"cluster, the deployer's node killed", func(t *testing.T) (*testkit.Bus, *testkit.Bus, func()) {
+			nc := testkit.NATSCluster(t)
+			test := nc.Bus(t, 1)
+			nc.Provision(t, test)
+			return nc.Bus(t, 0), test, func() {
+				if err := nc.Kill(0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			deployerBus, bus, fault := tc.buses(t)
+			refutationRollsBack(t, deployerBus, bus, fault)
+		})
+	}
+}
+
+func refutationRollsBack(t *testing.T, deployerBus, bus *testkit.Bus, fault func()) {
 	dir := t.TempDir()
-	bus := testkit.NATS(t)
-	f, _ := run(t, bus, dir, "/etc/haproxy", fmt.Sprintf(twoInstances, 10))
+	f, _ := run(t, deployerBus, dir, "/etc/haproxy", fmt.Sprintf(twoInstances, 10))
+	f.bus = bus
 	cfgOf := func(v int) string {
 		return fmt.Sprintf("global\n  maxconn 100\n# version %d\ndefaults\n  timeout client 1s\n", v)
 	}
@@ -29,6 +60,7 @@ func TestRefutationRollsBack(t *testing.T) {
 	for _, in := range []string{"a", "b"} {
 		status(t, bus, in, 2)
 	}
+	fault()
 
 	// What the validator does on a refutation: the status first, then
 	// the verdict.
