@@ -32,6 +32,13 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong field type", `{"schema":"weft.change.v1","source":"m","type":"t","key":"k","name":"a","op":"put","revision":"x"}`, msg.ErrMalformed},
 		{"too large", `{"schema":"weft.change.v1","x":"` + strings.Repeat("a", msg.MaxPayload) + `"}`, msg.ErrTooLarge},
 		{"unknown field is fine", `{"schema":"weft.change.v1","source":"m","type":"t","key":"k","name":"a","op":"put","revision":1,"later":true}`, nil},
+		// JSON keeps the last of two equal keys: the schema read is that one.
+		{"schema again later", `{"schema":"weft.change.v1","source":"m","type":"t","key":"k","name":"a","op":"put","revision":1,"schema":"weft.render.v1"}`, msg.ErrMalformed},
+		{"schema again later, same", `{"schema":"weft.render.v1","source":"m","type":"t","key":"k","name":"a","op":"put","revision":1,"schema":"weft.change.v1"}`, nil},
+		{"escaped schema", `{"schema":"weft.change\u002ev1","source":"m","type":"t","key":"k","name":"a","op":"put","revision":1}`, nil},
+		{"a value naming schema", `{"schema":"weft.change.v1","source":"m","type":"t","key":"\"schema\"","name":"a","op":"put","revision":1}`, nil},
+		{"garbage after the schema", `{"schema":"weft.change.v1"x,"source":"m"}`, msg.ErrMalformed},
+		{"not closed", `{"schema":"weft.change.v1`, msg.ErrMalformed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
