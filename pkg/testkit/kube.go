@@ -283,25 +283,8 @@ func startControllerManager(t testing.TB, bin, kubeconfig string, more []string)
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		t.Fatalf("start kube-controller-manager: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var stopOnce sync.Once
-	stop := func() {
-		stopOnce.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-			_ = logFile.Close()
-		})
-	}
+	t.Cleanup(func() { _ = logFile.Close() })
+	stop, exited, exitErr := StartCommand(t, cmd, 15*time.Second)
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
@@ -318,9 +301,8 @@ func startControllerManager(t testing.TB, bin, kubeconfig string, more []string)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("kube-controller-manager exited (%v):\n%s", err, tail(logPath, 40))
+		case <-exited:
+			t.Fatalf("kube-controller-manager exited (%v):\n%s", exitErr(), tail(logPath, 40))
 		default:
 		}
 		if err := healthy(client, url); err == nil {

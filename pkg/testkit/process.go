@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -90,4 +91,36 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// StartCommand starts cmd, whose outputs the caller has set, and returns
+// stop: SIGTERM, then SIGKILL if the program has not ended grace later,
+// then wait for it; stop is idempotent and runs when the test ends. exited
+// is closed once the program has ended (by itself or by stop), and err
+// then tells how.
+func StartCommand(t testing.TB, cmd *exec.Cmd, grace time.Duration) (stop func(), exited <-chan struct{}, err func() error) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", filepath.Base(cmd.Path), err)
+	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(done)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(grace):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop, done, func() error { <-done; return waitErr }
 }

@@ -83,19 +83,9 @@ func Containerd(t testing.TB) string {
 	cmd := exec.Command(bin, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start containerd: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	stop, exited, exitErr := testkit.StartCommand(t, cmd, 15*time.Second)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		stop()
 		if t.Failed() {
 			t.Logf("containerd log (last lines):\n%s", lastLines(out.String(), 40))
 		}
@@ -103,9 +93,8 @@ func Containerd(t testing.TB) string {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("containerd exited (%v):\n%s", err, lastLines(out.String(), 40))
+		case <-exited:
+			t.Fatalf("containerd exited (%v):\n%s", exitErr(), lastLines(out.String(), 40))
 		default:
 		}
 		err := criAnswers(sock)
