@@ -378,7 +378,7 @@ func (d *deployer) route(ctx context.Context, m jetstream.Msg, v msg.Validated) 
 	// added after this read reads the status itself after it was added
 	// (podFollower.add), so it gets this bundle one way or the other.
 	ins, _ := d.instances.of(v.Target)
-	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, true)
+	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, func(in *instance) string { return acceptedID(in, v.Version) })
 }
 
 // validation reads the target's validation status, the record of what the
@@ -410,12 +410,21 @@ func confirmOrder(o msg.DeployOrder, vs msg.ValidationStatus, st msg.DeployStatu
 		msg.ErrUnconfirmed, o.Target, o.Instance, o.Version, o.BundleHash, vs.LastGoodVersion, vs.LastGood))
 }
 
-func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, hash, reason string, dedupe bool) error {
+// acceptedID is the message id of the order of an accepted version: the
+// verdict path and a site's status path give it alike, so that a bundle
+// ordered both ways is ordered once.
+func acceptedID(in *instance, version uint64) string {
+	return fmt.Sprintf("%s.%s@%d", in.target, in.name, version)
+}
+
+// order orders version to every instance of ins, with the message id
+// id(instance) (no id, and so no deduplication, when id is nil).
+func (d *deployer) order(ctx context.Context, ins []*instance, version uint64, hash, reason string, idOf func(*instance) string) error {
 	for _, in := range ins {
 		o := msg.DeployOrder{Target: in.target, Instance: in.name, Version: version, BundleHash: hash, Reason: reason}
 		id := ""
-		if dedupe {
-			id = fmt.Sprintf("%s.%s@%d", in.target, in.name, version)
+		if idOf != nil {
+			id = idOf(in)
 		}
 		if _, err := bus.Publish(ctx, d.env.JS, msg.DeploySubject(in.target, in.name), id, o); err != nil {
 			return err
@@ -458,7 +467,7 @@ func (d *deployer) onTrigger(ctx context.Context, m *nats.Msg) (err error) {
 		if err != nil {
 			return err
 		}
-		if err := d.order(ctx, []*instance{in}, version, hash, msg.OrderTrigger, false); err != nil {
+		if err := d.order(ctx, []*instance{in}, version, hash, msg.OrderTrigger, nil); err != nil {
 			return err
 		}
 	}

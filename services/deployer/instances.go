@@ -180,7 +180,7 @@ func (d *deployer) catchUpOrders(ctx context.Context) ([]catchUpOrder, error) {
 			if err != nil {
 				return nil, err
 			}
-			id := fmt.Sprintf("%s.%s@%d", target, in.name, version)
+			id := acceptedID(in, version)
 			if st.Version < version && pin == nil {
 				d.env.Log.InfoContext(ctx, "instance behind the last accepted bundle", "target", target, "instance", in.name, "has", st.Version, "accepted", version)
 			} else {

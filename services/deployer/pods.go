@@ -244,7 +244,7 @@ func (p *podFollower) add(ctx context.Context, name, url string) {
 	if err == nil {
 		// Not de-duplicated: a Pod recreated under the same name needs
 		// the bundle again.
-		err = p.d.order(ctx, []*instance{in}, version, hash, msg.OrderCatchUp, false)
+		err = p.d.order(ctx, []*instance{in}, version, hash, msg.OrderCatchUp, nil)
 	}
 	if err != nil && !msg.IsPermanent(err) {
 		p.d.env.Log.Warn("new pod instance not ordered its bundle yet", "target", p.target, "instance", name, "err", err)

@@ -187,3 +187,37 @@ func TestHubPinsASiteTarget(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSiteRollsBackOnItsStatus: at a site, a validation status moved back
+// to an earlier bundle (a refutation of a provisionally accepted one) is
+// ordered even though that bundle was ordered, by the same path, moments
+// before: the rollback is not taken for a duplicate of that order.
+func TestSiteRollsBackOnItsStatus(t *testing.T) {
+	f := startAt(t, "edge-1")
+	b1, b2 := f.store("global # v1\n"), f.store("global # v2\n")
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
+	f.outcome(1)
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true})
+	f.outcome(2)
+	if got := f.file("haproxy.cfg"); got != "global # v2\n" {
+		t.Fatalf("haproxy.cfg %q after v2", got)
+	}
+	// What the validator writes on a refutation of v2: LastGood back to v1.
+	ctx := context.Background()
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	var st msg.ValidationStatus
+	rev, err := msg.LoadStatus(ctx, kv, msg.ValidationStatusKey("edge"), &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.OK, st.FullOnly, st.LastGood, st.LastGoodVersion = false, true, b1.Hash, 1
+	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"), st, rev); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.outcome(3); d.BundleHash != b1.Hash || d.Outcome != msg.OutcomeApplied {
+		t.Fatalf("outcome after the rollback %+v, want v1 applied", d)
+	}
+	if got := f.file("haproxy.cfg"); got != "global # v1\n" {
+		t.Fatalf("haproxy.cfg %q after the rollback", got)
+	}
+}
