@@ -57,7 +57,9 @@ func (d *deployer) onAccepted(ctx context.Context, e jetstream.KeyValueEntry) {
 	// the stream's duplicate window: its order has an id of its own.
 	id := func(in *instance) string { return acceptedID(in, vs.LastGoodVersion) }
 	if vs.FullOnly && vs.Version != vs.LastGoodVersion {
-		id = func(in *instance) string { return fmt.Sprintf("%s.back-%d", acceptedID(in, vs.LastGoodVersion), vs.Version) }
+		id = func(in *instance) string {
+			return fmt.Sprintf("%s.back-%d", acceptedID(in, vs.LastGoodVersion), vs.Version)
+		}
 	}
 	if err := d.order(ctx, ins, vs.LastGoodVersion, vs.LastGood, msg.OrderValidated, id); err != nil {
 		d.env.Log.ErrorContext(ctx, "order of the last accepted bundle failed; its verdict, a trigger or a restart orders it", "target", target, "version", vs.LastGoodVersion, "err", err)
