@@ -6,7 +6,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,6 +140,15 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 		}
 		return n
 	}
+	// Keep-alive HTTP clients, one connection each: runtime and map
+	// deploys leave their connection open; a reload closes an idle one
+	// (the previous worker stops), which the client replaces without
+	// failing a request.
+	keepAlive := make([]*keepAliveClient, 10)
+	for i := range keepAlive {
+		keepAlive[i] = newKeepAliveClient(t, fmt.Sprintf("http://127.0.0.1:%d/", r.httpPort), "app.example")
+		keepAlive[i].get(t, "start")
+	}
 	if n := check("start"); n != 0 {
 		t.Fatalf("%d connections dropped before any deploy", n)
 	}
@@ -182,6 +194,11 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 				t.Fatalf("%s deploy %d: no runtime commands", kind, i)
 			}
 			step := fmt.Sprintf("%s deploy %d", kind, i)
+			for j, c := range keepAlive {
+				if local := c.get(t, step); kind != "reload" && local != c.first {
+					t.Fatalf("keep-alive client %d: after %s its connection is from %s, was %s: the connection was closed", j, step, local, c.first)
+				}
+			}
 			if n := check(step); n != 0 {
 				for j, c := range clients {
 					if c.dropped != "" {
@@ -209,4 +226,46 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 	}
 	// New connections reach the current configuration.
 	dial()
+}
+
+// keepAliveClient sends requests over one keep-alive connection at a time.
+type keepAliveClient struct {
+	client    *http.Client
+	url, host string
+	// first is the local address of the connection of the first request.
+	first string
+}
+
+func newKeepAliveClient(t *testing.T, url, host string) *keepAliveClient {
+	tr := &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &keepAliveClient{client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, url: url, host: host}
+}
+
+// get sends a request that must succeed, and returns the local address of
+// the connection that carried it.
+func (c *keepAliveClient) get(t *testing.T, step string) string {
+	t.Helper()
+	var local string
+	ctx := httptrace.WithClientTrace(t.Context(), &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { local = info.Conn.LocalAddr().String() },
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = c.host
+	resp, err := c.client.Do(req)
+	if err != nil {
+		t.Fatalf("keep-alive request after %s: %v", step, err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("keep-alive request after %s: status %d, %v", step, resp.StatusCode, err)
+	}
+	if c.first == "" {
+		c.first = local
+	}
+	return local
 }
