@@ -62,6 +62,7 @@ func StartWSEcho(tb testing.TB, name string) *WSEcho {
 	var wg sync.WaitGroup
 	conns := map[net.Conn]struct{}{}
 	var mu sync.Mutex
+	closed := false // set once the backend stops; guarded by mu
 	e.srv = &http.Server{
 		ReadHeaderTimeout: 10 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -71,9 +72,14 @@ func StartWSEcho(tb testing.TB, name string) *WSEcho {
 				return
 			}
 			mu.Lock()
+			if closed {
+				mu.Unlock()
+				_ = conn.Close()
+				return
+			}
 			conns[conn] = struct{}{}
-			mu.Unlock()
 			wg.Add(1)
+			mu.Unlock()
 			e.open.Add(1)
 			defer func() {
 				e.open.Add(-1)
@@ -91,6 +97,7 @@ func StartWSEcho(tb testing.TB, name string) *WSEcho {
 	tb.Cleanup(func() {
 		_ = e.srv.Close() // does not close hijacked connections
 		mu.Lock()
+		closed = true
 		for c := range conns {
 			_ = c.Close()
 		}
