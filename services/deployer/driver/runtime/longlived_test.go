@@ -56,11 +56,12 @@ type wsClient struct {
 // changes of the WebSocket backend's servers (addresses shifted between
 // slots, a server removed into a disabled slot, weights), map entries, and
 // changes that need a reload, either for their structure or as the
-// fallback of a runtime command HAProxy refuses (before each of which one
-// more connection is opened, so that every replaced worker holds some). After every deploy
-// each connection sends a message and must get its echo from the backend
-// it was first routed to: none may be dropped, including those whose
-// server left the configuration.
+// fallback of a runtime command HAProxy refuses. Before each reload one
+// more connection is opened, so that every replaced worker holds some.
+// After every deploy each connection sends a message and must get its echo
+// from the backend it was first routed to: none may be dropped, including
+// those whose server left the configuration. -longlived.deploys sets the
+// deploys of each kind (50) for a longer run.
 func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 	const conns, slots = 100, 4
 	echoes := make([]*testkit.WSEcho, 4)
