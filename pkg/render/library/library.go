@@ -56,8 +56,11 @@
 // (80), https_port (443), bind_address ("" for every IPv4 address; an IPv4
 // or IPv6 literal), server_slots (8), tls_slots (64), default_certificate
 // ("<namespace>/<name>" of the Secret served without SNI; default the
-// first by namespace and name) and admin_socket (the path of an admin
-// stats socket, for Runtime API updates; default none).
+// first by namespace and name), admin_socket (the path of an admin
+// stats socket, for Runtime API updates; default none), tunnel_timeout
+// (seconds an upgraded connection such as a WebSocket may stay idle; 3600)
+// and hard_stop_after (seconds a worker replaced by a reload keeps its
+// open connections; 3600, 0 for until they end).
 //
 // Semantics:
 //

@@ -253,6 +253,26 @@ func infoPid(out string) int {
 	return 0
 }
 
+// infoStoppedListening reads a worker's "show info": it reports true when
+// the worker is stopping ("Stopping: 1", a soft stop after a reload) and
+// has closed its listeners: the only ones left are unstoppable ("Listeners"
+// not above "Unstoppable Jobs"; the worker's end of the master CLI is one).
+func infoStoppedListening(out string) bool {
+	fields := map[string]int{}
+	for line := range strings.SplitSeq(out, "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+			fields[k] = n
+		}
+	}
+	listeners, ok1 := fields["Listeners"]
+	unstoppable, ok2 := fields["Unstoppable Jobs"]
+	return fields["Stopping"] == 1 && ok1 && ok2 && listeners <= unstoppable
+}
+
 // escapeArg escapes a word for the CLI's tokenizer, which splits on spaces
 // and tabs, ends a command at ';' and honours backslashes.
 func escapeArg(s string) string {

@@ -88,11 +88,32 @@
 // master's reload counter moved, no failed reload is reported, a new worker
 // runs and the previous ones are leaving, and the new worker answers "show
 // info" on the admin socket (through the master when there is none), all
-// within ReloadTimeout. Only then are the files that left the bundle
+// within ReloadTimeout; then until the previous workers stopped listening
+// (see Open connections). Only then are the files that left the bundle
 // removed and the manifest cleared.
 //
 // An Apply interrupted at any point leaves the manifest pending, and the
 // next Apply reloads: what HAProxy runs is then known again.
+//
+// # Open connections
+//
+// No deploy cuts an established connection (a WebSocket, any upgraded or
+// long keep-alive connection). A server leaving service is put in
+// maintenance, never "shutdown sessions": HAProxy sends it no new
+// connection, and those it holds continue until the client or the server
+// closes them. A slot whose address changes ("set server ... addr") keeps
+// the connections opened to its previous address; HAProxy counts them
+// against the slot (its cur_sess, and its maxconn if set) until they end.
+// Slots are assigned by the configuration (the ingress library packs
+// endpoints into SRV_1, SRV_2, ... in address order, so one leaving moves
+// those after it), not by the driver. A reload replaces the worker with a
+// soft stop: the previous worker stops listening and serves the
+// connections it holds until they end, or until the configuration's
+// hard-stop-after. The reload waits for the previous workers only until
+// each has left or reports ("show info" through the master: Stopping, and
+// no listener but its link to the master) that it no longer listens, so a
+// deploy never waits for long-lived connections, and runtime commands
+// after it reach only the new worker.
 //
 // # Permissions
 //

@@ -101,7 +101,9 @@ type spec struct {
 	cert     []byte
 	errPage  string
 	comment  string // a comment line added to the configuration
-	extra    []File
+	// global and defaults are lines added to those sections.
+	global, defaults []string
+	extra            []File
 }
 
 func (s spec) clone() spec {
@@ -111,6 +113,7 @@ func (s spec) clone() spec {
 		c.backends[i] = backendSpec{name: b.name, lines: slices.Clone(b.lines)}
 	}
 	c.extra = slices.Clone(s.extra)
+	c.global, c.defaults = slices.Clone(s.global), slices.Clone(s.defaults)
 	return c
 }
 
@@ -258,14 +261,14 @@ func (r *rig) bundle(s spec) []File {
 	fmt.Fprintf(&b, `global
     stats socket %s mode 660 level admin expose-fd listeners
     stats timeout 1m
-
+%s
 defaults
     mode http
     timeout connect 2s
     timeout client 30s
     timeout server 30s
     errorfile 503 %s/files/503.http
-
+%s
 frontend web
     bind 127.0.0.1:%d
     use_backend %%[path,map_reg(%s/maps/path.map)] if { path,map_reg(%s/maps/path.map) -m found }
@@ -275,7 +278,7 @@ frontend web
 frontend tls
     bind 127.0.0.1:%d ssl crt %s/certs/site.pem
     default_backend be_default
-`, r.admin, r.dir, r.httpPort, r.dir, r.dir, r.dir, r.dir, r.dir, r.tlsPort, r.dir)
+`, r.admin, indented(s.global), r.dir, indented(s.defaults), r.httpPort, r.dir, r.dir, r.dir, r.dir, r.dir, r.tlsPort, r.dir)
 	if s.comment != "" {
 		fmt.Fprintf(&b, "    # %s\n", s.comment)
 	}
@@ -294,6 +297,15 @@ frontend tls
 		{Path: "files/503.http", Content: []byte(s.errPage)},
 	}
 	return append(files, s.extra...)
+}
+
+// indented returns lines as section lines, each ending with a newline.
+func indented(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("    " + l + "\n")
+	}
+	return b.String()
 }
 
 // errPortTaken: HAProxy could not bind one of the ports picked for it, which

@@ -357,3 +357,44 @@ func TestParseStat(t *testing.T) {
 		t.Error("an answer without the columns parsed")
 	}
 }
+
+func TestInfoStoppedListening(t *testing.T) {
+	t.Parallel()
+	info := func(stopping, listeners, unstoppable string) string {
+		var b strings.Builder
+		b.WriteString("Name: HAProxy\nPid: 7737\nProcess_num: 1\n")
+		if stopping != "" {
+			b.WriteString("Stopping: " + stopping + "\n")
+		}
+		b.WriteString("Jobs: 3\n")
+		if unstoppable != "" {
+			b.WriteString("Unstoppable Jobs: " + unstoppable + "\n")
+		}
+		if listeners != "" {
+			b.WriteString("Listeners: " + listeners + "\n")
+		}
+		return b.String()
+	}
+	cases := []struct {
+		name string
+		out  string
+		want bool
+	}{
+		// As a 2.6 worker answers after a reload, holding a WebSocket.
+		{"stopping, only its master link", info("1", "1", "1"), true},
+		{"stopping, no listener", info("1", "0", "1"), true},
+		{"stopping, still listening", info("1", "4", "1"), false},
+		{"running", info("0", "4", "1"), false},
+		{"running without listeners", info("0", "0", "1"), false},
+		{"no Stopping field", info("", "1", "1"), false},
+		{"no Listeners field", info("1", "", "1"), false},
+		{"no Unstoppable Jobs field", info("1", "1", ""), false},
+		{"not an answer", "Unknown command.\n", false},
+		{"empty", "", false},
+	}
+	for _, c := range cases {
+		if got := infoStoppedListening(c.out); got != c.want {
+			t.Errorf("%s: infoStoppedListening = %v, want %v\n%s", c.name, got, c.want, c.out)
+		}
+	}
+}

@@ -111,19 +111,29 @@ func (d *Driver) reload(ctx context.Context) (int, error) {
 	}
 }
 
-// waitOldWorkers waits a moment for the workers that ran before the reload
-// to leave: while one lingers, it may still take connections on a shared
-// admin socket, and a runtime command that reached it would be lost. A
-// worker kept alive by open client connections is not waited for longer
-// than oldWorkerWait; commands then go out regardless.
+// waitOldWorkers waits until the workers that ran before the reload no
+// longer take connections: while one listens, it may still accept them on a
+// shared admin socket, and a runtime command that reached it would be lost.
+// A previous worker is done when it has left, or when it says ("show info"
+// through the master) that it is stopping and keeps no listener but its
+// link to the master: it then only serves the connections it holds
+// (WebSockets, long requests) until they end or hard-stop-after closes
+// them, and the deploy does not wait for them. When a worker cannot be
+// asked, it is waited for at most oldWorkerWait; commands then go out
+// regardless.
 func (d *Driver) waitOldWorkers(ctx context.Context, previous []int) {
 	ctx, cancel := context.WithTimeout(ctx, oldWorkerWait)
 	defer cancel()
+	pending := slices.Clone(previous)
 	wait := pollFirst
 	for {
-		st, err := d.procState(ctx)
-		if err == nil && !slices.ContainsFunc(previous, func(w int) bool { return slices.Contains(st.old, w) }) {
-			return
+		if st, err := d.procState(ctx); err == nil {
+			pending = slices.DeleteFunc(pending, func(w int) bool {
+				return !slices.Contains(st.old, w) || d.stoppedListening(ctx, w)
+			})
+			if len(pending) == 0 {
+				return
+			}
 		}
 		if sleep(ctx, wait) != nil {
 			return
@@ -134,6 +144,13 @@ func (d *Driver) waitOldWorkers(ctx context.Context, previous []int) {
 
 // oldWorkerWait bounds waitOldWorkers.
 const oldWorkerWait = 2 * time.Second
+
+// stoppedListening asks the worker pid, through the master, whether it has
+// stopped listening.
+func (d *Driver) stoppedListening(ctx context.Context, pid int) bool {
+	out, err := d.master.do(ctx, "@!"+strconv.Itoa(pid)+" show info")
+	return err == nil && infoPid(out) == pid && infoStoppedListening(out)
+}
 
 // waitWorker waits until the worker pid answers "show info": on the admin
 // socket, so that the next runtime commands reach it, or, when there is no
