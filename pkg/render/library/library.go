@@ -186,6 +186,9 @@ const (
 	typeAddress        = "address"         // "" or an IP literal; IPv6 is bracketed in templates
 	typePath           = "path"            // "" or an absolute path without white space or quotes
 	typeNamespacedName = "namespaced_name" // "" or <namespace>/<name>
+	typeBool           = "bool"            // "true" or "false", a boolean in templates
+	typeChoice         = "choice"          // one of Values
+	typeController     = "controller"      // a domain-prefixed path such as example.com/ingress-controller
 )
 
 // Option is one declared library option.
@@ -194,7 +197,9 @@ type Option struct {
 	Type    string `json:"type"`
 	Min     int    `json:"min,omitempty"`
 	Max     int    `json:"max,omitempty"`
-	Doc     string `json:"doc"`
+	// Values are the allowed values of a choice option.
+	Values []string `json:"values,omitempty"`
+	Doc    string   `json:"doc"`
 }
 
 // library is a loaded library: its manifest and template texts.
@@ -414,6 +419,9 @@ func (lib *library) options(given map[string]string) (map[string]any, error) {
 var (
 	dnsName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// controllerName is what IngressClass validation accepts in
+	// spec.controller: a DNS subdomain, "/", and a path.
+	controllerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9._~/-]+$`)
 )
 
 // value checks raw against the option's type and converts it.
@@ -462,6 +470,22 @@ func (o Option) value(raw string) (any, error) {
 			return nil, fmt.Errorf("%q is not <namespace>/<name>", raw)
 		}
 		return raw, nil
+	case typeBool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil || (raw != "true" && raw != "false") {
+			return nil, fmt.Errorf("%q is not true or false", raw)
+		}
+		return b, nil
+	case typeChoice:
+		if !slices.Contains(o.Values, raw) {
+			return nil, fmt.Errorf("%q is not one of %s", raw, strings.Join(o.Values, ", "))
+		}
+		return raw, nil
+	case typeController:
+		if len(raw) > 253 || !controllerName.MatchString(raw) {
+			return nil, fmt.Errorf("%q is not a controller name (<domain>/<path>, as IngressClass spec.controller)", raw)
+		}
+		return raw, nil
 	}
 	return nil, fmt.Errorf("unknown option type %q", o.Type)
 }
@@ -480,6 +504,8 @@ func optionsHeader(opts map[string]any) string {
 		switch v := opts[n].(type) {
 		case int:
 			b.WriteString(strconv.Itoa(v))
+		case bool:
+			b.WriteString(strconv.FormatBool(v))
 		default:
 			b.WriteString(strconv.Quote(fmt.Sprint(v)))
 		}
