@@ -471,11 +471,10 @@ func (o Option) value(raw string) (any, error) {
 		}
 		return raw, nil
 	case typeBool:
-		b, err := strconv.ParseBool(raw)
-		if err != nil || (raw != "true" && raw != "false") {
+		if raw != "true" && raw != "false" {
 			return nil, fmt.Errorf("%q is not true or false", raw)
 		}
-		return b, nil
+		return raw == "true", nil
 	case typeChoice:
 		if !slices.Contains(o.Values, raw) {
 			return nil, fmt.Errorf("%q is not one of %s", raw, strings.Join(o.Values, ", "))

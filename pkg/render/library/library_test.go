@@ -22,7 +22,7 @@ func TestNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"ingress_class", "http_port", "https_port", "bind_address", "server_slots", "tls_slots", "default_certificate", "admin_socket"} {
+	for _, n := range []string{"ingress_class", "controller", "default_backend_scope", "http_port", "https_port", "bind_address", "server_slots", "tls_slots", "default_certificate", "ssl_redirect", "hsts", "hsts_max_age", "hsts_include_subdomains", "hsts_preload", "admin_socket"} {
 		if o, ok := opts[n]; !ok || o.Doc == "" {
 			t.Errorf("option %s: %+v, %v", n, o, ok)
 		}
@@ -46,7 +46,7 @@ func TestOptionErrors(t *testing.T) {
 		opts map[string]string
 		want string
 	}{
-		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, bind_address, default_certificate, http_port, https_port, ingress_class, server_slots, tls_slots)`},
+		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, bind_address, controller, default_backend_scope, default_certificate, hsts, hsts_include_subdomains, hsts_max_age, hsts_preload, http_port, https_port, ingress_class, server_slots, ssl_redirect, tls_slots)`},
 		{map[string]string{"ingress_class": "Not A Name"}, "library_options.ingress_class"},
 		{map[string]string{"http_port": "0"}, "library_options.http_port"},
 		{map[string]string{"https_port": "https"}, "library_options.https_port"},
@@ -55,6 +55,12 @@ func TestOptionErrors(t *testing.T) {
 		{map[string]string{"bind_address": "localhost"}, "library_options.bind_address"},
 		{map[string]string{"admin_socket": "run/admin.sock"}, "library_options.admin_socket"},
 		{map[string]string{"default_certificate": "just-a-name"}, "library_options.default_certificate"},
+		{map[string]string{"ssl_redirect": "yes"}, `library_options.ssl_redirect: "yes" is not true or false`},
+		{map[string]string{"hsts": "1"}, `library_options.hsts: "1" is not true or false`},
+		{map[string]string{"hsts_max_age": "-5"}, "library_options.hsts_max_age"},
+		{map[string]string{"default_backend_scope": "host"}, `library_options.default_backend_scope: "host" is not one of vhost, spec`},
+		{map[string]string{"controller": "weft"}, `library_options.controller: "weft" is not a controller name`},
+		{map[string]string{"controller": "Weft.io/x"}, "library_options.controller"},
 	}
 	for _, c := range cases {
 		tc := config.Target{Library: "ingress", LibraryOptions: c.opts, Base: "/etc/haproxy"}
