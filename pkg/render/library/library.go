@@ -53,7 +53,7 @@
 //	    index_by: ["metadata.namespace", "metadata.name"]
 //
 // Options (library_options): ingress_class (default "weft"), controller
-// ("weft.io/ingress-controller"), default_backend_scope ("vhost" or
+// ("weft.io/ingress"), default_backend_scope ("vhost" or
 // "spec"), http_port (80), https_port (443), ssl_redirect (true), hsts
 // (false), hsts_max_age (31536000), hsts_include_subdomains and
 // hsts_preload (false), bind_address ("" for every IPv4 address; an IPv4

@@ -289,3 +289,85 @@ spec:
 		t.Errorf("prefix map:\n%s", fileContent(r.Bundle, "maps/ingress-prefix.map"))
 	}
 }
+
+// TestConflictsIncremental checks that conflicts are settled again on
+// incremental renders: when the oldest Ingress of a conflict goes, the
+// next oldest serves the path and its error goes; when it comes back
+// younger, it loses, and no map key is ever written twice.
+func TestConflictsIncremental(t *testing.T) {
+	res := watched(t)
+	var f fixture
+	for _, c := range fixtures(t) {
+		if c.name == "conflicts" {
+			f = c
+		}
+	}
+	ix := newIndex(t, res, f.objects)
+	tg, err := target.Compile("edge", ingressTarget(goldenBase, f.options))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.Observe(func(c index.Change) {
+		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
+	})
+	var old map[string]any
+	for _, o := range f.objects {
+		if o.typ == "ingresses" && o.name == "z-old" {
+			old = roundTrip(t, o.body)
+		}
+	}
+	oldID := objectID("ingresses", "apps", "z-old")
+	check := func(what, wantAPI string, wantErrFrom string) {
+		t.Helper()
+		r, err := tg.Render(context.Background(), ix.Stores(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"maps/ingress-prefix.map", "maps/ingress-exact.map", "maps/ingress-default-backends.map", "maps/ingress-hosts.map"} {
+			seen := map[string]bool{}
+			for _, line := range strings.Split(fileContent(r.Bundle, p), "\n") {
+				if line == "" || strings.HasPrefix(line, "#") {
+					continue
+				}
+				key, _, _ := strings.Cut(line, " ")
+				if seen[key] {
+					t.Errorf("%s: %s has the key %s twice", what, p, key)
+				}
+				seen[key] = true
+			}
+		}
+		if got := fileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ "+wantAPI+"\n") {
+			t.Errorf("%s: /api is not served by %s:\n%s", what, wantAPI, got)
+		}
+		var apiErr []string
+		for _, e := range r.Errors {
+			if strings.Contains(e.Message, `Prefix path "/api"`) {
+				apiErr = append(apiErr, e.ID)
+			}
+		}
+		if !slices.Equal(apiErr, []string{wantErrFrom}) {
+			t.Errorf("%s: the /api conflict is registered against %v, want %s", what, apiErr, wantErrFrom)
+		}
+	}
+	check("both", "ing_apps_z-old_old_8080", objectID("ingresses", "apps", "a-new"))
+	if !ix.Delete("ingresses", oldID, 1000) {
+		t.Fatal("delete ignored")
+	}
+	r, err := tg.Render(context.Background(), ix.Stores(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ ing_apps_a-new_new_8080\n") {
+		t.Errorf("z-old deleted: /api is not served by a-new:\n%s", got)
+	}
+	for _, e := range r.Errors {
+		if strings.Contains(e.Message, "z-old") {
+			t.Errorf("z-old deleted: error still registered: %s", e.Message)
+		}
+	}
+	old["metadata"].(map[string]any)["creationTimestamp"] = "2026-01-01T00:00:00Z"
+	if !ix.Upsert("ingresses", oldID, 1001, old) {
+		t.Fatal("upsert ignored")
+	}
+	check("z-old recreated", "ing_apps_a-new_new_8080", oldID)
+}
