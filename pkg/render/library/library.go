@@ -52,8 +52,11 @@
 //	    kind: Secret
 //	    index_by: ["metadata.namespace", "metadata.name"]
 //
-// Options (library_options): ingress_class (default "weft"), http_port
-// (80), https_port (443), bind_address ("" for every IPv4 address; an IPv4
+// Options (library_options): ingress_class (default "weft"), controller
+// ("weft.io/ingress"), default_backend_scope ("vhost" or
+// "spec"), http_port (80), https_port (443), ssl_redirect (true), hsts
+// (false), hsts_max_age (31536000), hsts_include_subdomains and
+// hsts_preload (false), bind_address ("" for every IPv4 address; an IPv4
 // or IPv6 literal), server_slots (8), tls_slots (64), default_certificate
 // ("<namespace>/<name>" of the Secret served without SNI; default the
 // first by namespace and name), admin_socket (the path of an admin
@@ -64,28 +67,39 @@
 //
 // Semantics:
 //
-//   - Class: an Ingress is served when spec.ingressClassName equals
-//     ingress_class; without ingressClassName, when the legacy annotation
-//     kubernetes.io/ingress.class equals it; without either, when the
-//     IngressClass named ingress_class carries
-//     ingressclass.kubernetes.io/is-default-class: "true". Other Ingresses
-//     are ignored.
-//   - Hosts: the Host header without its port, lowercased, is matched
+//   - Class: a class name is ours when an IngressClass of that name has
+//     spec.controller == controller, or when it is ingress_class (whether
+//     or not it exists). An Ingress is served when spec.ingressClassName
+//     is ours; without ingressClassName, when the legacy annotation
+//     kubernetes.io/ingress.class is; without either, when an IngressClass
+//     of ours carries ingressclass.kubernetes.io/is-default-class: "true".
+//     Other Ingresses, and those naming a class that does not exist, are
+//     ignored.
+//   - Hosts: the Host header without its port and a trailing dot,
+//     lowercased, is matched
 //     exactly against the rule hosts; failing that, "*." and its parent
 //     domain is matched against the wildcard hosts, so "*.foo.com" matches
 //     "bar.foo.com" but neither "baz.bar.foo.com" nor "foo.com"; failing
 //     that, the rules without host apply. Only the most specific vhost is
 //     searched: a host with an exact rule never falls through to a
-//     wildcard or host-less rule.
-//   - Paths: Exact matches the request path exactly; Prefix (and
+//     wildcard or host-less rule. Over TLS with SNI, a host other than the
+//     server name is answered 421.
+//   - Paths: the request path is normalized first (HAProxy normalize-uri:
+//     unreserved percent-encodings decoded, "//" merged, "/./" and "/../"
+//     resolved); rule paths no normalized path can have (those the API
+//     server refuses for Exact and Prefix, and the like) are registered as
+//     errors. Exact matches the request path exactly; Prefix (and
 //     ImplementationSpecific) matches element-wise: "/foo" (or "/foo/")
 //     matches "/foo", "/foo/" and "/foo/bar", not "/foobar", and "/"
 //     matches every path. The longest match wins and Exact wins over
 //     Prefix for the same path; paths are case-sensitive. Rules for the
-//     same host merge across Ingresses; when two Ingresses give the same
-//     host, path and type, the first by object id (source, namespace, name)
-//     wins.
-//   - Maps: ingress-hosts.map (rule host -> vhost), ingress-exact.map
+//     same host merge across Ingresses.
+//   - Conflicts: the same host, path and type in several Ingresses, or
+//     competing default backends, go to the oldest Ingress
+//     (creationTimestamp, then namespace, then name); the others are
+//     registered as errors naming it, and no map key is written twice.
+//   - Maps: ingress-hosts.map (rule host -> vhost), ingress-ssl-redirect.map
+//     (<vhost>@<backend> -> redirect code), ingress-exact.map
 //     (<vhost><path> of Exact paths), ingress-prefix.map (<vhost><path
 //     without trailing slashes>/ of Prefix paths) and
 //     ingress-default-backends.map (vhost -> defaultBackend); the vhost of
@@ -96,11 +110,12 @@
 //     prefix tree and returns the longest matching key. An Exact match is
 //     never shorter than a Prefix match of the same request, so trying it
 //     first gives "longest wins, Exact before Prefix".
-//   - Default backends: a request for a vhost that matches none of its
-//     paths goes to the defaultBackend of an Ingress with rules for that
-//     vhost (the first by id); otherwise to the defaultBackend of an
-//     Ingress without rules (the first by id: the others are registered as
-//     errors); otherwise it gets a 404.
+//   - Default backends (default_backend_scope vhost): a request for a
+//     vhost that matches none of its paths goes to the defaultBackend of
+//     the oldest Ingress with rules for that vhost; otherwise to the
+//     defaultBackend of the oldest Ingress without rules; otherwise it
+//     gets a 404. With default_backend_scope spec, every request no rule
+//     matches goes to the oldest defaultBackend of any Ingress.
 //   - Backends: one backend per service port an Ingress uses, named
 //     ing_<namespace>_<ingress>_<service>_<port>. The Service port is found
 //     by number or name; the EndpointSlice port with the same name gives
@@ -112,8 +127,11 @@
 //     kubernetes.io/tls) becomes certificate certs/ingress-tls-<n>.pem
 //     (tls.crt and tls.key decoded), listed in files/ingress-crt-list with
 //     the entry's hosts as SNI filters; the HTTPS listener exists while at
-//     least one Secret is served. Routing is the same over HTTP and HTTPS
-//     (no redirect), with X-Forwarded-Proto set. A missing or malformed
+//     least one Secret is served. Routing is the same over HTTP and HTTPS,
+//     with X-Forwarded-Proto set, except that with ssl_redirect an HTTP
+//     request routed to an Ingress that lists its vhost in spec.tls is
+//     redirected to HTTPS with 308 (ingress-ssl-redirect.map); with hsts,
+//     HTTPS responses carry Strict-Transport-Security. A missing or malformed
 //     Secret is registered against the Ingress and its entry skipped.
 //   - Invalid parts of an Ingress (a bad host, pathType or path, a backend
 //     without service name or port, a resource backend, a missing Service
@@ -189,6 +207,9 @@ const (
 	typeAddress        = "address"         // "" or an IP literal; IPv6 is bracketed in templates
 	typePath           = "path"            // "" or an absolute path without white space or quotes
 	typeNamespacedName = "namespaced_name" // "" or <namespace>/<name>
+	typeBool           = "bool"            // "true" or "false", a boolean in templates
+	typeChoice         = "choice"          // one of Values
+	typeController     = "controller"      // a domain-prefixed path such as example.com/ingress-controller
 )
 
 // Option is one declared library option.
@@ -197,7 +218,9 @@ type Option struct {
 	Type    string `json:"type"`
 	Min     int    `json:"min,omitempty"`
 	Max     int    `json:"max,omitempty"`
-	Doc     string `json:"doc"`
+	// Values are the allowed values of a choice option.
+	Values []string `json:"values,omitempty"`
+	Doc    string   `json:"doc"`
 }
 
 // library is a loaded library: its manifest and template texts.
@@ -417,6 +440,9 @@ func (lib *library) options(given map[string]string) (map[string]any, error) {
 var (
 	dnsName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// controllerName is what IngressClass validation accepts in
+	// spec.controller: a DNS subdomain, "/", and a path.
+	controllerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9._~/-]+$`)
 )
 
 // value checks raw against the option's type and converts it.
@@ -465,6 +491,21 @@ func (o Option) value(raw string) (any, error) {
 			return nil, fmt.Errorf("%q is not <namespace>/<name>", raw)
 		}
 		return raw, nil
+	case typeBool:
+		if raw != "true" && raw != "false" {
+			return nil, fmt.Errorf("%q is not true or false", raw)
+		}
+		return raw == "true", nil
+	case typeChoice:
+		if !slices.Contains(o.Values, raw) {
+			return nil, fmt.Errorf("%q is not one of %s", raw, strings.Join(o.Values, ", "))
+		}
+		return raw, nil
+	case typeController:
+		if len(raw) > 253 || !controllerName.MatchString(raw) {
+			return nil, fmt.Errorf("%q is not a controller name (<domain>/<path>, as IngressClass spec.controller)", raw)
+		}
+		return raw, nil
 	}
 	return nil, fmt.Errorf("unknown option type %q", o.Type)
 }
@@ -483,6 +524,8 @@ func optionsHeader(opts map[string]any) string {
 		switch v := opts[n].(type) {
 		case int:
 			b.WriteString(strconv.Itoa(v))
+		case bool:
+			b.WriteString(strconv.FormatBool(v))
 		default:
 			b.WriteString(strconv.Quote(fmt.Sprint(v)))
 		}

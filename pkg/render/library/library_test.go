@@ -22,7 +22,7 @@ func TestNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"ingress_class", "http_port", "https_port", "bind_address", "server_slots", "tls_slots", "default_certificate", "admin_socket"} {
+	for _, n := range []string{"ingress_class", "controller", "default_backend_scope", "http_port", "https_port", "bind_address", "server_slots", "tls_slots", "default_certificate", "ssl_redirect", "hsts", "hsts_max_age", "hsts_include_subdomains", "hsts_preload", "admin_socket"} {
 		if o, ok := opts[n]; !ok || o.Doc == "" {
 			t.Errorf("option %s: %+v, %v", n, o, ok)
 		}
@@ -46,7 +46,7 @@ func TestOptionErrors(t *testing.T) {
 		opts map[string]string
 		want string
 	}{
-		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, bind_address, default_certificate, hard_stop_after, http_port, https_port, ingress_class, server_slots, tls_slots, tunnel_timeout)`},
+		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, bind_address, controller, default_backend_scope, default_certificate, hard_stop_after, hsts, hsts_include_subdomains, hsts_max_age, hsts_preload, http_port, https_port, ingress_class, server_slots, ssl_redirect, tls_slots, tunnel_timeout)`},
 		{map[string]string{"ingress_class": "Not A Name"}, "library_options.ingress_class"},
 		{map[string]string{"http_port": "0"}, "library_options.http_port"},
 		{map[string]string{"https_port": "https"}, "library_options.https_port"},
@@ -57,6 +57,12 @@ func TestOptionErrors(t *testing.T) {
 		{map[string]string{"default_certificate": "just-a-name"}, "library_options.default_certificate"},
 		{map[string]string{"tunnel_timeout": "0"}, "library_options.tunnel_timeout: \"0\" is not a number from 1 to 2147483"},
 		{map[string]string{"hard_stop_after": "1h"}, "library_options.hard_stop_after"},
+		{map[string]string{"ssl_redirect": "yes"}, `library_options.ssl_redirect: "yes" is not true or false`},
+		{map[string]string{"hsts": "1"}, `library_options.hsts: "1" is not true or false`},
+		{map[string]string{"hsts_max_age": "-5"}, "library_options.hsts_max_age"},
+		{map[string]string{"default_backend_scope": "host"}, `library_options.default_backend_scope: "host" is not one of vhost, spec`},
+		{map[string]string{"controller": "weft"}, `library_options.controller: "weft" is not a controller name`},
+		{map[string]string{"controller": "Weft.io/x"}, "library_options.controller"},
 	}
 	for _, c := range cases {
 		tc := config.Target{Library: "ingress", LibraryOptions: c.opts, Base: "/etc/haproxy"}
@@ -284,4 +290,86 @@ spec:
 	if !strings.Contains(fileContent(r.Bundle, "maps/ingress-prefix.map"), "web.example/ ing_apps_web_web_80\n") {
 		t.Errorf("prefix map:\n%s", fileContent(r.Bundle, "maps/ingress-prefix.map"))
 	}
+}
+
+// TestConflictsIncremental checks that conflicts are settled again on
+// incremental renders: when the oldest Ingress of a conflict goes, the
+// next oldest serves the path and its error goes; when it comes back
+// younger, it loses, and no map key is ever written twice.
+func TestConflictsIncremental(t *testing.T) {
+	res := watched(t)
+	var f fixture
+	for _, c := range fixtures(t) {
+		if c.name == "conflicts" {
+			f = c
+		}
+	}
+	ix := newIndex(t, res, f.objects)
+	tg, err := target.Compile("edge", ingressTarget(goldenBase, f.options))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.Observe(func(c index.Change) {
+		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
+	})
+	var old map[string]any
+	for _, o := range f.objects {
+		if o.typ == "ingresses" && o.name == "z-old" {
+			old = roundTrip(t, o.body)
+		}
+	}
+	oldID := objectID("ingresses", "apps", "z-old")
+	check := func(what, wantAPI string, wantErrFrom string) {
+		t.Helper()
+		r, err := tg.Render(context.Background(), ix.Stores(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"maps/ingress-prefix.map", "maps/ingress-exact.map", "maps/ingress-default-backends.map", "maps/ingress-hosts.map"} {
+			seen := map[string]bool{}
+			for _, line := range strings.Split(fileContent(r.Bundle, p), "\n") {
+				if line == "" || strings.HasPrefix(line, "#") {
+					continue
+				}
+				key, _, _ := strings.Cut(line, " ")
+				if seen[key] {
+					t.Errorf("%s: %s has the key %s twice", what, p, key)
+				}
+				seen[key] = true
+			}
+		}
+		if got := fileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ "+wantAPI+"\n") {
+			t.Errorf("%s: /api is not served by %s:\n%s", what, wantAPI, got)
+		}
+		var apiErr []string
+		for _, e := range r.Errors {
+			if strings.Contains(e.Message, `Prefix path "/api"`) {
+				apiErr = append(apiErr, e.ID)
+			}
+		}
+		if !slices.Equal(apiErr, []string{wantErrFrom}) {
+			t.Errorf("%s: the /api conflict is registered against %v, want %s", what, apiErr, wantErrFrom)
+		}
+	}
+	check("both", "ing_apps_z-old_old_8080", objectID("ingresses", "apps", "a-new"))
+	if !ix.Delete("ingresses", oldID, 1000) {
+		t.Fatal("delete ignored")
+	}
+	r, err := tg.Render(context.Background(), ix.Stores(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ ing_apps_a-new_new_8080\n") {
+		t.Errorf("z-old deleted: /api is not served by a-new:\n%s", got)
+	}
+	for _, e := range r.Errors {
+		if strings.Contains(e.Message, "z-old") {
+			t.Errorf("z-old deleted: error still registered: %s", e.Message)
+		}
+	}
+	old["metadata"].(map[string]any)["creationTimestamp"] = "2026-01-01T00:00:00Z"
+	if !ix.Upsert("ingresses", oldID, 1001, old) {
+		t.Fatal("upsert ignored")
+	}
+	check("z-old recreated", "ing_apps_a-new_new_8080", oldID)
 }

@@ -53,6 +53,7 @@ func TestRouting(t *testing.T) {
 				if rq.Scheme == "https" {
 					port = httpsPort
 				}
+				rq.httpsPort = httpsPort
 				t.Run(fmt.Sprintf("%d_%s_%s%s", i+1, rq.scheme(), rq.Host, rq.Path), func(t *testing.T) {
 					check(t, rq, port)
 				})
@@ -84,6 +85,16 @@ type request struct {
 	Cert string `json:"cert,omitempty"`
 	// Proto is the X-Forwarded-Proto the backend must receive.
 	Proto string `json:"proto,omitempty"`
+	// URI is the request URI the backend must receive (default Path): the
+	// path as normalized by HAProxy.
+	URI string `json:"uri,omitempty"`
+	// Location is the Location header the answer must carry (redirects).
+	Location string `json:"location,omitempty"`
+	// Headers are response headers the answer must carry with these
+	// values; an empty value means the header must be absent.
+	Headers map[string]string `json:"headers,omitempty"`
+
+	httpsPort int // the HTTPS listener's port, for {https_port} in Location
 }
 
 func (r request) scheme() string {
@@ -133,6 +144,9 @@ func check(t *testing.T, rq request, port int) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if p, _, _ := strings.Cut(path, "?"); !strings.HasPrefix(p, "//") {
+			req.URL.Opaque = p // sent as written: no dot segment or escape is touched
+		}
 		host := addr
 		if rq.Host != "" {
 			req.Host, host = rq.Host, rq.Host
@@ -148,6 +162,16 @@ func check(t *testing.T, rq request, port int) {
 		}
 		if resp.StatusCode != want {
 			t.Fatalf("request %d: status %d, want %d; body %q", n+1, resp.StatusCode, want, body)
+		}
+		if rq.Location != "" {
+			if got := resp.Header.Get("Location"); got != strings.ReplaceAll(rq.Location, "{https_port}", strconv.Itoa(rq.httpsPort)) {
+				t.Errorf("request %d: Location %q, want %q", n+1, got, rq.Location)
+			}
+		}
+		for h, v := range rq.Headers {
+			if got := resp.Header.Get(h); got != v {
+				t.Errorf("request %d: header %s: %q, want %q", n+1, h, got, v)
+			}
 		}
 		if rq.Cert != "" {
 			if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
@@ -173,8 +197,12 @@ func check(t *testing.T, rq request, port int) {
 		if rq.Port != 0 && e.Port != rq.Port {
 			t.Errorf("request %d: served on target port %d, want %d", n+1, e.Port, rq.Port)
 		}
-		if e.Method != method || e.Host != host || e.URI != path {
-			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", n+1, e.Method, e.Host, e.URI, method, host, path)
+		uri := path
+		if rq.URI != "" {
+			uri = rq.URI
+		}
+		if e.Method != method || e.Host != host || e.URI != uri {
+			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", n+1, e.Method, e.Host, e.URI, method, host, uri)
 		}
 		if rq.Proto != "" && e.Proto != rq.Proto {
 			t.Errorf("request %d: X-Forwarded-Proto %q, want %q", n+1, e.Proto, rq.Proto)

@@ -1,5 +1,6 @@
 // Package statusview prints a status report for people: one block per
 // target with its last render, verdict and each instance's deploy state,
+// the warnings its templates registered against resources,
 // the sync state and object count of every source's types, the links to
 // the hub's sites, the targets a rollback pinned, and the image pulls not
 // done yet; Failing names what
@@ -62,6 +63,7 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		}
 	}
 	_ = tw.Flush()
+	writeWarnings(w, rep)
 	writePins(w, rep)
 	writeCanaries(w, rep)
 	if len(rep.Syncs) > 0 {
@@ -92,6 +94,37 @@ func Write(w io.Writer, rep msg.StatusReport) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\nas of %s\n", rep.At.Format(time.RFC3339))
+}
+
+// maxWarnings bounds the warnings listed per target; --json has them all.
+const maxWarnings = 20
+
+// writeWarnings lists the errors the templates registered against
+// resources (register_error) in each target's last render: the render
+// went on without those resources' parts, so they are warnings, not
+// failures.
+func writeWarnings(w io.Writer, rep msg.StatusReport) {
+	var tw *tabwriter.Writer
+	for _, t := range rep.Targets {
+		if t.Render == nil || len(t.Render.Errors) == 0 {
+			continue
+		}
+		if tw == nil {
+			fmt.Fprintln(w)
+			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "WARNINGS\tRENDER\tRESOURCE\tMESSAGE")
+		}
+		for i, e := range t.Render.Errors {
+			if i == maxWarnings {
+				fmt.Fprintf(tw, "%s\tv%d\t\t%d more (weft status --json lists them)\n", t.Target, t.Render.Version, len(t.Render.Errors)-maxWarnings)
+				break
+			}
+			fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\n", t.Target, t.Render.Version, e.ID, oneLine(e.Message))
+		}
+	}
+	if tw != nil {
+		_ = tw.Flush()
+	}
 }
 
 // writePins lists the targets a rollback holds on a bundle.

@@ -3,9 +3,11 @@ package statusview_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +44,18 @@ func TestWrite(t *testing.T) {
 					{Image: "registry.example/shop/web:2", Phase: msg.PullFailed, Attempts: 3, Message: "manifest unknown"},
 				}},
 			},
+		}},
+		{"warnings", msg.StatusReport{
+			At: at,
+			Targets: []msg.TargetReport{{
+				Target: "ingress",
+				Render: &msg.RenderStatus{Target: "ingress", Version: 3, BundleHash: "0123456789abcdef", Errors: []msg.ResourceError{
+					{Type: "ingresses", ID: "kube.ingresses.apps.a-new", Message: `ingress apps/a-new: Prefix path "/api" of host "app.example" ignored: ingress apps/z-old has it and is older (or as old and first by namespace/name)`},
+					{Type: "ingresses", ID: "kube.ingresses.apps.a-catchall", Message: "ingress apps/a-catchall: defaultBackend ignored: ingress apps/b-catchall has the default backend and is older (or as old and first by namespace/name)"},
+				}},
+				Validation: &msg.ValidationStatus{Target: "ingress", Version: 3, OK: true},
+				Deploys:    []msg.DeployStatus{{Target: "ingress", Instance: "local", Version: 3, BundleHash: "0123456789abcdef"}},
+			}},
 		}},
 		{"fast-path", msg.StatusReport{
 			At: at,
@@ -188,5 +202,23 @@ func TestWrite(t *testing.T) {
 				t.Fatalf("output differs from %s:\n%s", golden, b.String())
 			}
 		})
+	}
+}
+
+// TestWarningsBounded checks that a target's warnings are listed up to a
+// bound, with the count of the rest.
+func TestWarningsBounded(t *testing.T) {
+	var errs []msg.ResourceError
+	for i := range 23 {
+		errs = append(errs, msg.ResourceError{Type: "ingresses", ID: fmt.Sprintf("kube.ingresses.apps.i%02d", i), Message: fmt.Sprintf("problem %d", i)})
+	}
+	var b bytes.Buffer
+	statusview.Write(&b, msg.StatusReport{Targets: []msg.TargetReport{{Target: "ingress", Render: &msg.RenderStatus{Target: "ingress", Version: 1, Errors: errs}}}})
+	out := b.String()
+	if !strings.Contains(out, "kube.ingresses.apps.i19  problem 19\n") || strings.Contains(out, "problem 20") {
+		t.Errorf("not the first 20 warnings:\n%s", out)
+	}
+	if !strings.Contains(out, "  3 more (weft status --json lists them)\n") {
+		t.Errorf("no count of the rest:\n%s", out)
 	}
 }
