@@ -145,7 +145,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 )
 
-//go:embed ingress/library.yaml ingress/templates
+//go:embed ingress/library.yaml ingress/templates gateway/library.yaml gateway/templates
 var embedded embed.FS
 
 // ErrUnknown is matched by the error of Apply for a library that does not exist.
@@ -186,6 +186,7 @@ const (
 	typeAddress        = "address"         // "" or an IP literal; IPv6 is bracketed in templates
 	typePath           = "path"            // "" or an absolute path without white space or quotes
 	typeNamespacedName = "namespaced_name" // "" or <namespace>/<name>
+	typeControllerName = "controller_name" // a Gateway API controller name: <domain>/<path>
 )
 
 // Option is one declared library option.
@@ -414,6 +415,8 @@ func (lib *library) options(given map[string]string) (map[string]any, error) {
 var (
 	dnsName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// ctrlName is the form of a GatewayClass spec.controllerName.
+	ctrlName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9/\-._~%!$&()*+,;=:]+$`)
 )
 
 // value checks raw against the option's type and converts it.
@@ -451,6 +454,11 @@ func (o Option) value(raw string) (any, error) {
 	case typePath:
 		if raw != "" && (!strings.HasPrefix(raw, "/") || strings.ContainsAny(raw, " \t\r\n\"'\\#")) {
 			return nil, fmt.Errorf("%q is not an absolute path without white space, quotes, backslashes or #", raw)
+		}
+		return raw, nil
+	case typeControllerName:
+		if len(raw) > 253 || !ctrlName.MatchString(raw) {
+			return nil, fmt.Errorf("%q is not a controller name (<domain>/<path>)", raw)
 		}
 		return raw, nil
 	case typeNamespacedName:

@@ -15,7 +15,7 @@ import (
 )
 
 func TestNames(t *testing.T) {
-	if got := library.Names(); !slices.Equal(got, []string{"ingress"}) {
+	if got := library.Names(); !slices.Equal(got, []string{"gateway", "ingress"}) {
 		t.Fatalf("Names() = %v", got)
 	}
 	opts, err := library.Options("ingress")
