@@ -124,6 +124,14 @@
 //     TLS entries. An EndpointSlice change re-renders only the `ingress`
 //     entries of the Ingresses that use its Service; a Secret change only
 //     the `ingress-tls` entries of the Ingresses that use it.
+//
+// # The gateway library
+//
+// `library: gateway` implements the Gateway API (gateway.networking.k8s.io/v1)
+// for Gateways and HTTPRoutes; gateway/README.md documents its watched
+// resources, options (controller_name, bind_address, tls_slots,
+// admin_socket) and semantics, and gateway/testdata holds its golden and
+// real-traffic cases.
 package library
 
 import (
