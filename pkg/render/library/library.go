@@ -145,6 +145,14 @@
 //     TLS entries. An EndpointSlice change re-renders only the `ingress`
 //     entries of the Ingresses that use its Service; a Secret change only
 //     the `ingress-tls` entries of the Ingresses that use it.
+//
+// # The gateway library
+//
+// `library: gateway` implements the Gateway API (gateway.networking.k8s.io/v1)
+// for Gateways and HTTPRoutes; gateway/README.md documents its watched
+// resources, options (controller_name, bind_address, tls_slots,
+// admin_socket) and semantics, and gateway/testdata holds its golden and
+// real-traffic cases.
 package library
 
 import (
@@ -166,7 +174,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 )
 
-//go:embed ingress/library.yaml ingress/templates
+//go:embed ingress/library.yaml ingress/templates gateway/library.yaml gateway/templates
 var embedded embed.FS
 
 // ErrUnknown is matched by the error of Apply for a library that does not exist.
@@ -209,7 +217,7 @@ const (
 	typeNamespacedName = "namespaced_name" // "" or <namespace>/<name>
 	typeBool           = "bool"            // "true" or "false", a boolean in templates
 	typeChoice         = "choice"          // one of Values
-	typeController     = "controller"      // a domain-prefixed path such as example.com/ingress-controller
+	typeController     = "controller"      // a domain-prefixed path (IngressClass spec.controller, GatewayClass spec.controllerName)
 )
 
 // Option is one declared library option.
@@ -440,9 +448,10 @@ func (lib *library) options(given map[string]string) (map[string]any, error) {
 var (
 	dnsName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	// controllerName is what IngressClass validation accepts in
-	// spec.controller: a DNS subdomain, "/", and a path.
-	controllerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9._~/-]+$`)
+	// controllerName is what the API server accepts in an IngressClass's
+	// spec.controller and a GatewayClass's spec.controllerName: a DNS
+	// subdomain, "/", and a path.
+	controllerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9/\-._~%!$&()*+,;=:]+$`)
 )
 
 // value checks raw against the option's type and converts it.
@@ -503,7 +512,7 @@ func (o Option) value(raw string) (any, error) {
 		return raw, nil
 	case typeController:
 		if len(raw) > 253 || !controllerName.MatchString(raw) {
-			return nil, fmt.Errorf("%q is not a controller name (<domain>/<path>, as IngressClass spec.controller)", raw)
+			return nil, fmt.Errorf("%q is not a controller name (<domain>/<path>)", raw)
 		}
 		return raw, nil
 	}

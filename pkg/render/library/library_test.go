@@ -15,7 +15,7 @@ import (
 )
 
 func TestNames(t *testing.T) {
-	if got := library.Names(); !slices.Equal(got, []string{"ingress"}) {
+	if got := library.Names(); !slices.Equal(got, []string{"gateway", "ingress"}) {
 		t.Fatalf("Names() = %v", got)
 	}
 	opts, err := library.Options("ingress")
@@ -30,12 +30,12 @@ func TestNames(t *testing.T) {
 }
 
 func TestUnknownLibrary(t *testing.T) {
-	tc := config.Target{Library: "gateway", Base: "/etc/haproxy"}
+	tc := config.Target{Library: "nginx", Base: "/etc/haproxy"}
 	err := library.Apply(&tc)
-	if !errors.Is(err, library.ErrUnknown) || !strings.Contains(err.Error(), `"gateway"`) || !strings.Contains(err.Error(), "known: ingress") {
+	if !errors.Is(err, library.ErrUnknown) || !strings.Contains(err.Error(), `"nginx"`) || !strings.Contains(err.Error(), "known: gateway, ingress") {
 		t.Fatalf("Apply = %v", err)
 	}
-	_, err = target.Compile("edge", config.Target{Library: "gateway", Base: "/etc/haproxy"})
+	_, err = target.Compile("edge", config.Target{Library: "nginx", Base: "/etc/haproxy"})
 	if !errors.Is(err, library.ErrUnknown) || !strings.Contains(err.Error(), "target edge") {
 		t.Fatalf("Compile = %v", err)
 	}
