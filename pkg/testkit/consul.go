@@ -106,6 +106,12 @@ func (c *Consul) leader() error {
 	if strings.Trim(strings.TrimSpace(string(body)), `"`) == "" {
 		return fmt.Errorf("no leader yet")
 	}
+	if c.Token != "" {
+		// The ACL system takes a moment longer.
+		if _, err := c.Do("GET", "/v1/acl/token/self", nil); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
