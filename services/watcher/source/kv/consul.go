@@ -78,7 +78,13 @@ func newConsul(b base, src config.Source, o options) (*consulSource, error) {
 		}
 		seen[s] = true
 	}
-	return &consulSource{base: b, address: addr, datacenter: src.Datacenter, token: token, services: slices.Sorted(slices.Values(src.Services))}, nil
+	s := &consulSource{base: b, address: addr, datacenter: src.Datacenter, token: token, services: slices.Sorted(slices.Values(src.Services))}
+	_, tr, err := s.client()
+	if err != nil {
+		return nil, fmt.Errorf("%w: address %q: %w", ErrConfig, addr, err)
+	}
+	tr.CloseIdleConnections()
+	return s, nil
 }
 
 // client returns a client of its own transport, which the caller closes
