@@ -75,11 +75,12 @@ deps:
 		fi; \
 	fi
 	@# A real kube-apiserver, etcd and kube-controller-manager for envtest,
-	@# built from their Go modules once per machine (cached by version).
-	@hack/envtest/build.sh >/dev/null
-	@# The consul agent the consul source's tests run (consul agent -dev),
-	@# built from its Go module once per machine (cached by version).
-	@hack/consul/build.sh >/dev/null
+	@# and the consul agent the consul source's tests run (consul agent
+	@# -dev), built from their Go modules once per machine (cached by
+	@# version); both at once, so that their downloads overlap.
+	@hack/consul/build.sh >/dev/null & consul=$$!; \
+	hack/envtest/build.sh >/dev/null; envtest=$$?; \
+	wait $$consul && exit $$envtest
 
 ## lint: formatting and vet over every module, and the module boundaries
 ## (no service requires or imports another service; pkg/ imports none)
