@@ -194,12 +194,15 @@ func (s *consulSource) query(ctx context.Context, c *api.Client, w consulWatch, 
 			WroteRequest: func(httptrace.WroteRequestInfo) { s.sent(w, index) },
 		})
 	}
-	q := (&api.QueryOptions{WaitIndex: index, WaitTime: consulWait}).WithContext(ctx)
-	if index == 0 {
-		tctx, cancel := context.WithTimeout(ctx, s.timeout())
-		defer cancel()
-		q = q.WithContext(tctx)
+	// A blocking query answers within its wait plus Consul's jitter of up
+	// to 1/16; an agent gone silent must not hold it longer.
+	limit := s.timeout()
+	if index != 0 {
+		limit += consulWait + consulWait/16
 	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	q := (&api.QueryOptions{WaitIndex: index, WaitTime: consulWait}).WithContext(ctx)
 	if w.service != "" {
 		hs, meta, err := c.Health().Service(w.service, "", true, q)
 		if err != nil {
