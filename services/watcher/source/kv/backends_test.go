@@ -302,6 +302,10 @@ func TestSelection(t *testing.T) {
 			"/myapp/database/url": "postgres://db:5432/app", "/myapp/database/user": "app",
 			"/myapp/upstream/a": "10.0.0.1:80", "/myapp/upstream/b": "10.0.0.2:80",
 		}},
+		{name: "keys sharing a string prefix", keys: []string{"/myapp", "/myapp2"}, want: map[string]string{
+			"/myapp/database/url": "postgres://db:5432/app", "/myapp/database/user": "app",
+			"/myapp/upstream/a": "10.0.0.1:80", "/myapp/upstream/b": "10.0.0.2:80", "/myapp2/other": "not under /myapp",
+		}},
 		{name: "prefix is a key", prefix: "/myapp/database/url", want: map[string]string{"/": "postgres://db:5432/app"}},
 		{name: "nothing selected", prefix: "/absent", want: map[string]string{}},
 	}

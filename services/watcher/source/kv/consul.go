@@ -99,21 +99,23 @@ func (s *consulSource) client() (*api.Client, *http.Transport, error) {
 // have no leading slash.
 func kvPrefix(sel string) string { return strings.TrimPrefix(sel, "/") }
 
-// consulEntries are the values of the pairs one selector listed, by name.
-func (s *consulSource) kvEntries(pairs api.KVPairs) map[string]entry {
+// kvEntries are the values of the pairs that selector sel listed, by
+// name. A listing by string prefix also returns keys of other selectors
+// ("app" lists "apple/x"): only the keys sel selects are its own.
+func (s *consulSource) kvEntries(sel string, pairs api.KVPairs) map[string]entry {
 	out := make(map[string]entry, len(pairs))
 	for _, p := range pairs {
-		if e, name, ok := s.kvEntry(p.Key, p.Value); ok {
+		if e, name, ok := s.kvEntry(sel, p.Key, p.Value); ok {
 			out[name] = e
 		}
 	}
 	return out
 }
 
-// kvEntry maps one Consul key. Keys ending in "/" are the folders the
-// Consul UI creates; they hold no value.
-func (s *consulSource) kvEntry(key string, value []byte) (entry, string, bool) {
-	if key == "" || strings.HasSuffix(key, "/") {
+// kvEntry maps one Consul key, when sel selects it. Keys ending in "/" are
+// the folders the Consul UI creates; they hold no value.
+func (s *consulSource) kvEntry(sel, key string, value []byte) (entry, string, bool) {
+	if key == "" || strings.HasSuffix(key, "/") || !consulSelects(sel, key) {
 		return entry{}, "", false
 	}
 	name, ok := s.scope.name(path.Join("/", key))
@@ -122,6 +124,9 @@ func (s *consulSource) kvEntry(key string, value []byte) (entry, string, bool) {
 	}
 	return entry{value: string(value), key: key}, name, true
 }
+
+// consulSelects reports whether selector sel selects the Consul key.
+func consulSelects(sel, key string) bool { return under(path.Join("/", key), sel) }
 
 // serviceEntry is the value of a service's healthy instances.
 func serviceEntry(service string, hs []*api.ServiceEntry) (entry, error) {
@@ -154,24 +159,24 @@ func serviceEntry(service string, hs []*api.ServiceEntry) (entry, error) {
 	return entry{data: string(data), key: service, origin: consulServiceOrigin}, nil
 }
 
-// consulWatch is what one blocking query follows: a selector's prefix, or
+// consulWatch is what one blocking query follows: a selector's keys, or
 // a service.
 type consulWatch struct {
-	prefix  string
-	service string // "" for a KV prefix
+	sel     string // the selector; "" for a service
+	service string
 }
 
 func (w consulWatch) String() string {
 	if w.service != "" {
 		return "service " + w.service
 	}
-	return fmt.Sprintf("keys %q", w.prefix)
+	return fmt.Sprintf("keys %q", kvPrefix(w.sel))
 }
 
 func (s *consulSource) watches() []consulWatch {
 	var out []consulWatch
 	for _, sel := range s.scope.selectors {
-		out = append(out, consulWatch{prefix: kvPrefix(sel)})
+		out = append(out, consulWatch{sel: sel})
 	}
 	for _, svc := range s.services {
 		out = append(out, consulWatch{service: svc})
@@ -214,11 +219,11 @@ func (s *consulSource) query(ctx context.Context, c *api.Client, w consulWatch, 
 		}
 		return map[string]entry{ConsulServiceName(w.service): e}, meta.LastIndex, nil
 	}
-	pairs, meta, err := c.KV().List(w.prefix, q)
+	pairs, meta, err := c.KV().List(kvPrefix(w.sel), q)
 	if err != nil {
 		return nil, 0, s.unavailable(err, "read %s", w)
 	}
-	return s.kvEntries(pairs), meta.LastIndex, nil
+	return s.kvEntries(w.sel, pairs), meta.LastIndex, nil
 }
 
 // nextIndex is the index to wait from after an answer with index got, as
@@ -367,7 +372,7 @@ func consulGives(w consulWatch, e entry) bool {
 	if w.service != "" || e.origin != "" {
 		return e.origin == consulServiceOrigin && e.key == w.service
 	}
-	return strings.HasPrefix(e.key, w.prefix)
+	return consulSelects(w.sel, e.key)
 }
 
 // apply reports the difference between what a watch gave (old) and gives
