@@ -91,6 +91,8 @@ func newConsul(b base, src config.Source, o options) (*consulSource, error) {
 // with CloseIdleConnections when done.
 func (s *consulSource) client() (*api.Client, *http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// One connection per blocking query stays open between answers.
+	tr.MaxIdleConnsPerHost = len(s.scope.selectors) + len(s.services) + 1
 	c, err := api.NewClient(&api.Config{Address: s.address, Datacenter: s.datacenter, Token: s.token, Transport: tr})
 	return c, tr, err
 }

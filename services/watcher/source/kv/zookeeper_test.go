@@ -96,6 +96,13 @@ func TestZookeeperRestart(t *testing.T) {
 	srv.del(t, "/app/b")
 	srv.put(t, "/app/c", "3")
 	waitValues(t, rec, map[string]string{"/a": "1b", "/c": "3"})
+	// And the watches follow again.
+	replaces, _, _, _ := rec.counts()
+	srv.put(t, "/app/c", "3b")
+	waitValues(t, rec, map[string]string{"/a": "1b", "/c": "3b"})
+	if r, _, _, _ := rec.counts(); r != replaces {
+		t.Errorf("a change after the restart came with a full read, not a watch")
+	}
 	for _, err := range rec.problemErrors() {
 		if !errors.Is(err, ErrUnavailable) {
 			t.Errorf("problem %v does not wrap ErrUnavailable", err)
