@@ -14,37 +14,44 @@ import (
 	"github.com/weftio/weft/pkg/config"
 )
 
-// TestZookeeperTree follows changes that re-arm one-shot watches many
-// times and move znodes between leaf and parent: a value is a znode with
-// no children, as in confd.
-func TestZookeeperTree(t *testing.T) {
+// TestZookeeperShared runs the tests that do not stop the server on one
+// server, each in a subtree of its own.
+func TestZookeeperShared(t *testing.T) {
 	t.Parallel()
 	srv := startZooKeeper(t)
-	srv.put(t, "/app/a", "0")
+	t.Run("tree", func(t *testing.T) { t.Parallel(); testZookeeperTree(t, srv) })
+	t.Run("selector created", func(t *testing.T) { t.Parallel(); testZookeeperSelectorCreated(t, srv) })
+	t.Run("digest", func(t *testing.T) { t.Parallel(); testZookeeperDigest(t, srv) })
+}
+
+// testZookeeperTree follows changes that re-arm one-shot watches many
+// times and move znodes between leaf and parent: a value is a znode with
+// no children, as in confd.
+func testZookeeperTree(t *testing.T, srv *zkServer) {
+	srv.put(t, "/tree/app/a", "0")
 	rec := newRecorder(t)
-	start(t, mustNew(t, config.Source{Type: config.SourceZookeeper, Endpoints: []string{srv.Addr}, Rescan: config.Duration(time.Hour)}, fast...), rec)
-	// ZooKeeper's own /zookeeper subtree is not read from "/".
-	waitValues(t, rec, map[string]string{"/app/a": "0"})
+	start(t, mustNew(t, config.Source{Type: config.SourceZookeeper, Endpoints: []string{srv.Addr}, Keys: []string{"/tree"}, Rescan: config.Duration(time.Hour)}, fast...), rec)
+	waitValues(t, rec, map[string]string{"/tree/app/a": "0"})
 
 	// A data watch fires once; each change must arm it again.
 	for i := 1; i <= 5; i++ {
-		srv.put(t, "/app/a", fmt.Sprint(i))
-		waitValues(t, rec, map[string]string{"/app/a": fmt.Sprint(i)})
+		srv.put(t, "/tree/app/a", fmt.Sprint(i))
+		waitValues(t, rec, map[string]string{"/tree/app/a": fmt.Sprint(i)})
 	}
 	// A leaf that gets a child is no longer a value; its child is.
-	srv.put(t, "/app/a/x", "ax")
-	waitValues(t, rec, map[string]string{"/app/a/x": "ax"})
+	srv.put(t, "/tree/app/a/x", "ax")
+	waitValues(t, rec, map[string]string{"/tree/app/a/x": "ax"})
 	// A deep new subtree is read whole.
-	srv.put(t, "/app/b/c/d", "bcd")
-	waitValues(t, rec, map[string]string{"/app/a/x": "ax", "/app/b/c/d": "bcd"})
+	srv.put(t, "/tree/app/b/c/d", "bcd")
+	waitValues(t, rec, map[string]string{"/tree/app/a/x": "ax", "/tree/app/b/c/d": "bcd"})
 	// A parent whose last child goes is a leaf again, with its own data.
-	srv.del(t, "/app/a/x")
-	waitValues(t, rec, map[string]string{"/app/a": "5", "/app/b/c/d": "bcd"})
+	srv.del(t, "/tree/app/a/x")
+	waitValues(t, rec, map[string]string{"/tree/app/a": "5", "/tree/app/b/c/d": "bcd"})
 	// Deleting a subtree from the bottom up removes its values.
-	srv.del(t, "/app/b/c/d")
-	srv.del(t, "/app/b/c")
-	srv.del(t, "/app/b")
-	waitValues(t, rec, map[string]string{"/app/a": "5"})
+	srv.del(t, "/tree/app/b/c/d")
+	srv.del(t, "/tree/app/b/c")
+	srv.del(t, "/tree/app/b")
+	waitValues(t, rec, map[string]string{"/tree/app/a": "5"})
 	if _, _, _, synced := rec.counts(); synced != 1 {
 		t.Errorf("synced %d times", synced)
 	}
@@ -53,11 +60,9 @@ func TestZookeeperTree(t *testing.T) {
 	}
 }
 
-// TestZookeeperSelectorCreated starts with the selected znode missing: its
+// testZookeeperSelectorCreated starts with the selected znode missing: its
 // creation is watched.
-func TestZookeeperSelectorCreated(t *testing.T) {
-	t.Parallel()
-	srv := startZooKeeper(t)
+func testZookeeperSelectorCreated(t *testing.T, srv *zkServer) {
 	rec := newRecorder(t)
 	start(t, mustNew(t, config.Source{Type: config.SourceZookeeper, Endpoints: []string{srv.Addr}, Prefix: "/svc/app", Rescan: config.Duration(time.Hour)}, fast...), rec)
 	waitValues(t, rec, map[string]string{})
@@ -126,20 +131,18 @@ func TestZookeeperDownAtStart(t *testing.T) {
 	waitValues(t, rec, map[string]string{"/a": "1"})
 }
 
-// TestZookeeperDigest reads znodes that only a digest user may read, with
+// testZookeeperDigest reads znodes that only a digest user may read, with
 // the password from a file or the environment, and reports a wrong
 // password without syncing and without showing it.
-func TestZookeeperDigest(t *testing.T) {
-	t.Parallel()
-	srv := startZooKeeper(t)
-	srv.put(t, "/app/open", "o")
-	srv.put(t, "/app/secret", "s", zk.DigestACL(zk.PermAll, "weft", "s3cret")...)
+func testZookeeperDigest(t *testing.T, srv *zkServer) {
+	srv.put(t, "/digest/open", "o")
+	srv.put(t, "/digest/secret", "s", zk.DigestACL(zk.PermAll, "weft", "s3cret")...)
 	passFile := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(passFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	environ := WithEnviron(func() []string { return []string{"BAD=nope"} })
-	src := config.Source{Type: config.SourceZookeeper, Endpoints: []string{srv.Addr}, Prefix: "/app", Username: "weft", PasswordFile: passFile, Rescan: config.Duration(time.Hour)}
+	src := config.Source{Type: config.SourceZookeeper, Endpoints: []string{srv.Addr}, Prefix: "/digest", Username: "weft", PasswordFile: passFile, Rescan: config.Duration(time.Hour)}
 
 	good := newRecorder(t)
 	start(t, mustNew(t, src, opts(environ)...), good)
@@ -148,7 +151,7 @@ func TestZookeeperDigest(t *testing.T) {
 	src.PasswordFile, src.PasswordEnv = "", "BAD"
 	bad := newRecorder(t)
 	start(t, mustNew(t, src, opts(environ)...), bad)
-	p := waitProblem(t, bad, 0, "zookeeper: kv: backend unavailable: read /app/secret")
+	p := waitProblem(t, bad, 0, "zookeeper: kv: backend unavailable: read /digest/secret")
 	if !strings.Contains(p, zk.ErrNoAuth.Error()) {
 		t.Errorf("problem %q does not say access was refused", p)
 	}
