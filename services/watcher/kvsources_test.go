@@ -1,9 +1,14 @@
 package watcher_test
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"log"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
@@ -72,4 +77,59 @@ targets: {}
 		}
 		return nil
 	})
+}
+
+// TestZookeeperValuesStored runs the watcher on a zookeeper source: a
+// znode's data lands in the resources bucket as a value, and follows it.
+func TestZookeeperValuesStored(t *testing.T) {
+	srv := testkit.StartZooKeeper(t)
+	conn, _, err := zk.Connect([]string{srv.Addr}, 10*time.Second, zk.WithLogger(log.New(io.Discard, "", 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The client connects in the background: a request before that fails.
+	testkit.Eventually(t, 30*time.Second, func() error {
+		_, err := conn.Multi(
+			&zk.CreateRequest{Path: "/app", Acl: zk.WorldACL(zk.PermAll)},
+			&zk.CreateRequest{Path: "/app/port", Data: []byte("8080"), Acl: zk.WorldACL(zk.PermAll)})
+		if errors.Is(err, zk.ErrNodeExists) {
+			return nil // an earlier try went through
+		}
+		return err
+	})
+	f := newFixture(t)
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+sources:
+  - name: zk
+    type: zookeeper
+    endpoints: [%s]
+    prefix: /app
+targets: {}
+`, srv.Addr)), f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cfg = cfg
+	_, stop := f.start("w1")
+	defer stop()
+	key := msg.ResourceKey("zk", config.ValuesType, "", "/port")
+	wait := func(want string) {
+		t.Helper()
+		testkit.Eventually(t, 30*time.Second, func() error {
+			r, err := f.resource(key)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			if r.Object["value"] != want || r.Object["key"] != "/app/port" {
+				return fmt.Errorf("%s: %v", key, r.Object)
+			}
+			return nil
+		})
+	}
+	wait("8080")
+	if _, err := conn.Set("/app/port", []byte("9090"), -1); err != nil {
+		t.Fatal(err)
+	}
+	wait("9090")
 }
