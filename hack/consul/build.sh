@@ -4,8 +4,8 @@
 #
 # DIR defaults to ${WEFT_CACHE:-$HOME/.cache/weft}/consul/<version>. When DIR
 # already holds a completed build of that version, nothing is built. Needs
-# only Go and the module proxy (about 4 minutes and 1.5 GB of build cache
-# cold). The module proxy's checksum database refuses
+# only Go and the module proxy (about 4 minutes on an idle machine, far
+# longer on a busy one). The module proxy's checksum database refuses
 # github.com/hashicorp/consul-awsauth, whose sum go.sum holds instead.
 set -euo pipefail
 
