@@ -49,6 +49,7 @@ image:
 
 ## deps: what the tests need from the system: the Debian packages of the
 ## real programs they run (haproxy; redis-server for the redis source;
+## zookeeperd, whose server (with java) the zookeeper source's tests run;
 ## python3-jinja2 for the side-by-side with Python's Jinja2, run with
 ## /usr/bin/python3; socat for HAProxy's sockets by hand; containerd, whose
 ## CRI ImageService the puller's node agent pulls through; prometheus: its
@@ -60,6 +61,7 @@ deps:
 	@missing=; \
 	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$$missing haproxy"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	{ [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; } || missing="$$missing zookeeperd"; \
 	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
 	command -v containerd >/dev/null 2>&1 || [ -x /usr/sbin/containerd ] || missing="$$missing containerd"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
@@ -73,8 +75,12 @@ deps:
 		fi; \
 	fi
 	@# A real kube-apiserver, etcd and kube-controller-manager for envtest,
-	@# built from their Go modules once per machine (cached by version).
-	@hack/envtest/build.sh >/dev/null
+	@# and the consul agent the consul source's tests run (consul agent
+	@# -dev), built from their Go modules once per machine (cached by
+	@# version); both at once, so that their downloads overlap.
+	@hack/consul/build.sh >/dev/null & consul=$$!; \
+	hack/envtest/build.sh >/dev/null; envtest=$$?; \
+	wait $$consul && exit $$envtest
 
 ## lint: formatting and vet over every module, and the module boundaries
 ## (no service requires or imports another service; pkg/ imports none)

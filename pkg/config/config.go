@@ -82,6 +82,8 @@ const (
 	SourceFile       = "file"
 	SourceEtcd       = "etcd"
 	SourceRedis      = "redis"
+	SourceConsul     = "consul"
+	SourceZookeeper  = "zookeeper"
 )
 
 // ValuesType is the reserved resource type under which value sources store
@@ -109,15 +111,24 @@ type Source struct {
 	// Keys limits what is read (empty: everything under Prefix).
 	Prefix string   `json:"prefix,omitempty"`
 	Keys   []string `json:"keys,omitempty"`
-	// natskv: the bucket. etcd: Endpoints. redis: Address, Database.
-	Bucket    string   `json:"bucket,omitempty"`
-	Endpoints []string `json:"endpoints,omitempty"`
-	Address   string   `json:"address,omitempty"`
-	Database  int      `json:"database,omitempty"`
-	// Username and PasswordEnv (the name of an environment variable holding
-	// the password; secrets never sit in weft.yaml).
-	Username    string `json:"username,omitempty"`
-	PasswordEnv string `json:"password_env,omitempty"`
+	// natskv: the bucket. etcd, zookeeper: Endpoints. redis: Address,
+	// Database. consul: Address (default 127.0.0.1:8500), Datacenter.
+	Bucket     string   `json:"bucket,omitempty"`
+	Endpoints  []string `json:"endpoints,omitempty"`
+	Address    string   `json:"address,omitempty"`
+	Database   int      `json:"database,omitempty"`
+	Datacenter string   `json:"datacenter,omitempty"`
+	// Username and the password from PasswordEnv (the name of an
+	// environment variable) or PasswordFile (a file holding it); secrets
+	// never sit in weft.yaml. zookeeper uses them as digest credentials.
+	Username     string `json:"username,omitempty"`
+	PasswordEnv  string `json:"password_env,omitempty"`
+	PasswordFile string `json:"password_file,omitempty"`
+	// consul: the ACL token, from an environment variable or a file.
+	TokenEnv  string `json:"token_env,omitempty"`
+	TokenFile string `json:"token_file,omitempty"`
+	// consul: catalog services whose healthy instances become values.
+	Services []string `json:"services,omitempty"`
 }
 
 // Export reads keys of one ConfigMap (config-reader).
@@ -709,9 +720,22 @@ func (c *Config) check(ps *problems) {
 			if s.Address == "" {
 				bad(f.k("address"), "required for a redis source")
 			}
+		case SourceConsul:
+			if s.TokenEnv != "" && s.TokenFile != "" {
+				bad(f.k("token_file"), "token_env and token_file exclude each other")
+			}
+			for j, name := range s.Services {
+				if name == "" || strings.ContainsAny(name, "/?#") {
+					bad(f.k("services").i(j), "not a service name: %q", name)
+				}
+			}
+		case SourceZookeeper:
+			if len(s.Endpoints) == 0 {
+				bad(f.k("endpoints"), "required for a zookeeper source")
+			}
 		default:
 			bad(f.k("type"), "unknown source type %q (known: %s)", s.Type,
-				strings.Join([]string{SourceManifests, SourceKubernetes, SourceExports, SourceNATSKV, SourceEnv, SourceFile, SourceEtcd, SourceRedis}, ", "))
+				strings.Join([]string{SourceManifests, SourceKubernetes, SourceExports, SourceNATSKV, SourceEnv, SourceFile, SourceEtcd, SourceRedis, SourceConsul, SourceZookeeper}, ", "))
 		}
 	}
 	for i, expr := range c.WatchedResourcesIgnoreFields {

@@ -165,7 +165,7 @@ func newSource(env svc.Env, cfg *config.Config, src config.Source) (source.Sourc
 			return nil, err
 		}
 		return exports.New(exports.Options{Config: rc, Exports: src.Exports, Resync: src.Resync.D()})
-	case config.SourceNATSKV, config.SourceEnv, config.SourceFile, config.SourceEtcd, config.SourceRedis:
+	case config.SourceNATSKV, config.SourceEnv, config.SourceFile, config.SourceEtcd, config.SourceRedis, config.SourceConsul, config.SourceZookeeper:
 		var opts []kv.Option
 		if src.Type == config.SourceNATSKV && src.Address == "" {
 			opts = append(opts, kv.WithNATSConn(env.NC)) // the NATS weft runs on

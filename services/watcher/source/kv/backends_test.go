@@ -211,6 +211,39 @@ func (f *redisFixture) del(t testing.TB, key string)        { f.srv.do(t, "del",
 func (f *redisFixture) native(key string) string            { return key }
 func (f *redisFixture) watches() bool                       { return true }
 
+// consulFixture is a consul agent.
+type consulFixture struct{ srv *testkit.Consul }
+
+func newConsulFixture(t testing.TB) fixture { return &consulFixture{srv: testkit.StartConsul(t)} }
+
+func (f *consulFixture) source(prefix string, keys []string, rescan time.Duration) (config.Source, []Option) {
+	return config.Source{Name: "consul", Type: config.SourceConsul, Address: f.srv.Addr, Prefix: prefix, Keys: keys, Rescan: config.Duration(rescan)}, opts()
+}
+
+func (f *consulFixture) put(t testing.TB, key, value string) {
+	f.srv.MustDo(t, "PUT", "/v1/kv/"+f.native(key), []byte(value))
+}
+
+func (f *consulFixture) del(t testing.TB, key string) {
+	f.srv.MustDo(t, "DELETE", "/v1/kv/"+f.native(key), nil)
+}
+func (f *consulFixture) native(key string) string { return strings.TrimPrefix(key, "/") }
+func (f *consulFixture) watches() bool            { return true }
+
+// zookeeperFixture is a ZooKeeper server.
+type zookeeperFixture struct{ srv *zkServer }
+
+func newZookeeperFixture(t testing.TB) fixture { return &zookeeperFixture{srv: startZooKeeper(t)} }
+
+func (f *zookeeperFixture) source(prefix string, keys []string, rescan time.Duration) (config.Source, []Option) {
+	return config.Source{Name: "zk", Type: config.SourceZookeeper, Endpoints: []string{f.srv.Addr}, Prefix: prefix, Keys: keys, Rescan: config.Duration(rescan)}, opts()
+}
+
+func (f *zookeeperFixture) put(t testing.TB, key, value string) { f.srv.put(t, key, value) }
+func (f *zookeeperFixture) del(t testing.TB, key string)        { f.srv.del(t, key) }
+func (f *zookeeperFixture) native(key string) string            { return key }
+func (f *zookeeperFixture) watches() bool                       { return true }
+
 var backends = []struct {
 	typ string
 	new func(testing.TB) fixture
@@ -220,6 +253,8 @@ var backends = []struct {
 	{config.SourceFile, newFileFixture},
 	{config.SourceEtcd, newEtcdFixture},
 	{config.SourceRedis, newRedisFixture},
+	{config.SourceConsul, newConsulFixture},
+	{config.SourceZookeeper, newZookeeperFixture},
 }
 
 // sample is the data every backend holds for the selection tests.
@@ -266,6 +301,10 @@ func TestSelection(t *testing.T) {
 		{name: "whole segments only", keys: []string{"/myapp/up", "/myapp"}, want: map[string]string{
 			"/myapp/database/url": "postgres://db:5432/app", "/myapp/database/user": "app",
 			"/myapp/upstream/a": "10.0.0.1:80", "/myapp/upstream/b": "10.0.0.2:80",
+		}},
+		{name: "keys sharing a string prefix", keys: []string{"/myapp", "/myapp2"}, want: map[string]string{
+			"/myapp/database/url": "postgres://db:5432/app", "/myapp/database/user": "app",
+			"/myapp/upstream/a": "10.0.0.1:80", "/myapp/upstream/b": "10.0.0.2:80", "/myapp2/other": "not under /myapp",
 		}},
 		{name: "prefix is a key", prefix: "/myapp/database/url", want: map[string]string{"/": "postgres://db:5432/app"}},
 		{name: "nothing selected", prefix: "/absent", want: map[string]string{}},

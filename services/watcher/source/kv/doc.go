@@ -1,7 +1,10 @@
 // Package kv reads confd-style key-value stores as value sources: a NATS KV
 // bucket (natskv), the environment (env), a YAML or JSON file (file), etcd v3
-// (etcd) and Redis (redis). New picks the backend by config.Source.Type and
-// checks its options; every configuration problem it finds wraps ErrConfig.
+// (etcd), Redis (redis), Consul (consul) and ZooKeeper (zookeeper). New
+// picks the backend by config.Source.Type and checks its options; every
+// configuration problem it finds wraps ErrConfig. Passwords and tokens come
+// from a variable (password_env, token_env) or a file (password_file,
+// token_file), read when the source is built, never from weft.yaml.
 //
 // # What a source reports
 //
@@ -9,7 +12,7 @@
 // source.Value(name, value, extra). extra always holds "key", the key as the
 // backend spells it (the KV key, the variable name, the etcd or Redis key, the
 // flattened file path), and "source", the backend type; a value from a Redis
-// hash also has "field". Nothing volatile (revisions, times) is kept, so a
+// hash also has "field", and a Consul service's value "service". Nothing volatile (revisions, times) is kept, so a
 // value that did not change gives the same object.
 //
 // Run follows the source.Source contract. The first complete read is given
@@ -139,4 +142,55 @@
 // changes are seen at the next full read, every Rescan, which happens in any
 // case. A lost subscription is reported, re-established with backoff, and
 // followed by a full read, since notifications sent meanwhile are lost.
+//
+// # consul: Consul
+//
+// src.Address (default DefaultConsulAddress; "host:port" or an http:// or
+// https:// URL), src.Datacenter, and the ACL token from token_env or
+// token_file (without either, the client's CONSUL_HTTP_TOKEN applies, as
+// for Consul's own tools). A Consul key has no leading slash: the key
+// "myapp/database/url" is the path /myapp/database/url, and "key" holds the
+// Consul spelling. Keys ending in "/" are the folders Consul's UI creates
+// and give nothing. A selector S lists the keys starting with S without its
+// leading slash (the root selector: every key) and keeps those the
+// selector selects. Each selector is then followed with a blocking query
+// from the index of its last answer; an answer with a new index is
+// compared with the last one, key by key, into upserts and deletes. As
+// Consul's documentation of blocking queries asks, an index that goes
+// backwards (a snapshot restored, a store reset) makes the next query start
+// over from index 0, and an index of 0 is taken as 1. A failed query is
+// reported as a problem and everything is read again with backoff.
+//
+// src.Services names catalog services: each gives the value named
+// ConsulServiceName(service) ("service:web"), a list of its instances
+// whose health checks all pass, as consul-template's service function gives
+// them: one ConsulInstance each ({"id", "service", "node", "datacenter",
+// "address" (the service's address, else its node's), "port", "tags",
+// "meta"}), sorted by node and id; a service with no healthy instance, or
+// none at all, gives an empty list. Each service is followed with its own
+// blocking query. A template ranges over it:
+//
+//	{% for i in values["service:web"] %}
+//	    server {{ i.node }}-{{ i.id }} {{ i.address }}:{{ i.port }}
+//	{% endfor %}
+//
+// # zookeeper: ZooKeeper
+//
+// src.Endpoints ("host:port" of each server of the ensemble), and digest
+// credentials: src.Username and the password from password_env or
+// password_file, added to the session (and again after every reconnection).
+// Keys are znode paths. As in confd, a value is a znode with no children,
+// and its data is the value: a znode that gets a child stops being a value,
+// and one whose last child goes becomes one again. ZooKeeper's own
+// /zookeeper subtree is read only when a selector names it or a path below
+// it. A selector S reads the znode S and the tree below it, setting a data
+// and a child watch on each znode (an exists watch on S while it does not
+// exist). Watches fire once: each event reads its znode again, which arms
+// its watches again, reads the children that appeared and forgets those
+// that went; a watch still armed is not set twice, so full reads do not
+// pile up watches. A lost connection or session is reported as a problem,
+// and everything is read again, with backoff, once the client has
+// reconnected by itself. A znode the credentials may not read is reported
+// as a problem (ErrUnavailable, "not authenticated") and keeps the
+// listing from completing.
 package kv

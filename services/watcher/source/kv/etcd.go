@@ -47,7 +47,7 @@ func newEtcd(b base, src config.Source, o options) (*etcdSource, error) {
 			return nil, fmt.Errorf("%w: an endpoint is empty", ErrConfig)
 		}
 	}
-	pass, err := password(src.PasswordEnv, o.environ)
+	pass, err := secret("password", src.PasswordEnv, src.PasswordFile, o.environ)
 	if err != nil {
 		return nil, err
 	}

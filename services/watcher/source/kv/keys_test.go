@@ -237,7 +237,7 @@ func TestNew(t *testing.T) {
 		opts []Option
 		err  string // "" when New must succeed
 	}{
-		{name: "unknown type", src: config.Source{Type: "consul"}, err: `type "consul" is not a key-value source`},
+		{name: "unknown type", src: config.Source{Type: "vault"}, err: `type "vault" is not a key-value source`},
 		{name: "manifests is not a kv source", src: config.Source{Type: config.SourceManifests, Path: "/x"}, err: "not a key-value source"},
 		{name: "negative rescan", src: config.Source{Type: config.SourceEnv, Rescan: config.Duration(-time.Second)}, err: "rescan"},
 		{name: "key leaves prefix", src: config.Source{Type: config.SourceEnv, Prefix: "/a", Keys: []string{"../b"}}, err: "leaves the prefix"},
@@ -257,6 +257,11 @@ func TestNew(t *testing.T) {
 		{name: "etcd empty password", src: config.Source{Type: config.SourceEtcd, Endpoints: []string{"x:1"}, Username: "u", PasswordEnv: "EMPTY"}, opts: []Option{environ}, err: "EMPTY is not set"},
 		{name: "etcd user without password", src: config.Source{Type: config.SourceEtcd, Endpoints: []string{"x:1"}, Username: "u"}, err: "go together"},
 		{name: "etcd", src: config.Source{Type: config.SourceEtcd, Endpoints: []string{"x:1"}, Username: "u", PasswordEnv: "PW"}, opts: []Option{environ}},
+		{name: "etcd password file", src: config.Source{Type: config.SourceEtcd, Endpoints: []string{"x:1"}, Username: "u", PasswordFile: "/nonexistent/pw"}, err: "password_file: open /nonexistent/pw"},
+		{name: "consul", src: config.Source{Type: config.SourceConsul}},
+		{name: "consul with token and services", src: config.Source{Type: config.SourceConsul, Address: "https://consul:8501", TokenEnv: "PW", Services: []string{"web"}}, opts: []Option{environ}},
+		{name: "zookeeper needs endpoints", src: config.Source{Type: config.SourceZookeeper}, err: "endpoints are required"},
+		{name: "zookeeper", src: config.Source{Type: config.SourceZookeeper, Endpoints: []string{"x:2181"}, Username: "u", PasswordEnv: "PW"}, opts: []Option{environ}},
 		{name: "redis needs an address", src: config.Source{Type: config.SourceRedis}, err: "address is required"},
 		{name: "redis bad address", src: config.Source{Type: config.SourceRedis, Address: "localhost"}, err: "host:port"},
 		{name: "redis bad url", src: config.Source{Type: config.SourceRedis, Address: "redis://x:1/notanumber"}, err: "address"},

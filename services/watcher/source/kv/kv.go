@@ -92,7 +92,8 @@ func WithBackoff(first, max time.Duration) Option {
 }
 
 // New builds the source of src.Type (config.SourceNATSKV, SourceEnv,
-// SourceFile, SourceEtcd or SourceRedis) and checks its options: the
+// SourceFile, SourceEtcd, SourceRedis, SourceConsul or SourceZookeeper) and
+// checks its options: the
 // prefix and keys, and what the backend needs. Nothing is contacted before
 // Run. Every error wraps ErrConfig.
 func New(src config.Source, opts ...Option) (source.Source, error) {
@@ -134,9 +135,13 @@ func New(src config.Source, opts ...Option) (source.Source, error) {
 		s, err = newEtcd(b, src, o)
 	case config.SourceRedis:
 		s, err = newRedis(b, src, o)
+	case config.SourceConsul:
+		s, err = newConsul(b, src, o)
+	case config.SourceZookeeper:
+		s, err = newZookeeper(b, src, o)
 	default:
 		err = fmt.Errorf("%w: type %q is not a key-value source (known: %s)", ErrConfig, src.Type,
-			strings.Join([]string{config.SourceNATSKV, config.SourceEnv, config.SourceFile, config.SourceEtcd, config.SourceRedis}, ", "))
+			strings.Join([]string{config.SourceNATSKV, config.SourceEnv, config.SourceFile, config.SourceEtcd, config.SourceRedis, config.SourceConsul, config.SourceZookeeper}, ", "))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s source %q: %w", src.Type, src.Name, err)
@@ -172,17 +177,33 @@ func (b *base) unavailable(err error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w: %s: %w", b.typ, ErrUnavailable, fmt.Sprintf(format, args...), err)
 }
 
-// password returns the value of the variable named by passwordEnv, or ""
-// when none is named; a named variable that is unset or empty is an error.
-func password(passwordEnv string, environ func() []string) (string, error) {
-	if passwordEnv == "" {
-		return "", nil
+// secret returns the secret called what (password, token) from the
+// variable named by env or the file named by file (its content without
+// the trailing line end), or "" when neither is named. Naming both, a
+// variable that is unset or empty, and a file that cannot be read or is
+// empty are errors; none of them shows the secret.
+func secret(what, env, file string, environ func() []string) (string, error) {
+	switch {
+	case env != "" && file != "":
+		return "", fmt.Errorf("%w: %s_env and %s_file exclude each other", ErrConfig, what, what)
+	case env != "":
+		v, ok := lookupEnv(environ(), env)
+		if !ok || v == "" {
+			return "", fmt.Errorf("%w: %s_env: the variable %s is not set", ErrConfig, what, env)
+		}
+		return v, nil
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s_file: %w", ErrConfig, what, err)
+		}
+		v := strings.TrimRight(string(data), "\r\n")
+		if v == "" {
+			return "", fmt.Errorf("%w: %s_file: %s is empty", ErrConfig, what, file)
+		}
+		return v, nil
 	}
-	v, ok := lookupEnv(environ(), passwordEnv)
-	if !ok || v == "" {
-		return "", fmt.Errorf("%w: password_env: the variable %s is not set", ErrConfig, passwordEnv)
-	}
-	return v, nil
+	return "", nil
 }
 
 func lookupEnv(environ []string, name string) (string, bool) {

@@ -66,7 +66,10 @@ func (r *recorder) check(o store.Object) {
 		r.violations = append(r.violations, fmt.Sprintf("object %q has body name %v", o.Name, o.Body["name"]))
 	}
 	if _, ok := o.Body["value"].(string); !ok {
-		r.violations = append(r.violations, fmt.Sprintf("object %q has no string value", o.Name))
+		// Only a Consul service's value is a list (of instances).
+		if _, list := o.Body["value"].([]any); !list || o.Body["service"] == nil {
+			r.violations = append(r.violations, fmt.Sprintf("object %q has no string value", o.Name))
+		}
 	}
 }
 

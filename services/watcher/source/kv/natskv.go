@@ -55,7 +55,7 @@ func newNATS(b base, src config.Source, o options) (*natsSource, error) {
 		}
 	}
 	if s.nc == nil {
-		pass, err := password(src.PasswordEnv, o.environ)
+		pass, err := secret("password", src.PasswordEnv, src.PasswordFile, o.environ)
 		if err != nil {
 			return nil, err
 		}

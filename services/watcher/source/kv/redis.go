@@ -62,7 +62,7 @@ func newRedis(b base, src config.Source, o options) (*redisSource, error) {
 		}
 		opts = &redis.Options{Addr: src.Address, DB: src.Database}
 	}
-	pass, err := password(src.PasswordEnv, o.environ)
+	pass, err := secret("password", src.PasswordEnv, src.PasswordFile, o.environ)
 	if err != nil {
 		return nil, err
 	}

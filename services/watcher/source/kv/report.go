@@ -3,6 +3,7 @@ package kv
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,16 +16,35 @@ import (
 // entry is one value and where it came from.
 type entry struct {
 	value string
+	// data, when set, is the value as JSON (a structured value such as a
+	// Consul service's instances); value is then unused.
+	data  string
 	key   string // the backend's key
 	field string // the Redis hash field, "" otherwise
+	// origin tells apart keys of different kinds in one source (a Consul
+	// service and a KV key); "" for keys of the store.
+	origin string
 }
 
 func (e entry) compare(o entry) int {
-	return cmp.Or(cmp.Compare(e.key, o.key), cmp.Compare(e.field, o.field))
+	return cmp.Or(cmp.Compare(e.origin, o.origin), cmp.Compare(e.key, o.key), cmp.Compare(e.field, o.field))
+}
+
+// ref names the backend key the entry comes from, unique across origins.
+func (e entry) ref() string { return ref(e.origin, e.key) }
+
+func ref(origin, key string) string {
+	if origin == "" {
+		return key
+	}
+	return origin + "\x00" + key
 }
 
 func (e entry) String() string {
-	if e.field != "" {
+	switch {
+	case e.origin != "":
+		return fmt.Sprintf("%s %q", e.origin, e.key)
+	case e.field != "":
 		return fmt.Sprintf("%q field %q", e.key, e.field)
 	}
 	return fmt.Sprintf("%q", e.key)
@@ -131,7 +151,18 @@ func (r *reporter) object(name string, e entry) store.Object {
 	if e.field != "" {
 		extra["field"] = e.field
 	}
-	return source.Value(name, e.value, extra)
+	if e.origin != "" {
+		extra[e.origin] = e.key
+	}
+	o := source.Value(name, e.value, extra)
+	if e.data != "" {
+		// The data was written by json.Marshal: it decodes.
+		var v any
+		if err := json.Unmarshal([]byte(e.data), &v); err == nil {
+			o.Body["value"] = v
+		}
+	}
+	return o
 }
 
 // replace gives the sink the complete listing, and marks the first one
@@ -179,7 +210,7 @@ func (r *reporter) index() {
 	}
 	r.byKey = make(map[string][]string, len(r.cur))
 	for name, e := range r.cur {
-		r.byKey[e.key] = append(r.byKey[e.key], name)
+		r.byKey[e.ref()] = append(r.byKey[e.ref()], name)
 	}
 }
 
@@ -187,6 +218,11 @@ func (r *reporter) index() {
 // with Upsert and Delete: names k gave before and not now are deleted.
 // A name already given by another key stays with the key that sorts first.
 func (r *reporter) setKey(ctx context.Context, k string, vals map[string]entry) error {
+	return r.setRef(ctx, k, vals)
+}
+
+// setRef is setKey for the key of any origin: k is entry.ref().
+func (r *reporter) setRef(ctx context.Context, k string, vals map[string]entry) error {
 	r.index()
 	var errs []error
 	for _, name := range slices.Clone(r.byKey[k]) {
@@ -218,7 +254,7 @@ func (r *reporter) setKey(ctx context.Context, k string, vals map[string]entry) 
 		if ok && old == e {
 			continue
 		}
-		if ok && old.key != k {
+		if ok && old.ref() != k {
 			if e.compare(old) > 0 {
 				r.sink.Problem(ctx, fmt.Errorf("%s: %w: %s and %s both give the value %q; %s is used", r.typ, ErrInvalidData, old, e, name, old))
 				continue
@@ -235,7 +271,7 @@ func (r *reporter) setKey(ctx context.Context, k string, vals map[string]entry) 
 			r.drop(name)
 		}
 		r.cur[name] = e
-		r.byKey[e.key] = append(r.byKey[e.key], name)
+		r.byKey[e.ref()] = append(r.byKey[e.ref()], name)
 	}
 	return errors.Join(errs...)
 }
@@ -247,10 +283,10 @@ func (r *reporter) drop(name string) {
 		return
 	}
 	delete(r.cur, name)
-	names := slices.DeleteFunc(r.byKey[e.key], func(n string) bool { return n == name })
+	names := slices.DeleteFunc(r.byKey[e.ref()], func(n string) bool { return n == name })
 	if len(names) == 0 {
-		delete(r.byKey, e.key)
+		delete(r.byKey, e.ref())
 	} else {
-		r.byKey[e.key] = names
+		r.byKey[e.ref()] = names
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -215,5 +217,65 @@ func (r *redisServer) do(t testing.TB, args ...any) {
 	defer cancel()
 	if err := r.client.Do(ctx, args...).Err(); err != nil && err != redis.Nil {
 		t.Fatalf("redis %v: %v", args, err)
+	}
+}
+
+// zookeeper
+
+// zkServer is a ZooKeeper server with a client to change its znodes.
+type zkServer struct {
+	*testkit.ZooKeeper
+	conn *zk.Conn
+}
+
+func startZooKeeper(t testing.TB) *zkServer {
+	t.Helper()
+	srv := testkit.StartZooKeeper(t)
+	conn, _, err := zk.Connect([]string{srv.Addr}, 10*time.Second, zk.WithLogger(zkNopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return &zkServer{ZooKeeper: srv, conn: conn}
+}
+
+// put sets the znode key to value, creating it and its missing parents
+// (empty) in one transaction, so that no parent is ever seen as a leaf.
+func (z *zkServer) put(t testing.TB, key, value string, acl ...zk.ACL) {
+	t.Helper()
+	if len(acl) == 0 {
+		acl = zk.WorldACL(zk.PermAll)
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		ok, _, err := z.conn.Exists(key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			_, err = z.conn.Set(key, []byte(value), -1)
+			return err
+		}
+		var ops []any
+		segs := strings.Split(strings.TrimPrefix(key, "/"), "/")
+		for i := range segs[:len(segs)-1] {
+			p := "/" + strings.Join(segs[:i+1], "/")
+			ok, _, err := z.conn.Exists(p)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				ops = append(ops, &zk.CreateRequest{Path: p, Acl: zk.WorldACL(zk.PermAll)})
+			}
+		}
+		ops = append(ops, &zk.CreateRequest{Path: key, Data: []byte(value), Acl: acl})
+		_, err = z.conn.Multi(ops...)
+		return err
+	})
+}
+
+func (z *zkServer) del(t testing.TB, key string) {
+	t.Helper()
+	if err := z.conn.Delete(key, -1); err != nil {
+		t.Fatalf("zookeeper delete %s: %v", key, err)
 	}
 }
