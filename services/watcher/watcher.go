@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -333,6 +334,36 @@ func (k *sink) Replace(ctx context.Context, typ string, objects []store.Object) 
 	defer span.End()
 	start := time.Now()
 	res, err := k.store.ApplyType(ctx, typ, objects, k.initial(typ))
+	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
+	k.m.applies.WithLabelValues(k.source, typ, "put").Add(float64(res.Put))
+	k.m.applies.WithLabelValues(k.source, typ, "delete").Add(float64(res.Deleted))
+	k.counted(typ)
+	if err != nil {
+		return fmt.Errorf("store %s %s: %w", k.source, typ, err)
+	}
+	if res.Put+res.Deleted > 0 {
+		k.env.Log.InfoContext(ctx, "source applied", "source", k.source, "type", typ, "put", res.Put, "deleted", res.Deleted, "unchanged", res.Unchanged)
+	}
+	return nil
+}
+
+// ReplacePages stores a complete listing of one type page by page: each
+// page is written as it comes, and what no page held is deleted after the
+// last. A listing that ends with an error deletes nothing.
+func (k *sink) ReplacePages(ctx context.Context, typ string, pages iter.Seq2[[]store.Object, error]) error {
+	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher apply "+k.source)
+	defer span.End()
+	start := time.Now()
+	l := k.store.BeginType(typ, k.initial(typ))
+	for page, err := range pages {
+		if err != nil {
+			k.counted(typ)
+			return err
+		}
+		_, _ = l.Put(ctx, page) // a failed write fails Finish too
+		k.counted(typ)
+	}
+	res, err := l.Finish(ctx)
 	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
 	k.m.applies.WithLabelValues(k.source, typ, "put").Add(float64(res.Put))
 	k.m.applies.WithLabelValues(k.source, typ, "delete").Add(float64(res.Deleted))

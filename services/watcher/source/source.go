@@ -19,6 +19,7 @@ package source
 
 import (
 	"context"
+	"iter"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/services/watcher/store"
@@ -37,6 +38,34 @@ type Sink interface {
 	Synced(ctx context.Context, typ string, problems []string) error
 	// Problem reports passing trouble: logged, counted and kept in status.
 	Problem(ctx context.Context, err error)
+}
+
+// PageSink is a Sink that takes a complete listing page by page, so that a
+// source listing many objects need not hold them all at once.
+type PageSink interface {
+	// ReplacePages sets the complete set of one type's objects: those of
+	// every page pages yields. Each page is stored as it comes; what no
+	// page held is deleted once the last has come. A page yielded with an
+	// error ends the listing: that error is returned and nothing is
+	// deleted.
+	ReplacePages(ctx context.Context, typ string, pages iter.Seq2[[]store.Object, error]) error
+}
+
+// ReplacePages reports a complete listing of typ to sink page by page when
+// it is a PageSink, else gathered into one Replace. It returns the first
+// error of pages or of the sink.
+func ReplacePages(ctx context.Context, sink Sink, typ string, pages iter.Seq2[[]store.Object, error]) error {
+	if p, ok := sink.(PageSink); ok {
+		return p.ReplacePages(ctx, typ, pages)
+	}
+	var all []store.Object
+	for page, err := range pages {
+		if err != nil {
+			return err
+		}
+		all = append(all, page...)
+	}
+	return sink.Replace(ctx, typ, all)
 }
 
 // Source is one place of state.

@@ -196,32 +196,46 @@ func (s *Store) apply(ctx context.Context, types []string, objects []Object, ini
 		return Result{}, err
 	}
 	res := Result{Counts: map[string]int{}}
-	prefixes := make([]string, len(types))
-	for i, t := range types {
+	for _, t := range types {
 		res.Counts[t] = 0
-		prefixes[i] = msg.ResourcePrefix(s.source, t)
 	}
 	want := make(map[string]bool, len(objects))
 	for _, o := range objects {
-		want[msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)] = true
+		want[keyOf(s.source, o)] = true
 		res.Counts[o.Type]++
 	}
 	var errs []error
 	res.Put, res.Unchanged, errs = s.putAll(ctx, objects, initial)
+	deleted, derrs := s.prune(ctx, types, func(key string) bool { return want[key] })
+	res.Deleted = deleted
+	return res, errors.Join(append(errs, derrs...)...)
+}
+
+// prune deletes every known key of types that want does not keep.
+func (s *Store) prune(ctx context.Context, types []string, want func(key string) bool) (deleted int, errs []error) {
+	prefixes := make([]string, len(types))
+	for i, t := range types {
+		prefixes[i] = msg.ResourcePrefix(s.source, t)
+	}
 	for key := range s.known {
-		if want[key] || !hasAnyPrefix(key, prefixes) {
+		if want(key) || !hasAnyPrefix(key, prefixes) {
 			continue
 		}
-		deleted, err := s.delete(ctx, key)
+		ok, err := s.delete(ctx, key)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if deleted {
-			res.Deleted++
+		if ok {
+			deleted++
 		}
 	}
-	return res, errors.Join(errs...)
+	return deleted, errs
+}
+
+// keyOf is the resource key of o.
+func keyOf(source string, o Object) string {
+	return msg.ResourceKey(source, o.Type, o.Namespace, o.Name)
 }
 
 // UpsertAll writes each of objects whose content changed, pipelined as an
