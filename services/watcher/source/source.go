@@ -18,8 +18,11 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"iter"
+	"slices"
+	"strings"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/services/watcher/store"
@@ -43,29 +46,40 @@ type Sink interface {
 // PageSink is a Sink that takes a complete listing page by page, so that a
 // source listing many objects need not hold them all at once.
 type PageSink interface {
-	// ReplacePages sets the complete set of one type's objects: those of
-	// every page pages yields. Each page is stored as it comes; what no
-	// page held is deleted once the last has come. A page yielded with an
-	// error ends the listing: that error is returned and nothing is
-	// deleted.
-	ReplacePages(ctx context.Context, typ string, pages iter.Seq2[[]store.Object, error]) error
+	// ReplacePages sets the complete set of the objects of types: those of
+	// every page pages yields (each object of one of types). Each page is
+	// stored as it comes; what no page held is deleted once the last has
+	// come. A page yielded with an error ends the listing: that error is
+	// returned and nothing is deleted.
+	ReplacePages(ctx context.Context, types []string, pages iter.Seq2[[]store.Object, error]) error
 }
 
-// ReplacePages reports a complete listing of typ to sink page by page when
-// it is a PageSink, else gathered into one Replace. It returns the first
-// error of pages or of the sink.
-func ReplacePages(ctx context.Context, sink Sink, typ string, pages iter.Seq2[[]store.Object, error]) error {
+// ReplacePages reports a complete listing of types to sink page by page
+// when it is a PageSink, else gathered into one Replace per type, in the
+// order of types. It returns the first error of pages or of the sink.
+func ReplacePages(ctx context.Context, sink Sink, types []string, pages iter.Seq2[[]store.Object, error]) error {
 	if p, ok := sink.(PageSink); ok {
-		return p.ReplacePages(ctx, typ, pages)
+		return p.ReplacePages(ctx, types, pages)
 	}
-	var all []store.Object
+	byType := map[string][]store.Object{}
 	for page, err := range pages {
 		if err != nil {
 			return err
 		}
-		all = append(all, page...)
+		for _, o := range page {
+			byType[o.Type] = append(byType[o.Type], o)
+		}
 	}
-	return sink.Replace(ctx, typ, all)
+	for _, typ := range types {
+		objs := byType[typ]
+		slices.SortFunc(objs, func(a, b store.Object) int {
+			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+		})
+		if err := sink.Replace(ctx, typ, objs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Source is one place of state.

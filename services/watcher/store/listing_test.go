@@ -18,7 +18,7 @@ func TestListingPages(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := s.BeginType("services", false)
+	l := s.BeginTypes([]string{"services"}, false)
 	res, err := l.Put(ctx, []store.Object{svc("a", 1), svc("b", 2)})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestListingFailedDelete(t *testing.T) {
 	if _, err := s.Apply(ctx, []store.Object{svc("a", 1), svc("old", 1)}, true); err != nil {
 		t.Fatal(err)
 	}
-	l := s.BeginType("services", false)
+	l := s.BeginTypes([]string{"services"}, false)
 	if _, err := l.Put(ctx, []store.Object{svc("a", 2)}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestListingFailedDelete(t *testing.T) {
 		t.Error("old deleted though its delete failed")
 	}
 	f.failing.Store(false)
-	l = s.BeginType("services", false)
+	l = s.BeginTypes([]string{"services"}, false)
 	if _, err := l.Put(ctx, []store.Object{svc("a", 2)}); err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,9 @@ const AckWait = 30 * time.Second
 type Result struct {
 	Put, Deleted, Unchanged int
 	Counts                  map[string]int // desired objects by type
+	// PutByType and DeletedByType split Put and Deleted by type (set by
+	// a Listing only).
+	PutByType, DeletedByType map[string]int
 }
 
 type entry struct {

@@ -814,7 +814,8 @@ type pager struct{ *recorder }
 
 var _ source.PageSink = pager{}
 
-func (p pager) ReplacePages(_ context.Context, typ string, pages iter.Seq2[[]store.Object, error]) error {
+func (p pager) ReplacePages(_ context.Context, types []string, pages iter.Seq2[[]store.Object, error]) error {
+	typ := types[0]
 	for page, err := range pages {
 		if err != nil {
 			return err

@@ -358,7 +358,7 @@ func (f *follower) list(ctx context.Context, sink source.Sink) (string, error) {
 			opts.Continue = l.GetContinue()
 		}
 	}
-	err := source.ReplacePages(ctx, sink, f.t.name, pages)
+	err := source.ReplacePages(ctx, sink, []string{f.t.name}, pages)
 	switch {
 	case err == nil:
 		return rv, nil
