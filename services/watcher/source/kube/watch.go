@@ -161,6 +161,10 @@ func (s *Source) follow(ctx context.Context, t *watchedType, m *meta.RESTMapping
 			return false
 		case stepGone:
 			return true
+		case stepAgain:
+			if !f.pause(ctx) {
+				return false
+			}
 		}
 	}
 }
@@ -244,7 +248,8 @@ func (f *follower) pause(ctx context.Context) bool {
 }
 
 // follow takes in the events of w until it ends (stepOn: watch again), its
-// version expired (list again), ctx is done or the resource went away.
+// version expired (list again), it failed (stepAgain: watch again after the
+// backoff), ctx is done or the resource went away.
 // Resyncs, requested or periodic, list meanwhile.
 func (f *follower) follow(ctx context.Context, w watch.Interface, resyncC <-chan time.Time) step {
 	for {
@@ -258,13 +263,19 @@ func (f *follower) follow(ctx context.Context, w watch.Interface, resyncC <-chan
 			if st, end := f.event(ctx, e); end {
 				return st
 			}
+			f.backoff = min(time.Second, f.s.retry) // the watch works
 		case <-resyncC:
 			if _, err := f.list(ctx, f.r.sink); apierrors.IsNotFound(err) {
 				return stepGone
 			}
 		case <-f.retry.C:
-			if _, err := f.list(ctx, f.r.sink); apierrors.IsNotFound(err) {
+			_, err := f.list(ctx, f.r.sink)
+			var lerr *listError
+			switch {
+			case apierrors.IsNotFound(err):
 				return stepGone
+			case errors.As(err, &lerr) && ctx.Err() == nil:
+				f.retry.Reset(sinkRetry) // the sink still waits for a whole listing
 			}
 		case req := <-f.t.requests:
 			_, err := f.list(ctx, req.sink)
@@ -314,7 +325,7 @@ func (f *follower) event(ctx context.Context, e watch.Event) (st step, end bool)
 			return stepGone, true
 		}
 		f.r.problem(ctx, fmt.Errorf("type %s: watch %s: %w", f.t.name, f.t.describe(), err))
-		return stepOn, true
+		return stepAgain, true // watch again after the backoff
 	}
 	return stepOn, false
 }
