@@ -51,16 +51,26 @@ func BenchmarkWatcherProcess(b *testing.B) {
 	// runtime, the binary's code and data mapped from its file).
 	b.Run("manifests-30", manifests(10))
 	b.Run("manifests-30k", manifests(apps))
-	b.Run("kube-30k", func(b *testing.B) {
-		k := testkit.Kube(b)
-		createMix(b, k.Clientset, "proc", 3*apps)
-		cfg := filepath.Join(b.TempDir(), "weft.yaml")
-		if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeCfg, k.Kubeconfig), 0o644); err != nil {
-			b.Fatal(err)
+	kube := func(apps int) func(b *testing.B) {
+		return func(b *testing.B) {
+			k := testkit.Kube(b)
+			createMix(b, k.Clientset, "proc", 3*apps)
+			cfg := filepath.Join(b.TempDir(), "weft.yaml")
+			if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeCfg, k.Kubeconfig), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				runProcess(b, bin, cfg, "k", 3*apps)
+			}
 		}
-		for b.Loop() {
-			runProcess(b, bin, cfg, "k", 3*apps)
+	}
+	b.Run("kube-30k", kube(apps))
+	// 100,000 objects take the API server minutes to create: on request.
+	b.Run("kube-100k", func(b *testing.B) {
+		if os.Getenv("WEFT_BENCH_KUBE_100K") == "" {
+			b.Skip("set WEFT_BENCH_KUBE_100K=1 to run it (creating 100,002 objects takes minutes)")
 		}
+		kube(33_334)(b)
 	})
 }
 

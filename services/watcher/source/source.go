@@ -4,7 +4,9 @@
 // Sink (the watcher) stores it, announces changes and marks initial sync.
 //
 // Contract for a Source: Run reports each type's first complete listing with
-// Replace and then Synced, then follows changes with Upsert and Delete (or
+// Replace (or page by page with ReplacePages, which gives a PageSink the
+// pages as they are read and any other Sink one Replace per type) and then
+// Synced, then follows changes with Upsert and Delete (or
 // further Replaces: a periodic full re-read is the safety net against a
 // missed event), until ctx is done, when it returns nil. Run returns an
 // error only when the source cannot work at all (bad configuration,

@@ -17,8 +17,10 @@ import (
 // Source is a folder of manifests as a weft source (source.Source). It
 // follows the folder with Watcher.RunDeltas and holds no object: per file,
 // only the identities of its last good objects, and per identity the files
-// holding it. The first pass reports each watched type's complete set with
-// Replace; every later pass reports the objects of the files that were
+// holding it. The first pass reports the watched types' complete set a
+// chunk of files at a time (source.ReplacePages; with one Replace per type
+// when the sink takes no pages), so the whole folder is never held at once;
+// every later pass reports the objects of the files that were
 // read again, many at once when the sink can (the sink's store skips those
 // whose content did not change), and deletes the identities no file holds
 // any more, so that an edit costs what it changed, whatever the size of
