@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -193,7 +194,11 @@ targets: {}
 // BenchmarkIngestNATSKV writes 1,000 keys of a NATS KV bucket that a natskv
 // source follows and measures puts to change messages per second, beside
 // raw JetStream publishes of the same number of messages in the same run.
-// The puts are in the measured time: they are the changes.
+// The puts are in the measured time: they are the changes. It also reports
+// how long the puts took (puts/s: they share the machine with the watcher)
+// and how long after the last put returned the last change message came
+// (ms-lag-after-last-put, from a subscription to the change messages): the
+// watcher's own delay.
 func BenchmarkIngestNATSKV(b *testing.B) {
 	const keys = 1_000
 	bus := testkit.NATS(b)
@@ -216,17 +221,50 @@ func BenchmarkIngestNATSKV(b *testing.B) {
 	filter := msg.ChangeSubject("v", config.ValuesType)
 	waitChanges(b, bus, filter, keys)
 	value := strings.Repeat("v", 100)
-	var weft, raw time.Duration
+	var (
+		mu       sync.Mutex
+		seen     int
+		lastSeen time.Time
+	)
+	sub, err := bus.NC.Subscribe(filter, func(*nats.Msg) {
+		mu.Lock()
+		seen++
+		lastSeen = time.Now()
+		mu.Unlock()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var weft, raw, puts, lag time.Duration
 	for i := 0; b.Loop(); i++ {
 		base := changeCount(b, bus, filter)
+		mu.Lock()
+		seen = 0
+		mu.Unlock()
 		start := time.Now()
 		for j := range keys {
 			if _, err := kv.PutString(ctx, fmt.Sprintf("app.key%04d", j), fmt.Sprintf("%d-%s", i+1, value)); err != nil {
 				b.Fatal(err)
 			}
 		}
+		putsDone := time.Now()
 		waitChanges(b, bus, filter, base+keys)
 		weft += time.Since(start)
+		b.StopTimer()
+		testkit.Eventually(b, time.Minute, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if seen < keys {
+				return fmt.Errorf("%d of %d change messages received", seen, keys)
+			}
+			return nil
+		})
+		mu.Lock()
+		puts += putsDone.Sub(start)
+		lag += max(0, lastSeen.Sub(putsDone))
+		mu.Unlock()
+		b.StartTimer()
 		b.StopTimer()
 		msgs := make([][]byte, keys)
 		for j := range msgs {
@@ -239,6 +277,8 @@ func BenchmarkIngestNATSKV(b *testing.B) {
 	b.ReportMetric(n/weft.Seconds(), "changes/s")
 	b.ReportMetric(n/raw.Seconds(), "raw-publish/s")
 	b.ReportMetric(raw.Seconds()/weft.Seconds(), "x-raw")
+	b.ReportMetric(n/puts.Seconds(), "puts/s")
+	b.ReportMetric(float64(lag.Milliseconds())/float64(b.N), "ms-lag-after-last-put")
 }
 
 // BenchmarkHeapAfterSync reports the heap held once a source of N objects

@@ -19,8 +19,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -342,6 +344,44 @@ func (k *sink) Replace(ctx context.Context, typ string, objects []store.Object) 
 	}
 	if res.Put+res.Deleted > 0 {
 		k.env.Log.InfoContext(ctx, "source applied", "source", k.source, "type", typ, "put", res.Put, "deleted", res.Deleted, "unchanged", res.Unchanged)
+	}
+	return nil
+}
+
+// ReplacePages stores a complete listing of types page by page: each page
+// is written as it comes, and what no page held is deleted after the last.
+// A listing that ends with an error deletes nothing.
+func (k *sink) ReplacePages(ctx context.Context, types []string, pages iter.Seq2[[]store.Object, error]) error {
+	ctx, span := k.env.Tracer.Tracer(Service).Start(ctx, "watcher apply "+k.source)
+	defer span.End()
+	start := time.Now()
+	initial := slices.ContainsFunc(types, k.initial)
+	l := k.store.BeginTypes(types, initial)
+	counted := func() {
+		for _, typ := range types {
+			k.counted(typ)
+		}
+	}
+	for page, err := range pages {
+		if err != nil {
+			counted()
+			return err
+		}
+		_, _ = l.Put(ctx, page) // a failed write fails Finish too
+		counted()
+	}
+	res, err := l.Finish(ctx)
+	k.m.duration.WithLabelValues(k.source).Observe(time.Since(start).Seconds())
+	counted()
+	for _, typ := range types {
+		k.m.applies.WithLabelValues(k.source, typ, "put").Add(float64(res.PutByType[typ]))
+		k.m.applies.WithLabelValues(k.source, typ, "delete").Add(float64(res.DeletedByType[typ]))
+	}
+	if err != nil {
+		return fmt.Errorf("store %s %s: %w", k.source, strings.Join(types, ", "), err)
+	}
+	if res.Put+res.Deleted > 0 {
+		k.env.Log.InfoContext(ctx, "source applied", "source", k.source, "types", types, "put", res.Put, "deleted", res.Deleted, "unchanged", res.Unchanged)
 	}
 	return nil
 }

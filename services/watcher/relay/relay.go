@@ -6,7 +6,9 @@
 // Because announcing follows the write instead of accompanying it, a writer
 // that dies between writing and announcing loses no change. The trace
 // context and the initial-listing mark of the write travel on to the
-// change message.
+// change message. The hash and resource version come from the write's
+// headers (msg.HeaderResourceHash, msg.HeaderResourceVersion), so the
+// value is decoded only for a write made without them.
 //
 // Workers handlers run at once on the consumer, so that announcing keeps up
 // with pipelined writes: change messages of different keys (and, rarely,
@@ -109,11 +111,17 @@ func (r *Relay) Handle(ctx context.Context, m jetstream.Msg) error {
 	case msg.KVOpDelete, msg.KVOpPurge:
 		c.Op = msg.OpDelete
 	default:
+		c.Op = msg.OpPut
+		if h := m.Headers(); h.Get(msg.HeaderResourceHash) != "" {
+			c.Hash, c.ResourceVersion = h.Get(msg.HeaderResourceHash), h.Get(msg.HeaderResourceVersion)
+			break
+		}
+		// Written without the headers: read them from the value.
 		var res msg.Resource
 		if err := msg.Decode(m.Data(), &res); err != nil {
 			return err
 		}
-		c.Op, c.Hash, c.ResourceVersion = msg.OpPut, res.Hash, res.ResourceVersion
+		c.Hash, c.ResourceVersion = res.Hash, res.ResourceVersion
 	}
 	c.Initial = m.Headers().Get(msg.HeaderInitial) == "true"
 	if _, err := bus.Publish(ctx, r.pub, msg.ChangeSubject(source, typ), msg.ChangeID(key, c.Revision), c); err != nil {

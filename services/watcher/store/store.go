@@ -78,6 +78,9 @@ const AckWait = 30 * time.Second
 type Result struct {
 	Put, Deleted, Unchanged int
 	Counts                  map[string]int // desired objects by type
+	// PutByType and DeletedByType split Put and Deleted by type (set by
+	// a Listing only).
+	PutByType, DeletedByType map[string]int
 }
 
 type entry struct {
@@ -196,32 +199,46 @@ func (s *Store) apply(ctx context.Context, types []string, objects []Object, ini
 		return Result{}, err
 	}
 	res := Result{Counts: map[string]int{}}
-	prefixes := make([]string, len(types))
-	for i, t := range types {
+	for _, t := range types {
 		res.Counts[t] = 0
-		prefixes[i] = msg.ResourcePrefix(s.source, t)
 	}
 	want := make(map[string]bool, len(objects))
 	for _, o := range objects {
-		want[msg.ResourceKey(s.source, o.Type, o.Namespace, o.Name)] = true
+		want[keyOf(s.source, o)] = true
 		res.Counts[o.Type]++
 	}
 	var errs []error
 	res.Put, res.Unchanged, errs = s.putAll(ctx, objects, initial)
+	deleted, derrs := s.prune(ctx, types, func(key string) bool { return want[key] })
+	res.Deleted = deleted
+	return res, errors.Join(append(errs, derrs...)...)
+}
+
+// prune deletes every known key of types that want does not keep.
+func (s *Store) prune(ctx context.Context, types []string, want func(key string) bool) (deleted int, errs []error) {
+	prefixes := make([]string, len(types))
+	for i, t := range types {
+		prefixes[i] = msg.ResourcePrefix(s.source, t)
+	}
 	for key := range s.known {
-		if want[key] || !hasAnyPrefix(key, prefixes) {
+		if want(key) || !hasAnyPrefix(key, prefixes) {
 			continue
 		}
-		deleted, err := s.delete(ctx, key)
+		ok, err := s.delete(ctx, key)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if deleted {
-			res.Deleted++
+		if ok {
+			deleted++
 		}
 	}
-	return res, errors.Join(errs...)
+	return deleted, errs
+}
+
+// keyOf is the resource key of o.
+func keyOf(source string, o Object) string {
+	return msg.ResourceKey(source, o.Type, o.Namespace, o.Name)
 }
 
 // UpsertAll writes each of objects whose content changed, pipelined as an
@@ -291,6 +308,7 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // future is set, otherwise decided (changed or err).
 type pending struct {
 	key, hash string
+	version   string // the object's resource version
 	value     []byte
 	future    jetstream.PubAckFuture
 	changed   bool
@@ -325,8 +343,8 @@ func (s *Store) start(ctx context.Context, pub AsyncPublisher, key string, o Obj
 	if err != nil || value == nil {
 		return &pending{key: key, err: err}
 	}
-	p := &pending{key: key, hash: hash, value: value}
-	p.future, p.err = pub.PublishMsgAsync(s.message(ctx, key, value, "", s.known[key].rev, initial))
+	p := &pending{key: key, hash: hash, value: value, version: o.ResourceVersion}
+	p.future, p.err = pub.PublishMsgAsync(s.putMessage(ctx, key, hash, o.ResourceVersion, value, s.known[key].rev, initial))
 	if p.err != nil {
 		p.err = fmt.Errorf("store: write %s: %w", key, p.err)
 	}
@@ -356,7 +374,7 @@ func (s *Store) settle(ctx context.Context, p *pending, initial bool) (bool, err
 		if live && cur.hash == p.hash {
 			return false, nil
 		}
-		return s.commit(ctx, p.key, p.hash, p.value, cur, initial)
+		return s.commit(ctx, p.key, p.hash, p.version, p.value, cur, initial)
 	case <-ctx.Done():
 		return false, fmt.Errorf("store: write %s: %w", p.key, ctx.Err())
 	case <-timer.C:
@@ -369,15 +387,15 @@ func (s *Store) put(ctx context.Context, key string, o Object, initial bool) (bo
 	if err != nil || value == nil {
 		return false, err
 	}
-	return s.commit(ctx, key, hash, value, s.known[key], initial)
+	return s.commit(ctx, key, hash, o.ResourceVersion, value, s.known[key], initial)
 }
 
 // commit writes value with a compare-and-set on cur's revision; when
 // another writer got there first it re-reads the key and decides again,
 // up to three times.
-func (s *Store) commit(ctx context.Context, key, hash string, value []byte, cur entry, initial bool) (bool, error) {
+func (s *Store) commit(ctx context.Context, key, hash, version string, value []byte, cur entry, initial bool) (bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		rev, err := s.write(ctx, key, value, "", cur.rev, initial)
+		rev, err := s.write(ctx, s.putMessage(ctx, key, hash, version, value, cur.rev, initial))
 		if err == nil {
 			s.remember(key, entry{hash: hash, rev: rev})
 			return true, nil
@@ -403,7 +421,7 @@ func (s *Store) commit(ctx context.Context, key, hash string, value []byte, cur 
 // still unwanted); a failed write keeps the key known, so the next Apply
 // deletes it again too.
 func (s *Store) delete(ctx context.Context, key string) (bool, error) {
-	_, err := s.write(ctx, key, nil, msg.KVOpDelete, s.known[key].rev, false)
+	_, err := s.write(ctx, s.message(ctx, key, nil, msg.KVOpDelete, s.known[key].rev, false))
 	switch {
 	case err == nil:
 		s.forget(key)
@@ -417,14 +435,25 @@ func (s *Store) delete(ctx context.Context, key string) (bool, error) {
 	return false, fmt.Errorf("store: delete %s: %w", key, err)
 }
 
-// write publishes a value (or a delete marker when op is set) for key,
-// expecting last as the key's current revision (0: none).
-func (s *Store) write(ctx context.Context, key string, value []byte, op string, last uint64, initial bool) (uint64, error) {
-	ack, err := s.pub.PublishMsg(ctx, s.message(ctx, key, value, op, last, initial))
+// write publishes m and returns its revision.
+func (s *Store) write(ctx context.Context, m *nats.Msg) (uint64, error) {
+	ack, err := s.pub.PublishMsg(ctx, m)
 	if err != nil {
 		return 0, err
 	}
 	return ack.Sequence, nil
+}
+
+// putMessage is the write of value, the encoded resource of the given
+// hash and resource version, for key: message's, with the hash and version
+// copied to headers for readers that need no more (the relay).
+func (s *Store) putMessage(ctx context.Context, key, hash, version string, value []byte, last uint64, initial bool) *nats.Msg {
+	m := s.message(ctx, key, value, "", last, initial)
+	m.Header.Set(msg.HeaderResourceHash, hash)
+	if version != "" {
+		m.Header.Set(msg.HeaderResourceVersion, version)
+	}
+	return m
 }
 
 // message is the write of a value (or a delete marker when op is set) for

@@ -257,3 +257,33 @@ func BenchmarkApplyInitial(b *testing.B) {
 		})
 	}
 }
+
+// TestWriteCarriesHashHeaders: a write names its hash and resource version
+// in headers, the same as its value holds, for readers that need no more.
+func TestWriteCarriesHashHeaders(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	o := svc("a", 1)
+	o.ResourceVersion = "42"
+	for _, pipelined := range []bool{true, false} {
+		var pub store.Publisher = r.bus.JS
+		if !pipelined {
+			pub = syncOnly{r.bus.JS}
+		}
+		o.Body["spec"] = map[string]any{"port": map[bool]int{true: 1, false: 2}[pipelined]}
+		if _, err := r.store(pub).Apply(ctx, []store.Object{o}, false); err != nil {
+			t.Fatal(err)
+		}
+		m, err := r.stream.GetLastMsgForSubject(ctx, msg.ResourceSubject(msg.ResourceKey("m", "services", "default", "a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res msg.Resource
+		if err := msg.Decode(m.Data, &res); err != nil {
+			t.Fatal(err)
+		}
+		if h, v := m.Header.Get(msg.HeaderResourceHash), m.Header.Get(msg.HeaderResourceVersion); h != res.Hash || h == "" || v != "42" {
+			t.Errorf("pipelined %v: headers hash %q version %q, value hash %q version 42", pipelined, h, v, res.Hash)
+		}
+	}
+}

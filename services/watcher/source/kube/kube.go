@@ -221,7 +221,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 		s.running = nil
 		s.runMu.Unlock()
 		close(done)
-		// Informers are stopped: close the connections they leave.
+		// Every type's goroutine has stopped: close the connections they leave.
 		s.dialer.CloseAll()
 	}()
 
@@ -314,7 +314,7 @@ func (t *watchedType) namespace(m *meta.RESTMapping) string {
 	return t.res.Namespace
 }
 
-// transform makes u what is reported and cached: the strip fields removed
+// transform makes u what is reported: the strip fields removed
 // and, for an on-demand type, the data left out. It changes u in place and
 // may return a new object; applying it twice changes nothing more.
 func (s *Source) transform(t *watchedType, u *unstructured.Unstructured) *unstructured.Unstructured {
@@ -392,7 +392,8 @@ func maps(m map[string]any) map[string]any {
 	return out
 }
 
-// object is the store object of u (a transformed object), a deep copy.
+// object is the store object of u (a transformed object, the caller's to
+// give away): its content is not copied.
 func (s *Source) object(t *watchedType, u *unstructured.Unstructured) store.Object {
 	return store.Object{
 		Type:            t.name,
@@ -400,7 +401,7 @@ func (s *Source) object(t *watchedType, u *unstructured.Unstructured) store.Obje
 		Name:            u.GetName(),
 		ResourceVersion: u.GetResourceVersion(),
 		Origin:          s.host,
-		Body:            runtime.DeepCopyJSON(u.Object),
+		Body:            u.Object,
 	}
 }
 

@@ -5,12 +5,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"net"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/config/fieldpath"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/source/kube"
 	"github.com/weftio/weft/services/watcher/store"
 )
@@ -308,6 +311,7 @@ func TestSource(t *testing.T) {
 	t.Run("on demand", func(t *testing.T) { testOnDemand(t, k) })
 	t.Run("kind installed later", func(t *testing.T) { testLaterKind(t, k) })
 	t.Run("resync", func(t *testing.T) { testResync(t, k) })
+	t.Run("pages", func(t *testing.T) { testPages(t, k) })
 }
 
 func testFollows(t *testing.T, k *testkit.KubeEnv) {
@@ -802,4 +806,87 @@ func TestUnreachable(t *testing.T) {
 	if ops := rec.ops("services"); len(ops) != 0 {
 		t.Errorf("an unreachable server gave %v; a type must not sync before it lists", ops)
 	}
+}
+
+// pager is a recorder that takes listings page by page (source.PageSink):
+// each page is recorded as a "page" call, the listing's end as "end".
+type pager struct{ *recorder }
+
+var _ source.PageSink = pager{}
+
+func (p pager) ReplacePages(_ context.Context, types []string, pages iter.Seq2[[]store.Object, error]) error {
+	typ := types[0]
+	for page, err := range pages {
+		if err != nil {
+			return err
+		}
+		p.add(call{op: "page", typ: typ, objects: page})
+	}
+	p.add(call{op: "end", typ: typ})
+	return nil
+}
+
+// testPages lists a type of 1,001 objects in pages of at most 500, each
+// handed to the sink as it comes, and then follows changes from the
+// listing's version.
+func testPages(t *testing.T, k *testkit.KubeEnv) {
+	const ns, n = "pages", 1001
+	namespace(t, k, ns)
+	var next atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if _, err := k.Client.Resource(configMapGVR).Namespace(ns).Create(context.Background(), configMap(ns, fmt.Sprintf("cm-%04d", i), nil), metav1.CreateOptions{}); err != nil {
+					t.Errorf("create cm-%04d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	typ := "configmaps"
+	src, err := kube.New(kube.Options{Config: k.Config, Types: map[string]config.Resource{typ: {APIVersion: "v1", Kind: "ConfigMap", Namespace: ns}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pager{&recorder{}}
+	stop := testkit.Run(t, func(ctx context.Context) error { return src.Run(ctx, p) })
+	defer stop()
+	testkit.Eventually(t, wait, func() error {
+		if _, ok := p.synced(typ); !ok {
+			return errors.New("not synced")
+		}
+		return nil
+	})
+	var sizes []int
+	seen := map[string]bool{}
+	for _, c := range p.of(typ) {
+		if c.op == "page" {
+			sizes = append(sizes, len(c.objects))
+			for _, o := range c.objects {
+				seen[o.Name] = true
+			}
+		}
+	}
+	if !slices.Equal(sizes, []int{500, 500, 1}) || len(seen) != n {
+		t.Fatalf("listing came in pages of %v holding %d distinct objects, want pages of [500 500 1] holding %d", sizes, len(seen), n)
+	}
+	if ops := p.ops(typ); ops[len(ops)-2] != "end" || ops[len(ops)-1] != "synced" {
+		t.Errorf("calls end with %v, want the listing's end and then synced", ops[len(ops)-2:])
+	}
+
+	u := configMap(ns, "cm-0000", nil)
+	u.Object["data"] = map[string]any{"k": "changed"}
+	if _, err := k.Client.Resource(configMapGVR).Namespace(ns).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, func() error {
+		if got := nested(p.state(typ)[ns+"/cm-0000"].Body, "data", "k"); got != "changed" {
+			return fmt.Errorf("cm-0000 data.k = %v after the update", got)
+		}
+		return nil
+	})
 }

@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/store"
@@ -22,11 +19,11 @@ import (
 
 var getOptions = metav1.GetOptions{}
 
-// listPage is the page size of a full re-list.
+// listPage is the page size of a listing.
 const listPage = 500
 
-// sinkRetry is how long a type waits before replacing its set again after
-// the sink failed to take a change.
+// sinkRetry is how long a type waits before listing into the sink again
+// after the sink failed to take a change.
 const sinkRetry = time.Second
 
 // goneWait is how long a type whose resource went away waits before looking
@@ -34,8 +31,8 @@ const sinkRetry = time.Second
 const goneWait = time.Second
 
 // watchType follows one type until ctx is done: it looks the kind up until
-// the server serves it, then follows it with an informer until ctx is done
-// or its resource goes away.
+// the server serves it, then lists and watches it until ctx is done or its
+// resource goes away.
 func (s *Source) watchType(ctx context.Context, t *watchedType, sink source.Sink) {
 	r := reporter{sink: sink, t: t}
 	var reportedUnknown bool // the type was reported empty and synced with its problem
@@ -94,190 +91,296 @@ func (s *Source) watchType(ctx context.Context, t *watchedType, sink source.Sink
 	}
 }
 
-// follow runs an informer for the type. It returns false when ctx is done
-// and true when the type's resource went away.
+// follow lists the type and then watches it from the listing's resource
+// version. It returns false when ctx is done and true when the type's
+// resource went away. It caches no object: each page of a listing goes to
+// the sink as it arrives (source.ReplacePages) and each watch event as it
+// comes; the store keeps what it needs (key -> hash, revision). A watch
+// that ends is taken up again from the last resource version seen, one
+// whose version expired lists again; a listing the sink failed to take is
+// listed again after sinkRetry; the periodic resync lists again while the
+// watch goes on.
 func (s *Source) follow(ctx context.Context, t *watchedType, m *meta.RESTMapping, r *reporter) bool {
 	ns := t.namespace(m)
 	if ns == "" && t.res.Namespace != "" {
 		r.problem(ctx, fmt.Errorf("type %s: kind %s is cluster-scoped; namespace %q is ignored", t.name, t.res.Kind, t.res.Namespace))
 	}
-	ri := s.resource(t, m)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector, o.FieldSelector = t.res.LabelSelector, t.res.FieldSelector
-			return ri.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector, o.FieldSelector = t.res.LabelSelector, t.res.FieldSelector
-			return ri.Watch(ctx, o)
-		},
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(plainList{lw}, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{})
-	q := &eventQueue{signal: make(chan struct{}, 1)}
-	watchErrs := &errorBox{signal: make(chan struct{}, 1)}
-	// These fail only on an informer that has started.
-	_, herr := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { q.upsert(obj) },
-		UpdateFunc: func(_, obj any) { q.upsert(obj) },
-		DeleteFunc: q.delete,
-	})
-	if err := errors.Join(herr, inf.SetTransform(func(obj any) (any, error) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			return s.transform(t, u), nil
-		}
-		return obj, nil
-	}), inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		if !benignWatchError(err) {
-			watchErrs.put(err)
-		}
-	})); err != nil {
-		r.problem(ctx, fmt.Errorf("type %s: set up the informer: %w", t.name, err))
-		<-ctx.Done()
-		return false
-	}
-
-	ictx, stop := context.WithCancel(ctx)
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		inf.RunWithContext(ictx)
-	}()
-	defer func() {
-		stop()
-		<-stopped
-	}()
-
-	synced := inf.HasSyncedChecker().Done()
-	var hasSynced bool
-	var syncedProblem string // what the type was marked synced with before it listed
+	f := &follower{s: s, t: t, m: m, ri: s.resource(t, m), r: r, backoff: min(time.Second, s.retry)}
 	var resyncC <-chan time.Time
 	if s.resync > 0 {
 		ticker := time.NewTicker(s.resync)
 		defer ticker.Stop()
 		resyncC = ticker.C
 	}
-	retry := time.NewTimer(0)
-	if !retry.Stop() {
-		<-retry.C
+	f.retry = time.NewTimer(0)
+	if !f.retry.Stop() {
+		<-f.retry.C
 	}
-	defer retry.Stop()
-	failed := func(err error) {
-		r.problem(ctx, fmt.Errorf("type %s: %w; replacing its set again in %v", t.name, err, sinkRetry))
-		retry.Reset(sinkRetry)
-	}
-	// replaceCached reports the informer's set. Events queued before are
-	// already in that set and are dropped.
-	replaceCached := func() {
-		q.reset()
-		items := inf.GetStore().List()
-		objs := make([]store.Object, 0, len(items))
-		for _, it := range items {
-			if u, ok := it.(*unstructured.Unstructured); ok {
-				objs = append(objs, s.object(t, u))
-			}
-		}
-		if err := r.sink.Replace(ctx, t.name, objs); err != nil {
-			failed(err)
-			return
-		}
-		if err := r.sink.Synced(ctx, t.name, nil); err != nil {
-			failed(err)
-			return
-		}
-		r.clear()
-	}
-	// relist reports a listing straight from the API server.
-	relist := func(sink source.Sink) (gone bool, err error) {
-		objs, err := s.list(ctx, t, m)
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, nil
-			}
-			err = fmt.Errorf("type %s: list %s: %w", t.name, t.describe(), err)
-			r.problem(ctx, err)
-			return apierrors.IsNotFound(err), err
-		}
-		if err := sink.Replace(ctx, t.name, objs); err != nil {
-			failed(err)
-			return false, err
-		}
-		return false, nil
-	}
+	defer f.retry.Stop()
 
 	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-synced:
-			synced = nil
-			hasSynced = true
-			replaceCached()
-		case <-q.signal:
-			if !hasSynced {
-				continue // the first Replace carries them
-			}
-			for _, e := range q.take() {
-				if err := e.apply(ctx, s, t, r.sink); err != nil {
-					failed(err)
+		if f.rv == "" {
+			switch f.listFirst(ctx) {
+			case stepDone:
+				return false
+			case stepGone:
+				return true
+			case stepAgain:
+				if !f.pause(ctx) {
+					return false
 				}
-			}
-		case <-watchErrs.signal:
-			err := watchErrs.take()
-			if err == nil {
 				continue
+			}
+		}
+		w, err := f.ri.Watch(ctx, metav1.ListOptions{
+			LabelSelector: t.res.LabelSelector, FieldSelector: t.res.FieldSelector,
+			ResourceVersion: f.rv, AllowWatchBookmarks: true,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
 			}
 			if apierrors.IsNotFound(err) {
 				r.problem(ctx, fmt.Errorf("type %s: %s %s is no longer served: %w", t.name, m.Resource.GroupVersion(), m.Resource.Resource, err))
 				return true
 			}
-			err = fmt.Errorf("type %s: list and watch %s: %w", t.name, t.describe(), err)
-			r.problem(ctx, err)
-			if !hasSynced && settled(err) && err.Error() != syncedProblem {
-				if serr := r.sink.Synced(ctx, t.name, []string{err.Error()}); serr != nil {
-					r.problem(ctx, fmt.Errorf("type %s: %w", t.name, serr))
-				} else {
-					syncedProblem = err.Error()
-				}
-			}
-		case <-resyncC:
-			if !hasSynced {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				f.rv = "" // list again
 				continue
 			}
-			if gone, _ := relist(r.sink); gone {
-				return true
+			r.problem(ctx, fmt.Errorf("type %s: watch %s: %w", t.name, t.describe(), err))
+			if !f.pause(ctx) {
+				return false
 			}
-		case req := <-t.requests:
-			gone, err := relist(req.sink)
-			req.done <- err
-			if gone {
-				return true
-			}
-		case <-retry.C:
-			if hasSynced {
-				replaceCached()
+			continue
+		}
+		step := f.follow(ctx, w, resyncC)
+		w.Stop()
+		switch step {
+		case stepDone:
+			return false
+		case stepGone:
+			return true
+		case stepAgain:
+			if !f.pause(ctx) {
+				return false
 			}
 		}
 	}
 }
 
-// list reads the type's complete set from the API server, page by page.
-func (s *Source) list(ctx context.Context, t *watchedType, m *meta.RESTMapping) ([]store.Object, error) {
-	ri := s.resource(t, m)
-	opts := metav1.ListOptions{LabelSelector: t.res.LabelSelector, FieldSelector: t.res.FieldSelector, Limit: listPage}
-	var objs []store.Object
-	for {
-		l, err := ri.List(ctx, opts)
-		if err != nil {
-			return nil, err
+// step is what follows a part of following a type.
+type step int
+
+const (
+	stepOn    step = iota // go on (watch again from the last version seen)
+	stepAgain             // failed: wait, then try again
+	stepDone              // ctx is done
+	stepGone              // the type's resource went away
+)
+
+// follower is the state of following one type.
+type follower struct {
+	s       *Source
+	t       *watchedType
+	m       *meta.RESTMapping
+	ri      dynamic.ResourceInterface
+	r       *reporter
+	rv      string // the resource version to watch from; "" to list first
+	synced  bool   // the first listing is stored and marked synced
+	problem string // what the type was marked synced with before it listed
+	backoff time.Duration
+	retry   *time.Timer // a listing the sink failed to take is due again
+}
+
+// listFirst lists the type into the sink and marks it synced the first
+// time; on success the watch goes on from the listing's version.
+func (f *follower) listFirst(ctx context.Context) step {
+	rv, err := f.list(ctx, f.r.sink)
+	switch {
+	case ctx.Err() != nil:
+		return stepDone
+	case err == nil:
+	case apierrors.IsNotFound(err):
+		return stepGone
+	default:
+		var lerr *listError
+		if errors.As(err, &lerr) && !f.synced && settled(err) && err.Error() != f.problem {
+			// Retrying will not fix it: say so in the sync status, so the
+			// rest of the configuration need not wait for this type.
+			if serr := f.r.sink.Synced(ctx, f.t.name, []string{err.Error()}); serr != nil {
+				f.r.problem(ctx, fmt.Errorf("type %s: %w", f.t.name, serr))
+			} else {
+				f.problem = err.Error()
+			}
 		}
-		for i := range l.Items {
-			objs = append(objs, s.object(t, s.transform(t, &l.Items[i])))
-		}
-		if l.GetContinue() == "" {
-			return objs, nil
-		}
-		opts.Continue = l.GetContinue()
+		return stepAgain
 	}
+	if !f.synced {
+		if err := f.r.sink.Synced(ctx, f.t.name, nil); err != nil {
+			f.failed(ctx, err)
+			return stepAgain
+		}
+		f.synced = true
+	}
+	f.rv, f.backoff = rv, min(time.Second, f.s.retry)
+	f.r.clear()
+	return stepOn
+}
+
+// pause waits out the backoff (doubling it up to the Retry), serving
+// resync requests meanwhile. It returns false when ctx is done.
+func (f *follower) pause(ctx context.Context) bool {
+	timer := time.NewTimer(f.backoff)
+	defer timer.Stop()
+	f.backoff = min(2*f.backoff, f.s.retry)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case req := <-f.t.requests:
+			_, err := f.list(ctx, req.sink)
+			req.done <- err
+		}
+	}
+}
+
+// follow takes in the events of w until it ends (stepOn: watch again), its
+// version expired (list again), it failed (stepAgain: watch again after the
+// backoff), ctx is done or the resource went away.
+// Resyncs, requested or periodic, list meanwhile.
+func (f *follower) follow(ctx context.Context, w watch.Interface, resyncC <-chan time.Time) step {
+	for {
+		select {
+		case <-ctx.Done():
+			return stepDone
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				return stepOn
+			}
+			if st, end := f.event(ctx, e); end {
+				return st
+			}
+			f.backoff = min(time.Second, f.s.retry) // the watch works
+		case <-resyncC:
+			if _, err := f.list(ctx, f.r.sink); apierrors.IsNotFound(err) {
+				return stepGone
+			}
+		case <-f.retry.C:
+			_, err := f.list(ctx, f.r.sink)
+			var lerr *listError
+			switch {
+			case apierrors.IsNotFound(err):
+				return stepGone
+			case errors.As(err, &lerr) && ctx.Err() == nil:
+				f.retry.Reset(sinkRetry) // the sink still waits for a whole listing
+			}
+		case req := <-f.t.requests:
+			_, err := f.list(ctx, req.sink)
+			req.done <- err
+			if apierrors.IsNotFound(err) {
+				return stepGone
+			}
+		}
+	}
+}
+
+// event takes in one watch event; end is set when the watch is to end with
+// st.
+func (f *follower) event(ctx context.Context, e watch.Event) (st step, end bool) {
+	sink := f.r.sink
+	switch e.Type {
+	case watch.Added, watch.Modified:
+		u, ok := e.Object.(*unstructured.Unstructured)
+		if !ok {
+			return stepOn, false
+		}
+		f.rv = u.GetResourceVersion()
+		if err := sink.Upsert(ctx, f.s.object(f.t, f.s.transform(f.t, u))); err != nil {
+			f.failed(ctx, err)
+		}
+	case watch.Deleted:
+		u, ok := e.Object.(*unstructured.Unstructured)
+		if !ok {
+			return stepOn, false
+		}
+		f.rv = u.GetResourceVersion()
+		if err := sink.Delete(ctx, f.t.name, u.GetNamespace(), u.GetName()); err != nil {
+			f.failed(ctx, err)
+		}
+	case watch.Bookmark:
+		if o, err := meta.Accessor(e.Object); err == nil {
+			f.rv = o.GetResourceVersion()
+		}
+	case watch.Error:
+		err := apierrors.FromObject(e.Object)
+		switch {
+		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+			f.rv = "" // list again
+			return stepOn, true
+		case apierrors.IsNotFound(err):
+			f.r.problem(ctx, fmt.Errorf("type %s: %s %s is no longer served: %w", f.t.name, f.m.Resource.GroupVersion(), f.m.Resource.Resource, err))
+			return stepGone, true
+		}
+		f.r.problem(ctx, fmt.Errorf("type %s: watch %s: %w", f.t.name, f.t.describe(), err))
+		return stepAgain, true // watch again after the backoff
+	}
+	return stepOn, false
+}
+
+// failed reports that the sink did not take a change and lists the type
+// into it again after sinkRetry.
+func (f *follower) failed(ctx context.Context, err error) {
+	f.r.problem(ctx, fmt.Errorf("type %s: %w; listing it again in %v", f.t.name, err, sinkRetry))
+	f.retry.Reset(sinkRetry)
+}
+
+// listError is a listing that the API server refused or did not answer
+// (rather than one the sink failed to take).
+type listError struct{ err error }
+
+func (e *listError) Error() string { return e.err.Error() }
+func (e *listError) Unwrap() error { return e.err }
+
+// list reports the type's complete set to sink page by page, and returns
+// the listing's resource version. A failure is reported as a problem too.
+func (f *follower) list(ctx context.Context, sink source.Sink) (string, error) {
+	var rv string
+	var lerr error
+	pages := func(yield func([]store.Object, error) bool) {
+		opts := metav1.ListOptions{LabelSelector: f.t.res.LabelSelector, FieldSelector: f.t.res.FieldSelector, Limit: listPage}
+		for {
+			l, err := f.ri.List(ctx, opts)
+			if err != nil {
+				lerr = &listError{fmt.Errorf("type %s: list %s: %w", f.t.name, f.t.describe(), err)}
+				yield(nil, lerr)
+				return
+			}
+			page := make([]store.Object, len(l.Items))
+			for i := range l.Items {
+				page[i] = f.s.object(f.t, f.s.transform(f.t, &l.Items[i]))
+			}
+			rv = l.GetResourceVersion()
+			if !yield(page, nil) || l.GetContinue() == "" {
+				return
+			}
+			opts.Continue = l.GetContinue()
+		}
+	}
+	err := source.ReplacePages(ctx, sink, []string{f.t.name}, pages)
+	switch {
+	case err == nil:
+		return rv, nil
+	case ctx.Err() != nil:
+		return "", err
+	case lerr != nil:
+		f.r.problem(ctx, lerr)
+		return "", lerr
+	}
+	f.failed(ctx, err)
+	return "", err
 }
 
 // settled reports whether err is one that retrying will not fix until a
@@ -286,22 +389,6 @@ func settled(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsBadRequest(err) ||
 		apierrors.IsInvalid(err) || apierrors.IsMethodNotSupported(err)
 }
-
-// benignWatchError is what a reflector meets in normal operation: a watch
-// that ended or a resource version that expired.
-func benignWatchError(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
-}
-
-// plainList makes an informer list with plain LIST requests rather than a
-// watch-list stream, which retries connection errors out of sight of the
-// watch error handler (so they would never be reported) and sits out its
-// backoff even after the informer is told to stop.
-type plainList struct{ *cache.ListWatch }
-
-// IsWatchListSemanticsUnSupported tells the reflector not to use watch-list.
-func (plainList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // reporter reports a type's problems, each distinct one once in a row.
 type reporter struct {
@@ -319,88 +406,3 @@ func (r *reporter) problem(ctx context.Context, err error) {
 }
 
 func (r *reporter) clear() { r.last = "" }
-
-// event is one change the informer delivered.
-type event struct {
-	obj             *unstructured.Unstructured // nil for a delete
-	namespace, name string
-}
-
-func (e event) apply(ctx context.Context, s *Source, t *watchedType, sink source.Sink) error {
-	if e.obj == nil {
-		return sink.Delete(ctx, t.name, e.namespace, e.name)
-	}
-	return sink.Upsert(ctx, s.object(t, e.obj))
-}
-
-// eventQueue holds the informer's events for the type's goroutine, without
-// bound, so the informer never waits on the sink.
-type eventQueue struct {
-	mu     sync.Mutex
-	events []event
-	signal chan struct{}
-}
-
-func (q *eventQueue) push(e event) {
-	q.mu.Lock()
-	q.events = append(q.events, e)
-	q.mu.Unlock()
-	select {
-	case q.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (q *eventQueue) upsert(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		q.push(event{obj: u, namespace: u.GetNamespace(), name: u.GetName()})
-	}
-}
-
-func (q *eventQueue) delete(obj any) {
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		q.push(event{namespace: o.GetNamespace(), name: o.GetName()})
-	case cache.DeletedFinalStateUnknown:
-		// Deleted while the watch was down: only the key is certain.
-		ns, name, err := cache.SplitMetaNamespaceKey(o.Key)
-		if err == nil {
-			q.push(event{namespace: ns, name: name})
-		}
-	}
-}
-
-func (q *eventQueue) take() []event {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	events := q.events
-	q.events = nil
-	return events
-}
-
-func (q *eventQueue) reset() { q.take() }
-
-// errorBox keeps the latest watch error for the type's goroutine.
-type errorBox struct {
-	mu     sync.Mutex
-	err    error
-	signal chan struct{}
-}
-
-func (b *errorBox) put(err error) {
-	b.mu.Lock()
-	b.err = err
-	b.mu.Unlock()
-	select {
-	case b.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (b *errorBox) take() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	err := b.err
-	b.err = nil
-	return err
-}

@@ -68,7 +68,10 @@
 // differ from when it was read. The periodic re-scan lists every directory
 // and compares the same way. WithReadHook counts the reads. RunDeltas
 // hands over only the files read or gone since its last call (a Delta) and
-// keeps no object afterwards: Source follows a folder that way. The
+// keeps no object afterwards: Source follows a folder that way. With
+// WithChunks, a full Delta (every file) comes in chunks of files in path
+// order, each read when the callback takes it; Source stores its first
+// complete listing that way, a chunk at a time (source.ReplacePages). The
 // callback is called from the goroutine that called Run, one call at a time.
 // Run returns nil when its context is cancelled, and an error only if file
 // notifications cannot be started or the directory itself can no longer be

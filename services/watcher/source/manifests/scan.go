@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -47,8 +48,9 @@ func keyOf(fi fs.FileInfo) statKey {
 
 // indexedFile is one manifest file as last read.
 type indexedFile struct {
-	key statKey
-	res fileResult
+	key    statKey
+	res    fileResult
+	unread bool // listed for a full delta in chunks, read when its chunk is taken
 }
 
 // indexedDir is one directory as last listed: its manifest files, its
@@ -69,6 +71,13 @@ type index struct {
 	onRead  func(path string) // called before each file is read; may be nil
 	changed map[string]bool   // files read or gone since the last delta
 	lean    bool              // a delta hands the files' content over: it is not kept
+	// chunk, when positive (lean only), makes a full delta hand its files
+	// over in chunks of that many, each read when taken; deferReads is set
+	// for the pass whose delta is full, whose files are then not read.
+	chunk      int
+	deferReads bool
+	// untaken is set while a full delta's chunks have not all been taken.
+	untaken bool
 }
 
 func newIndex(dir string, onRead func(string)) *index {
@@ -260,6 +269,15 @@ func (p *pass) list(dir string, deep bool) error {
 // read reads the queued files in parallel and records what they hold. A
 // file removed since it was listed holds nothing.
 func (p *pass) read() {
+	if p.x.deferReads {
+		for i, path := range p.reads {
+			if d := p.x.dirs[filepath.Dir(path)]; d != nil {
+				d.files[path] = &indexedFile{key: p.keys[i], unread: true}
+				p.x.changed[path] = true
+			}
+		}
+		return
+	}
 	if p.x.onRead != nil {
 		for _, path := range p.reads {
 			p.x.onRead(path)
@@ -323,6 +341,13 @@ type Delta struct {
 	// Delta: what it holds now, or nil when it is gone. A file read again
 	// holds new values; objects of files not in Files are unchanged.
 	Files map[string]*FileContent
+	// Chunks, set instead of Files on a full Delta of a Watcher made
+	// WithChunks, yields the content of every file of Paths in chunks, in
+	// path order, reading each chunk's files when it is taken. It can be
+	// taken once, during the callback.
+	Chunks iter.Seq[map[string]*FileContent]
+	// Paths are the files of a full Delta in chunks, in path order.
+	Paths []string
 	// DirErrors holds the current problems of the folder's directories
 	// (one that cannot be read or watched, a broken link to a manifest).
 	DirErrors []ParseError
@@ -337,8 +362,12 @@ type FileContent struct {
 }
 
 // delta returns what changed since the last delta and forgets it; full
-// returns every file.
+// returns every file, in chunks when the pass deferred its reads.
 func (x *index) delta(full bool) Delta {
+	if full && x.deferReads {
+		x.deferReads = false
+		return x.chunked()
+	}
 	d := Delta{Full: full, Files: map[string]*FileContent{}}
 	take := func(f *indexedFile) *FileContent {
 		c := &FileContent{Objects: f.res.objs, Errors: f.res.errs}
@@ -367,6 +396,58 @@ func (x *index) delta(full bool) Delta {
 		}
 	}
 	clear(x.changed)
+	return d
+}
+
+// chunked is the full delta of a pass that deferred its reads: every file
+// in Paths, and their content in Chunks, each chunk read when taken.
+func (x *index) chunked() Delta {
+	d := Delta{Full: true}
+	files := map[string]*indexedFile{}
+	for _, dir := range x.dirs {
+		d.DirErrors = append(d.DirErrors, dir.errs...)
+		for path, f := range dir.files {
+			d.Paths = append(d.Paths, path)
+			files[path] = f
+		}
+	}
+	slices.SortFunc(d.DirErrors, func(a, b ParseError) int { return comparePaths(a.File, b.File) })
+	slices.SortFunc(d.Paths, comparePaths)
+	clear(x.changed)
+	paths := slices.Clone(d.Paths)
+	x.untaken = true
+	d.Chunks = func(yield func(map[string]*FileContent) bool) {
+		for start := 0; start < len(paths); start += x.chunk {
+			part := paths[start:min(start+x.chunk, len(paths))]
+			var reads []string
+			for _, path := range part {
+				if files[path].unread {
+					reads = append(reads, path)
+				}
+			}
+			if x.onRead != nil {
+				for _, path := range reads {
+					x.onRead(path)
+				}
+			}
+			results := readAll(reads)
+			chunk := make(map[string]*FileContent, len(part))
+			for i, path := range reads {
+				files[path].unread = false
+				chunk[path] = &FileContent{Objects: results[i].objs, Errors: results[i].errs}
+			}
+			for _, path := range part {
+				if f := files[path]; chunk[path] == nil {
+					chunk[path] = &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+					f.res = fileResult{}
+				}
+			}
+			if !yield(chunk) {
+				return
+			}
+		}
+		x.untaken = false
+	}
 	return d
 }
 

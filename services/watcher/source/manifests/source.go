@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -16,8 +17,10 @@ import (
 // Source is a folder of manifests as a weft source (source.Source). It
 // follows the folder with Watcher.RunDeltas and holds no object: per file,
 // only the identities of its last good objects, and per identity the files
-// holding it. The first pass reports each watched type's complete set with
-// Replace; every later pass reports the objects of the files that were
+// holding it. The first pass reports the watched types' complete set a
+// chunk of files at a time (source.ReplacePages; with one Replace per type
+// when the sink takes no pages), so the whole folder is never held at once;
+// every later pass reports the objects of the files that were
 // read again, many at once when the sink can (the sink's store skips those
 // whose content did not change), and deletes the identities no file holds
 // any more, so that an edit costs what it changed, whatever the size of
@@ -67,6 +70,10 @@ func (f *fileState) locOf(k objectKey) loc {
 	return loc{}
 }
 
+// chunkFiles is how many files the source's first complete listing reads
+// and stores at a time.
+const chunkFiles = 16
+
 // NewSource returns a source over dir reporting the given types; typeOf maps
 // an object's apiVersion and kind to its watched type. opts configure its
 // Watcher.
@@ -77,7 +84,7 @@ func NewSource(dir string, rescan time.Duration, types []string, typeOf func(api
 
 // Run watches the folder until ctx is done.
 func (s *Source) Run(ctx context.Context, sink source.Sink) error {
-	w, err := NewWatcher(s.dir, append([]Option{WithRescan(s.rescan)}, s.opts...)...)
+	w, err := NewWatcher(s.dir, append([]Option{WithRescan(s.rescan), WithChunks(chunkFiles)}, s.opts...)...)
 	if err != nil {
 		return err
 	}
@@ -101,6 +108,16 @@ func (s *Source) Resync(ctx context.Context, sink source.Sink) error {
 func (s *Source) report(ctx context.Context, d Delta, sink source.Sink) (Reread, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if d.Chunks != nil && !s.replaced {
+		if err := s.replaceChunks(ctx, d, sink); err != nil {
+			return Reread{All: true}, err
+		}
+		s.replaced = true
+		return Reread{}, s.synced(ctx, sink)
+	}
+	if d.Chunks != nil {
+		d = gather(d)
+	}
 	c := s.take(ctx, d, sink)
 	if !s.replaced {
 		if !d.Full {
@@ -113,6 +130,11 @@ func (s *Source) report(ctx context.Context, d Delta, sink source.Sink) (Reread,
 	} else if again, err := s.reportChanges(ctx, c, sink); err != nil || len(again) > 0 {
 		return Reread{Files: again}, err
 	}
+	return Reread{}, s.synced(ctx, sink)
+}
+
+// synced marks every type synced with the folder's current problems.
+func (s *Source) synced(ctx context.Context, sink source.Sink) error {
 	problems := s.problems()
 	var failed error
 	for _, typ := range s.types {
@@ -121,7 +143,53 @@ func (s *Source) report(ctx context.Context, d Delta, sink source.Sink) (Reread,
 			failed = err
 		}
 	}
-	return Reread{}, failed
+	return failed
+}
+
+// gather turns a full delta in chunks into one with every file in Files.
+func gather(d Delta) Delta {
+	out := Delta{Full: d.Full, DirErrors: d.DirErrors, Files: map[string]*FileContent{}}
+	for chunk := range d.Chunks {
+		maps.Copy(out.Files, chunk)
+	}
+	return out
+}
+
+// replaceChunks reports every type's complete set from a full delta in
+// chunks, a page per chunk as it is read: the objects of the identities
+// whose first file in path order is in the chunk. The chunks come in path
+// order, so that file is final when its chunk comes, and no more than a
+// chunk of objects is held at once.
+func (s *Source) replaceChunks(ctx context.Context, d Delta, sink source.Sink) error {
+	present := make(map[string]bool, len(d.Paths))
+	for _, p := range d.Paths {
+		present[p] = true
+	}
+	s.dropMissing(func(path string) bool { return present[path] }, s.newChanges())
+	s.takeDirErrors(ctx, d.DirErrors, sink)
+	pages := func(yield func([]store.Object, error) bool) {
+		for chunk := range d.Chunks {
+			c := s.newChanges()
+			s.takeFiles(ctx, chunk, sink, c)
+			var page []store.Object
+			for path, objs := range c.fresh {
+				for k, o := range objs {
+					if s.first[k] == path {
+						page = append(page, o)
+					}
+				}
+			}
+			if !yield(page, nil) {
+				return
+			}
+		}
+	}
+	if err := source.ReplacePages(ctx, sink, s.types, pages); err != nil {
+		sink.Problem(ctx, err)
+		return err
+	}
+	clear(s.pending)
+	return nil
 }
 
 // changes is what one delta changed: the identities whose object may have
@@ -134,30 +202,56 @@ type changes struct {
 // take records the files of d and returns what changed. Problems found in
 // d are reported to sink.
 func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) changes {
-	c := changes{touched: map[objectKey]string{}, fresh: map[string]map[objectKey]store.Object{}}
-	touch := func(k objectKey) {
-		if _, ok := c.touched[k]; !ok {
-			c.touched[k] = ""
-			c.touched[k] = s.first[k]
-		}
-	}
+	c := s.newChanges()
 	if d.Full {
-		for path, f := range s.files {
-			if _, ok := d.Files[path]; !ok {
-				s.setGood(path, nil, touch)
-				delete(s.files, path)
-			} else {
-				for _, k := range f.keys {
-					touch(k) // every object is reported again
-				}
+		s.dropMissing(func(path string) bool { _, ok := d.Files[path]; return ok }, c)
+	}
+	s.takeDirErrors(ctx, d.DirErrors, sink)
+	s.takeFiles(ctx, d.Files, sink, c)
+	return c
+}
+
+func (s *Source) newChanges() changes {
+	return changes{touched: map[objectKey]string{}, fresh: map[string]map[objectKey]store.Object{}}
+}
+
+// touch notes that k may have changed, and which file held it first before.
+func (s *Source) touch(c changes, k objectKey) {
+	if _, ok := c.touched[k]; !ok {
+		c.touched[k] = s.first[k]
+	}
+}
+
+// dropMissing forgets the files a full delta does not hold (present says
+// which it holds), and touches every identity of those it holds: each is
+// reported again.
+func (s *Source) dropMissing(present func(path string) bool, c changes) {
+	touch := func(k objectKey) { s.touch(c, k) }
+	for path, f := range s.files {
+		if !present(path) {
+			s.setGood(path, nil, touch)
+			delete(s.files, path)
+		} else {
+			for _, k := range f.keys {
+				touch(k) // every object is reported again
 			}
 		}
 	}
-	for _, pe := range d.DirErrors {
+}
+
+// takeDirErrors records and reports the folder's directory problems.
+func (s *Source) takeDirErrors(ctx context.Context, errs []ParseError, sink source.Sink) {
+	for _, pe := range errs {
 		sink.Problem(ctx, pe)
 	}
-	s.dirErrs = d.DirErrors
-	for path, fc := range d.Files {
+	s.dirErrs = errs
+}
+
+// takeFiles records files (nil content: gone) into c, and reports their
+// problems and the duplicates among the identities touched.
+func (s *Source) takeFiles(ctx context.Context, files map[string]*FileContent, sink source.Sink, c changes) {
+	touch := func(k objectKey) { s.touch(c, k) }
+	for path, fc := range files {
 		if fc == nil {
 			s.setGood(path, nil, touch)
 			delete(s.files, path)
@@ -185,7 +279,6 @@ func (s *Source) take(ctx context.Context, d Delta, sink source.Sink) changes {
 			}
 		}
 	}
-	return c
 }
 
 // objectsOf converts a file's watched objects; an identity held twice is

@@ -44,6 +44,7 @@ type settings struct {
 	rescan   time.Duration
 	debounce time.Duration
 	onRead   func(path string)
+	chunk    int
 }
 
 // WithRescan sets the interval of the periodic full re-scan, the safety net
@@ -80,6 +81,20 @@ func WithDebounce(d time.Duration) Option {
 func WithReadHook(fn func(path string)) Option {
 	return func(s *settings) error {
 		s.onRead = fn
+		return nil
+	}
+}
+
+// WithChunks makes RunDeltas hand a full delta (the first of a run, and
+// the one after the callback asked for everything again) over in chunks of
+// n files, in path order, each read only when its turn comes (Delta.Chunks),
+// so that the whole folder is never held at once. n must be positive.
+func WithChunks(n int) Option {
+	return func(s *settings) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: chunk size %d is not positive", ErrInvalidOption, n)
+		}
+		s.chunk = n
 		return nil
 	}
 }
@@ -162,6 +177,11 @@ func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta)
 		d := r.index.delta(r.fullDelta)
 		r.fullDelta = false
 		again, err := fn(ctx, d)
+		if r.index.untaken {
+			// Files of the delta were never read: read everything again.
+			r.index.untaken = false
+			again.All = true
+		}
 		if again.All {
 			r.full, r.readAll = true, true
 		}
@@ -195,6 +215,9 @@ func (w *Watcher) run(ctx context.Context, lean bool, fn func(context.Context, *
 		index: newIndex(w.dir, w.set.onRead), full: true, fullDelta: true, dirty: map[string]bool{}, force: map[string]bool{},
 	}
 	r.index.lean = lean
+	if lean {
+		r.index.chunk = w.set.chunk
+	}
 	r.timer.Stop()
 	defer r.timer.Stop()
 
@@ -316,6 +339,8 @@ func (r *run) scan() (bool, error) {
 		r.readAll, r.fullDelta = false, true
 		force = nil // every file
 	}
+	// A full delta in chunks reads its files when the callback takes them.
+	r.index.deferReads = r.index.chunk > 0 && r.fullDelta
 	var dirs []string
 	if full {
 		if err := r.index.fullPass(onDir, force); err != nil {
