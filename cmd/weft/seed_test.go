@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weftio/weft/cmd/weft/internal/offline"
+	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/watcher/source/manifests"
+)
+
+// The design seed's "Configuration Example", verbatim, and objects for it.
+const (
+	seedConfig    = "../../examples/seed/weft.yaml"
+	seedManifests = "../../examples/seed/manifests"
+)
+
+// TestSeedConfigRender: `weft render` takes the seed's configuration as
+// written; what it renders is what Python's Jinja2 renders from the same
+// templates over the same objects, file by file, with the same registered
+// errors, and `weft validate` (haproxy -c included) accepts it.
+func TestSeedConfigRender(t *testing.T) {
+	testkit.HAProxy(t)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"render", "--config", seedConfig, "--resources", seedManifests, "--out", out}, &stdout, &stderr); err != nil {
+		t.Fatalf("render: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "rendered target haproxy (13 objects)") {
+		t.Errorf("render said %q", stdout.String())
+	}
+
+	cfg, err := config.Load(seedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wantErrors := seedJinja2(t, cfg)
+	for name, text := range want {
+		got, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if string(got) != text {
+			t.Errorf("%s differs from Jinja2's:\n--- jinja2\n%s\n--- weft\n%s", name, text, got)
+		}
+	}
+	var rendered []string
+	_ = filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(out, p)
+			rendered = append(rendered, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if len(rendered) != len(want) || len(want) != 12 {
+		t.Errorf("weft rendered %v, Jinja2 %d files", rendered, len(want))
+	}
+	var gotErrors []string
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if e, ok := strings.CutPrefix(l, "resource error: "); ok {
+			gotErrors = append(gotErrors, e)
+		}
+	}
+	if !slices.Equal(gotErrors, wantErrors) {
+		t.Errorf("registered errors: weft %q, Jinja2 %q", gotErrors, wantErrors)
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	if err := run([]string{"validate", "--config", seedConfig, out}, &stdout, &stderr); err != nil {
+		t.Fatalf("validate: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	for _, kind := range []string{"haproxy: ok", "template: ok"} {
+		if !strings.Contains(stdout.String(), kind) {
+			t.Errorf("validate said %q, want %q", stdout.String(), kind)
+		}
+	}
+}
+
+// seedJinja2 renders cfg's one target with Python's Jinja2 over the
+// objects of seedManifests, indexed as weft indexes them, and returns the
+// outputs by bundle path and the registered errors.
+func seedJinja2(t *testing.T, cfg *config.Config) (map[string]string, []string) {
+	t.Helper()
+	snap, err := manifests.Scan(seedManifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := offline.Index(cfg, snap.Objects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := testkit.Jinja2Input{Types: map[string]testkit.Jinja2Store{}, Snippets: map[string]string{}, Paths: map[string]string{}}
+	for _, typ := range ix.Types() {
+		st := ix.Store(typ)
+		s := testkit.Jinja2Store{IndexByCount: len(st.IndexBy()), Objects: []testkit.Jinja2Object{}}
+		for _, it := range st.Items() {
+			keys, _ := st.Keys(it.ID)
+			s.Objects = append(s.Objects, testkit.Jinja2Object{ID: it.ID, Keys: keys, Obj: it.Object})
+		}
+		in.Types[typ] = s
+	}
+	tg := cfg.Targets[config.SeedTarget]
+	for name, sn := range tg.TemplateSnippets {
+		in.Snippets[name] = sn.Template
+	}
+	bundlePath := map[string]string{}
+	add := func(kind, dir, name, text string) {
+		in.Outputs = append(in.Outputs, testkit.Jinja2Output{Kind: kind, Name: name, Text: text})
+		in.Paths[kind+"\x00"+name] = path.Join(tg.Base, dir, name)
+		bundlePath[name] = path.Join(dir, name)
+	}
+	add("config", "", "haproxy.cfg", tg.HAProxyConfig.Template)
+	for name, m := range tg.Maps {
+		add("map", "maps", name, m.Template)
+	}
+	for name, f := range tg.Files {
+		add("file", "files", name, f.Template)
+	}
+	outputs, errs := testkit.Jinja2Render(t, in)
+	byPath := map[string]string{}
+	for name, text := range outputs {
+		byPath[bundlePath[name]] = text
+	}
+	var lines []string
+	for _, l := range strings.Split(errs, "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return byPath, lines
+}
