@@ -94,6 +94,12 @@ type Settings struct {
 	// the process at that site of weft.yaml's sites, on its leaf node:
 	// provisioned to source from the hub, delivering the site's targets.
 	Site string
+	// MetricsListen, when set, serves /metrics apart from /healthz and
+	// /readyz (Listen): the configuration's controller.metrics_port.
+	MetricsListen string
+
+	// given: the settings the command line or environment gave (Given).
+	given map[string]bool
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -205,6 +211,7 @@ func Main(b Binary, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	s.Given(fs)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return Run(ctx, s, b)
@@ -214,6 +221,20 @@ func Main(b Binary, args []string) error {
 // ConfigMap the services start once a configuration is active and restart
 // on every newly activated one.
 func Run(ctx context.Context, s Settings, b Binary) error {
+	var fileCfg *config.Config
+	var fileData []byte
+	if !b.NoConfig && s.ConfigMap == "" {
+		// Read first: a change after it is seen as a change.
+		fileData, _ = os.ReadFile(s.Config)
+		cfg, err := config.Load(s.Config)
+		if err != nil {
+			return err
+		}
+		if err := s.applyFile(cfg); err != nil {
+			return err
+		}
+		fileCfg = cfg
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s.LogLevel)); err != nil {
 		return fmt.Errorf("log level: %w", err)
@@ -228,19 +249,15 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if b.NoConfig {
 		return runWithoutConfig(ctx, s, b, tracing, log)
 	}
-	var fileCfg *config.Config
 	var fileHash string
 	dir, _ := os.Getwd()
-	if s.ConfigMap == "" {
-		// Read first: a change after it is seen as a change.
-		data, _ := os.ReadFile(s.Config)
-		cfg, err := config.Load(s.Config)
-		if err != nil {
+	if fileCfg != nil {
+		fileHash, dir = liveconfig.Hash(string(fileData)), fileCfg.Dir
+		if err := fileCfg.CheckSite(s.Site); err != nil {
 			return err
 		}
-		fileCfg, fileHash, dir = cfg, liveconfig.Hash(string(data)), cfg.Dir
-		if err := cfg.CheckSite(s.Site); err != nil {
-			return err
+		for _, note := range fileCfg.SeedNotes() {
+			log.Warn(note)
 		}
 	} else if s.Site != "" {
 		return fmt.Errorf("--site %s needs its configuration from a file (--config), not a ConfigMap: the leaf node is provisioned from it", s.Site)
@@ -394,6 +411,9 @@ func connect(ctx context.Context, s Settings, url string, b Binary, tracing *tel
 // serveHealth serves /healthz, /readyz and /metrics (what metrics gathers)
 // on the settings' --listen address until ctx is done.
 func serveHealth(ctx context.Context, s Settings, env svc.Env, metrics prometheus.Gatherer) error {
+	if s.MetricsListen != "" && s.MetricsListen != s.Listen {
+		return serveSplit(ctx, s, env, metrics)
+	}
 	err := health.Serve(ctx, s.Listen, env.Health.Handler(metrics), func(a net.Addr) {
 		env.Log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
 	})
