@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/health"
 	"github.com/weftio/weft/pkg/svc/liveconfig"
 	"github.com/weftio/weft/pkg/svc/natsauth"
+	"github.com/weftio/weft/pkg/svc/sdnotify"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
@@ -331,6 +333,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		})
 	}
 	g.Go(func() error { return serveHealth(gctx, s, env, gens) })
+	g.Go(func() error { return notifySystemd(gctx, env, sdnotify.FromEnv(), s.Site, gens.current) })
 	if !s.SkipProvision {
 		configs = reprovisionOn(gctx, env, s, env.JS, refused, fileCfg, configs)
 	}
@@ -452,7 +455,13 @@ type generations struct {
 	base *prometheus.Registry
 	mu   sync.Mutex
 	cur  *prometheus.Registry
+	// cfg is the configuration the running generation runs on.
+	cfg atomic.Pointer[config.Config]
 }
+
+// current returns the configuration the running generation runs on (nil
+// before the first).
+func (g *generations) current() *config.Config { return g.cfg.Load() }
 
 // next starts the registry of a new generation.
 func (g *generations) next() *prometheus.Registry {
@@ -506,6 +515,7 @@ func runServices(ctx context.Context, env svc.Env, gens *generations, services [
 			genv := env
 			if gens != nil {
 				genv.Registry = gens.next()
+				gens.cfg.Store(cfg)
 			}
 			cur = start(ctx, genv, services, cfg)
 		}
