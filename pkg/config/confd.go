@@ -17,6 +17,9 @@ type Confd struct {
 	Dir string `json:"dir"`
 	// Prefix is confd's global prefix, joined before every resource's.
 	Prefix string `json:"prefix,omitempty"`
+	// SyncOnly (confd's -sync-only) delivers the files without their
+	// resources' check_cmd and reload_cmd.
+	SyncOnly bool `json:"sync_only,omitempty"`
 }
 
 // MainFile is the bundle path of a target's main file: the base name of
@@ -141,7 +144,9 @@ func confdTarget(name string, t Target, cd Confd, s confdir.Spec) Target {
 	if s.ModeSet {
 		out.Deploy.Mode = fmt.Sprintf("%04o", s.Mode)
 	}
-	if s.ReloadCmd != "" {
+	if cd.SyncOnly {
+		out.Deploy.CheckCmd, out.Deploy.ReloadCmd = "", ""
+	} else if s.ReloadCmd != "" {
 		// confd gives reload_cmd {{.src}} and {{.dest}}; once the file is
 		// in place both are dest. A template that does not expand was
 		// refused by confdir.

@@ -189,6 +189,11 @@ type Binary struct {
 	NoConfig bool
 	// Connection names the NATS connection; empty: "weft".
 	Connection string
+	// ConfigText is a configuration the program made (weft confd), run in
+	// place of Settings.Config's file and not followed; its relative
+	// paths resolve against ConfigDir.
+	ConfigText []byte
+	ConfigDir  string
 	// Version is the program's version, the service.version of its spans;
 	// empty: the main module's version from the build information.
 	Version string
@@ -226,9 +231,16 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	var fileCfg *config.Config
 	var fileData []byte
 	if !b.NoConfig && s.ConfigMap == "" {
-		// Read first: a change after it is seen as a change.
-		fileData, _ = os.ReadFile(s.Config)
-		cfg, err := config.Load(s.Config)
+		var cfg *config.Config
+		var err error
+		if b.ConfigText != nil {
+			fileData = b.ConfigText
+			cfg, err = config.ParseFile(b.Name, b.ConfigText, b.ConfigDir)
+		} else {
+			// Read first: a change after it is seen as a change.
+			fileData, _ = os.ReadFile(s.Config)
+			cfg, err = config.Load(s.Config)
+		}
 		if err != nil {
 			return err
 		}
@@ -302,7 +314,13 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
 	var configs <-chan *config.Config
-	if fileCfg != nil {
+	if fileCfg != nil && b.ConfigText != nil {
+		// Made by the program: nothing to follow.
+		configs = prepend(gctx, fileCfg, nil)
+		g.Go(func() error {
+			return ignoreReloads(gctx, reload, log, "SIGHUP ignored: the configuration is made from the command line")
+		})
+	} else if fileCfg != nil {
 		f := liveconfig.File{Path: s.Config, Dir: dir, Running: fileHash, Reload: reload, Watch: s.WatchConfig}
 		if b.ConfigFile != "" {
 			f.Path, f.Read = b.ConfigFile, b.ReadConfig
@@ -322,14 +340,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			return err
 		}
 		g.Go(func() error {
-			for {
-				select {
-				case <-gctx.Done():
-					return nil
-				case <-reload:
-					log.Info("SIGHUP ignored: the configuration follows its ConfigMap", "config_map", s.ConfigMap)
-				}
-			}
+			return ignoreReloads(gctx, reload, log, "SIGHUP ignored: the configuration follows its ConfigMap", "config_map", s.ConfigMap)
 		})
 	}
 	g.Go(func() error { return serveHealth(gctx, s, env, gens) })
@@ -427,11 +438,27 @@ func serveHealth(ctx context.Context, s Settings, env svc.Env, metrics prometheu
 	return nil
 }
 
+// ignoreReloads logs each request on reload as ignored until ctx is done.
+func ignoreReloads(ctx context.Context, reload <-chan os.Signal, log *slog.Logger, text string, args ...any) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-reload:
+			log.Info(text, args...)
+		}
+	}
+}
+
 // prepend yields first, then what rest yields until it is closed or ctx
-// is done.
+// is done; a nil rest yields nothing more.
 func prepend(ctx context.Context, first *config.Config, rest <-chan *config.Config) <-chan *config.Config {
 	out := make(chan *config.Config, 1)
 	out <- first
+	if rest == nil {
+		close(out)
+		return out
+	}
 	go func() {
 		defer close(out)
 		for c := range rest {

@@ -116,7 +116,7 @@ func (d deploys) describe(cfg *config.Config) (string, bool) {
 				continue
 			}
 			switch {
-			case s.Failures > 0:
+			case s.LastError != "": // refused or failing, until one succeeds
 				failing = append(failing, fmt.Sprintf("%s/%s (%s)", name, s.Instance, s.LastError))
 			case s.Deploys > 0:
 				ok = true
