@@ -76,8 +76,15 @@ func TestConfdOnetime(t *testing.T) {
 			t.Errorf("%s =\n%s\nwant\n%s", out, got, want)
 		}
 	}
-	if fi, err := os.Stat(filepath.Join(dir, "out", "app", "app.conf")); err != nil || fi.Mode().Perm() != 0o640 {
-		t.Errorf("app.conf: %v, mode %v; want the resource's 0640", err, fi.Mode())
+	// A resource's mode, and confd's 0644 for a new file whose resource
+	// sets none.
+	for out, mode := range map[string]os.FileMode{"app/app.conf": 0o640, "app/upstreams.conf": 0o644, "cache/cache.json": 0o644} {
+		fi, err := os.Stat(filepath.Join(dir, "out", out))
+		if err != nil {
+			t.Error(err)
+		} else if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v", out, fi.Mode().Perm(), mode)
+		}
 	}
 	reloads, err := os.ReadFile(filepath.Join(dir, "out", "reloads.log"))
 	if err != nil || !strings.Contains(string(reloads), "app") {
