@@ -2,12 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/weftio/weft/cmd/weft/internal/offline"
 	"github.com/weftio/weft/pkg/config"
@@ -136,4 +143,83 @@ func seedJinja2(t *testing.T, cfg *config.Config) (map[string]string, []string) 
 		}
 	}
 	return byPath, lines
+}
+
+// TestSeedConfigUp: `weft up` runs the seed's configuration as written:
+// its implied Kubernetes source (the API server of $KUBECONFIG) feeds the
+// seed's objects to its one target, which renders what `weft render`
+// renders from the same objects (the same bundle hash) and is accepted by
+// the validator's kinds (haproxy -c included).
+func TestSeedConfigUp(t *testing.T) {
+	testkit.HAProxy(t)
+	k := testkit.Kube(t)
+	ctx := context.Background()
+	snap, err := manifests.Scan(seedManifests)
+	if err != nil || len(snap.Errors) > 0 {
+		t.Fatalf("%v %v", err, snap.Errors)
+	}
+	made := map[string]bool{}
+	for _, o := range snap.Objects {
+		if !made[o.Namespace] {
+			made[o.Namespace] = true
+			ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": o.Namespace}}}
+			if _, err := k.Client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gvr := map[string]schema.GroupVersionResource{
+			"Ingress":       {Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"},
+			"Service":       {Version: "v1", Resource: "services"},
+			"EndpointSlice": {Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"},
+		}[o.Kind]
+		body := &unstructured.Unstructured{Object: o.Body}
+		body.SetUID("")
+		body.SetResourceVersion("")
+		body.SetManagedFields(nil)
+		if _, err := k.Client.Resource(gvr).Namespace(o.Namespace).Create(ctx, body, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%s %s/%s: %v", o.Kind, o.Namespace, o.Name, err)
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"render", "--config", seedConfig, "--resources", seedManifests, "--out", t.TempDir()}, &stdout, &stderr); err != nil {
+		t.Fatalf("render: %v\n%s", err, stderr.String())
+	}
+	_, hash, ok := strings.Cut(strings.TrimSpace(stdout.String()), ", bundle ")
+	if !ok {
+		t.Fatalf("render said %q", stdout.String())
+	}
+
+	cfgPath, err := filepath.Abs(seedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWeftEnv(t, []string{"KUBECONFIG=" + k.Kubeconfig, "WEFT_LISTEN=127.0.0.1:0", config.SeedUserEnv + "=admin"},
+		"up", "--config", cfgPath, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--watch-config=false")
+	testkit.Eventually(t, 2*time.Minute, func() error {
+		if exited, err := w.exited(); exited {
+			t.Fatalf("weft up exited: %v\n%s", err, w.out)
+		}
+		for _, m := range []string{"rendered", "bundle accepted"} {
+			rec, ok := w.logged(m)
+			if !ok {
+				return fmt.Errorf("no %q yet", m)
+			}
+			if got := fmt.Sprint(rec["hash"]); got != hash {
+				t.Fatalf("%s bundle %s, weft render's %s\n%s", m, got, hash, w.out)
+			}
+		}
+		return nil
+	})
+	// logging.verbose 2 is debug; validation's Dataplane address is named
+	// as not used.
+	if _, ok := w.logged("validation.dataplane_host/dataplane_port (localhost:5555) are not used"); !ok {
+		t.Errorf("the unused validation section is not named:\n%s", w.out)
+	}
+	if rec, ok := w.logged("settings"); !ok || rec["level"] != "DEBUG" || rec["log_level"] != "debug" {
+		t.Errorf("logging.verbose: 2 did not log at debug: %v", rec)
+	}
+	if err := w.interrupt(t); err != nil {
+		t.Fatal(err)
+	}
 }

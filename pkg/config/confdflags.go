@@ -162,6 +162,15 @@ func ParseConfd(args []string, getenv func(string) string, usage io.Writer) (Con
 func confdFlagSet(s *ConfdSettings, usage io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("weft confd", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: weft confd [flags]\n\n"+
+			"Keep the files of a confd confdir (conf.d/*.toml, templates/) up to date from a\n"+
+			"backend, with confd's flags and meanings: flags over CONFD_* variables over\n"+
+			"-config-file (TOML) over confd's defaults. -onetime makes one pass and exits\n"+
+			"non-zero when a resource failed. Under systemd (Type=notify) it says READY=1\n"+
+			"once every resource is delivered.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&s.Backend, "backend", s.Backend, "backend to use: "+strings.Join(sortedKeys(ConfdBackends), ", "))
 	fs.StringVar(&s.ConfDir, "confdir", s.ConfDir, "confd conf directory (conf.d/*.toml and templates/)")
 	fs.StringVar(&s.ConfigFile, "config-file", DefaultConfdFile, "the confd config file (TOML)")

@@ -254,6 +254,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		return fmt.Errorf("log level: %w", err)
 	}
 	log := telemetry.NewLogger(os.Stderr, level)
+	log.Debug("settings", "log_level", s.LogLevel, "listen", s.Listen, "metrics_listen", s.MetricsListen)
 	tracing, err := startTracing(ctx, b, log)
 	if err != nil {
 		return err
