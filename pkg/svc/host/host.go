@@ -1,5 +1,6 @@
 // Package host runs weft services in a process: it reads the typed settings
-// (flags over environment over defaults), connects to NATS (or starts an
+// (flags over environment over the configuration's controller and logging
+// sections over defaults), connects to NATS (or starts an
 // embedded server), provisions the streams and buckets, serves /healthz,
 // /readyz and /metrics, and runs the given services until SIGINT/SIGTERM,
 // then stops them and waits. Every binary's main calls Main.
@@ -15,6 +16,12 @@
 // each service gets a tracer provider of its own (telemetry.Tracing), whose
 // spans are exported when those variables ask for it and flushed when the
 // process stops.
+//
+// Started by systemd as Type=notify ($NOTIFY_SOCKET), the process says
+// READY=1 once every target of its configuration is deployed, keeps a
+// STATUS= line, pets the watchdog while its readiness checks pass and says
+// STOPPING=1 at the end (package sdnotify). A binary may run a configuration
+// it made (Binary.ConfigText, weft confd) instead of following a file.
 //
 // A binary with NoConfig (the puller's node agent) reads no configuration
 // file and embeds no NATS server: it takes only the connection settings,
