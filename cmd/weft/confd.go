@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
@@ -131,7 +132,7 @@ func (p *onePass) run(ctx context.Context, env svc.Env, _ *config.Config) error 
 			env.Log.Warn("onetime: reading the status", "err", err)
 			continue
 		}
-		done, failed := p.judge(rep)
+		done, failed := p.judge(rep, sourceErrors(env))
 		if !done {
 			continue
 		}
@@ -145,14 +146,52 @@ func (p *onePass) run(ctx context.Context, env svc.Env, _ *config.Config) error 
 	}
 }
 
+// watcherErrors counts the watcher's source problems, by source: the
+// watcher logs each and counts it in this metric.
+const watcherErrors = "weft_watcher_source_errors_total"
+
+// sourceErrors returns how many problems each source has had.
+func sourceErrors(env svc.Env) map[string]float64 {
+	out := map[string]float64{}
+	g, ok := env.Registry.(prometheus.Gatherer)
+	if !ok {
+		return out
+	}
+	families, err := g.Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range families {
+		if f.GetName() != watcherErrors {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
 // judge says whether every resource went through and which failed: a
-// source that could not be read before its first sync, a render error, a
-// refused bundle, a deploy (check_cmd, writing, reload_cmd) that failed.
-func (p *onePass) judge(rep msg.StatusReport) (bool, []string) {
+// source that had a problem before its first complete read (confd fails
+// on a backend it cannot read), a render error, a refused bundle, a deploy
+// (check_cmd, writing, reload_cmd) that failed.
+func (p *onePass) judge(rep msg.StatusReport, sourceErrors map[string]float64) (bool, []string) {
 	var failed []string
+	synced := map[string]bool{}
 	for _, sy := range rep.Syncs {
-		if !sy.Synced && len(sy.Errors) > 0 {
+		synced[sy.Source] = synced[sy.Source] || sy.Synced
+		if len(sy.Errors) > 0 {
 			failed = append(failed, fmt.Sprintf("source %s: %s", sy.Source, strings.Join(sy.Errors, "; ")))
+		}
+	}
+	for _, src := range p.cfg.Sources {
+		if n := sourceErrors[src.Name]; n > 0 && !synced[src.Name] {
+			failed = append(failed, fmt.Sprintf("source %s could not be read (%v problems before its first complete read; each is logged)", src.Name, n))
 		}
 	}
 	if len(failed) > 0 {

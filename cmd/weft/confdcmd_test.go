@@ -107,6 +107,12 @@ func TestConfdOnetime(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "out", "app", "app.conf")); !strings.Contains(string(got), "port = 8080\n") {
 		t.Errorf("a refused file was written:\n%s", got)
 	}
+
+	// A backend that cannot be read fails the pass at once, as in confd.
+	code, _, stderr = confdRun(t, dir, nil, "-onetime", "-backend", "file", "-file", "absent.yaml", "-confdir", "confdir", "-log-level", "error")
+	if code != ExitFailed || !strings.Contains(stderr, "weft confd: source file could not be read") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr)
+	}
 }
 
 // TestConfdOnetimeNoop: -noop prints each resource's pending change as a
@@ -137,9 +143,13 @@ func TestConfdOnetimeNoop(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "out", "reloads.log")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("-sync-only ran reload_cmd: %v", err)
 	}
-	code, stdout, _ = confdRun(t, dir, env, "-onetime", "-noop")
+	code, stdout, _ = confdRun(t, dir, env, "-onetime", "-noop", "-keep-stage-file")
 	if code != 0 || stdout != "" {
 		t.Errorf("nothing pending, but exit %d and\n%s", code, stdout)
+	}
+	staged, err := os.ReadFile(filepath.Join(dir, "out", "app", ".app.conf.weft-stage"))
+	if deployed, _ := os.ReadFile(app); err != nil || string(staged) != string(deployed) {
+		t.Errorf("-keep-stage-file kept %q (%v), want the rendered file", staged, err)
 	}
 }
 
