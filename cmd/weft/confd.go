@@ -86,6 +86,7 @@ func confdCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var pass *onePass
 	if s.OneTime {
 		pass = &onePass{cfg: cfg, noop: s.Noop, keep: s.KeepStageFile, out: stdout}
+		b.NoSystemd = true
 		b.Services = []host.Service{
 			{Name: watcher.Service, Run: watcher.Run},
 			{Name: renderer.Service, Run: renderer.Run},

@@ -59,9 +59,16 @@ func confdCopy(t *testing.T) string {
 // the command, and the file stays as it was.
 func TestConfdOnetime(t *testing.T) {
 	dir := confdCopy(t)
-	code, _, stderr := confdRun(t, dir, nil, "-onetime", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "warn")
+	socket, states := notifySocket(t)
+	code, _, stderr := confdRun(t, dir, []string{"NOTIFY_SOCKET=" + socket}, "-onetime", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "warn")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	// A run that ends by itself is no service systemd waits for.
+	select {
+	case s := <-states:
+		t.Errorf("-onetime notified systemd: %q", s)
+	case <-time.After(500 * time.Millisecond):
 	}
 	for golden, out := range confdFiles {
 		got, err := os.ReadFile(filepath.Join(dir, "out", out))

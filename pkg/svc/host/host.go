@@ -201,6 +201,9 @@ type Binary struct {
 	// paths resolve against ConfigDir.
 	ConfigText []byte
 	ConfigDir  string
+	// NoSystemd: the process does not speak systemd's notify protocol
+	// (weft confd -onetime, a run that ends by itself).
+	NoSystemd bool
 	// Version is the program's version, the service.version of its spans;
 	// empty: the main module's version from the build information.
 	Version string
@@ -352,7 +355,9 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 		})
 	}
 	g.Go(func() error { return serveHealth(gctx, s, env, gens) })
-	g.Go(func() error { return notifySystemd(gctx, env, sdnotify.FromEnv(), s.Site, gens.current) })
+	if !b.NoSystemd {
+		g.Go(func() error { return notifySystemd(gctx, env, sdnotify.FromEnv(), s.Site, gens.current) })
+	}
 	if !s.SkipProvision {
 		configs = reprovisionOn(gctx, env, s, env.JS, refused, fileCfg, configs)
 	}
