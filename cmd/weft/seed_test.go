@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,6 +21,7 @@ import (
 	"github.com/weftio/weft/cmd/weft/internal/offline"
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
 	"github.com/weftio/weft/services/watcher/source/manifests"
 )
 
@@ -148,8 +151,9 @@ func seedJinja2(t *testing.T, cfg *config.Config) (map[string]string, []string) 
 // TestSeedConfigUp: `weft up` runs the seed's configuration as written:
 // its implied Kubernetes source (the API server of $KUBECONFIG) feeds the
 // seed's objects to its one target, which renders what `weft render`
-// renders from the same objects (the same bundle hash) and is accepted by
-// the validator's kinds (haproxy -c included).
+// renders from the same objects (the same bundle hash), is accepted by
+// the validator's kinds (haproxy -c included) and is delivered to the
+// Dataplane API of the ready Pod that pod_selector picks.
 func TestSeedConfigUp(t *testing.T) {
 	testkit.HAProxy(t)
 	k := testkit.Kube(t)
@@ -181,8 +185,23 @@ func TestSeedConfigUp(t *testing.T) {
 		}
 	}
 
+	// One HAProxy Pod as pod_selector picks it, ready at a loopback
+	// address whose port 5555 a Dataplane API double serves.
+	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), 1+rand.IntN(250), 1+rand.IntN(250))
+	api := dataplanetest.New(t, dataplanetest.Options{User: "admin", Password: "s3cret", Addr: ip + ":5555"})
+	kit := newPodKit(t, k.Clientset)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "haproxy-0", Labels: map[string]string{"app": "haproxy", "component": "loadbalancer"}},
+		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "haproxy", Image: "haproxytech/haproxy-debian:2.6"}}},
+	}
+	if _, err := kit.pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kit.run("haproxy-0", ip, true, false)
+
+	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	if err := run([]string{"render", "--config", seedConfig, "--resources", seedManifests, "--out", t.TempDir()}, &stdout, &stderr); err != nil {
+	if err := run([]string{"render", "--config", seedConfig, "--resources", seedManifests, "--out", out}, &stdout, &stderr); err != nil {
 		t.Fatalf("render: %v\n%s", err, stderr.String())
 	}
 	_, hash, ok := strings.Cut(strings.TrimSpace(stdout.String()), ", bundle ")
@@ -194,7 +213,7 @@ func TestSeedConfigUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := startWeftEnv(t, []string{"KUBECONFIG=" + k.Kubeconfig, "WEFT_LISTEN=127.0.0.1:0", config.SeedUserEnv + "=admin"},
+	w := startWeftEnv(t, []string{"KUBECONFIG=" + k.Kubeconfig, "WEFT_LISTEN=127.0.0.1:0", config.SeedUserEnv + "=admin", config.SeedPasswordEnv + "=s3cret"},
 		"up", "--config", cfgPath, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--watch-config=false")
 	testkit.Eventually(t, 2*time.Minute, func() error {
 		if exited, err := w.exited(); exited {
@@ -208,6 +227,21 @@ func TestSeedConfigUp(t *testing.T) {
 			if got := fmt.Sprint(rec["hash"]); got != hash {
 				t.Fatalf("%s bundle %s, weft render's %s\n%s", m, got, hash, w.out)
 			}
+		}
+		return nil
+	})
+	// The Pod's Dataplane API gets the configuration weft render made.
+	rendered, err := os.ReadFile(filepath.Join(out, "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := dataplanetest.Normalize(string(rendered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 2*time.Minute, func() error {
+		if got, _ := api.Config(); got != want {
+			return fmt.Errorf("the Pod's Dataplane API has\n%s", got)
 		}
 		return nil
 	})
