@@ -56,7 +56,7 @@ func confdCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Problems of the confdir are reported now, as confd's are.
 	cfg, err := config.ParseFile("weft confd", text, cwd)
 	if err != nil {
-		return err
+		return confdProblems(err)
 	}
 	if s.Password != "" {
 		if err := os.Setenv(config.ConfdPasswordEnv, s.Password); err != nil {
@@ -102,6 +102,25 @@ func confdCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return pass.result(stderr)
 	}
 	return err
+}
+
+// confdProblems names the flag behind each problem of the configuration
+// made from confd's settings, whose positions would mean nothing to a
+// person.
+func confdProblems(err error) error {
+	ps, ok := errors.AsType[config.Problems](err)
+	if !ok {
+		return err
+	}
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		flag := "-confdir"
+		if strings.HasPrefix(p.Path, "sources") {
+			flag = "-backend"
+		}
+		lines[i] = flag + ": " + p.Message
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }
 
 // onePass follows one pass of every resource through the status bucket

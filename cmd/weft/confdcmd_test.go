@@ -161,11 +161,16 @@ func TestConfdOnetimeNoop(t *testing.T) {
 }
 
 // TestConfdCommandLine: flags weft cannot carry out are a usage error
-// (exit 2) naming them.
+// (exit 2) naming them; a confdir that cannot be read fails (exit 1)
+// naming the flag.
 func TestConfdCommandLine(t *testing.T) {
 	dir := confdCopy(t)
 	code, _, stderr := confdRun(t, dir, nil, "-backend", "dynamodb")
 	if code != ExitUsage || !strings.Contains(stderr, `-backend "dynamodb" is not one weft reads`) {
+		t.Errorf("exit %d\n%s", code, stderr)
+	}
+	code, _, stderr = confdRun(t, dir, nil, "-onetime", "-backend", "env", "-confdir", "absent")
+	if code != ExitFailed || !strings.Contains(stderr, "-confdir: confdir "+filepath.Join(dir, "absent")+": ") {
 		t.Errorf("exit %d\n%s", code, stderr)
 	}
 	code, stdout, _ := confdRun(t, dir, nil, "-h")
