@@ -59,6 +59,14 @@ func confdCopy(t *testing.T) string {
 // the command, and the file stays as it was.
 func TestConfdOnetime(t *testing.T) {
 	dir := confdCopy(t)
+	// A file already there, of another mode than 0644: its resource sets
+	// no mode, so confd keeps the file's.
+	if err := os.MkdirAll(filepath.Join(dir, "out", "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "out", "app", "upstreams.conf"), []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	socket, states := notifySocket(t)
 	code, _, stderr := confdRun(t, dir, []string{"NOTIFY_SOCKET=" + socket}, "-onetime", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "warn")
 	if code != 0 {
@@ -83,9 +91,9 @@ func TestConfdOnetime(t *testing.T) {
 			t.Errorf("%s =\n%s\nwant\n%s", out, got, want)
 		}
 	}
-	// A resource's mode, and confd's 0644 for a new file whose resource
-	// sets none.
-	for out, mode := range map[string]os.FileMode{"app/app.conf": 0o640, "app/upstreams.conf": 0o644, "cache/cache.json": 0o644} {
+	// A resource's mode; without one, as confd: a file already there keeps
+	// its mode, a new one gets 0644.
+	for out, mode := range map[string]os.FileMode{"app/app.conf": 0o640, "app/upstreams.conf": 0o600, "cache/cache.json": 0o644} {
 		fi, err := os.Stat(filepath.Join(dir, "out", out))
 		if err != nil {
 			t.Error(err)
@@ -184,6 +192,14 @@ func TestConfdCommandLine(t *testing.T) {
 // delivered.
 func TestConfdDaemon(t *testing.T) {
 	dir := confdCopy(t)
+	// A file already there, of another mode than 0644: its resource sets
+	// no mode, so confd keeps the file's.
+	if err := os.MkdirAll(filepath.Join(dir, "out", "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "out", "app", "upstreams.conf"), []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	socket, states := notifySocket(t)
 	w := startWeftIn(t, dir, []string{"NOTIFY_SOCKET=" + socket, "WEFT_LISTEN=127.0.0.1:0"}, "confd", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "warn")
 	deadline := time.After(2 * time.Minute)

@@ -56,8 +56,8 @@ func ConfdTargetName(target, confDir, file string) string {
 // the new target so that resources share a folder, with the resource's
 // owner, group, mode, check_cmd, reload_cmd, min_reload_interval and
 // command timeouts. A confdir that does not load is reported with every
-// bad file. Where this differs from confd: a resource without mode gets the
-// files driver's 0644 even over an existing file of another mode, the
+// bad file. A resource without mode keeps an existing file's mode and
+// gives a new file 0644, as confd does. Where this differs from confd: the
 // larger of check_cmd_timeout and reload_cmd_timeout bounds both commands,
 // and reload_cmd's {{.src}} is dest (the staged file is gone by then).
 func (c *Config) expandConfd(ps *problems) {
@@ -143,6 +143,8 @@ func confdTarget(name string, t Target, cd Confd, s confdir.Spec) Target {
 	}
 	if s.ModeSet {
 		out.Deploy.Mode = fmt.Sprintf("%04o", s.Mode)
+	} else {
+		out.Deploy.KeepMode = true
 	}
 	if cd.SyncOnly {
 		out.Deploy.CheckCmd, out.Deploy.ReloadCmd = "", ""

@@ -373,12 +373,15 @@ var Drivers = []string{DriverDataplane, DriverFiles, DriverRuntime}
 
 // Deploy says where and how a target's bundle is delivered.
 type Deploy struct {
-	Driver            string   `json:"driver"`
-	Instance          string   `json:"instance,omitempty"` // default "local"
-	Dest              string   `json:"dest"`
-	Owner             string   `json:"owner,omitempty"`
-	Group             string   `json:"group,omitempty"`
-	Mode              string   `json:"mode,omitempty"` // octal, e.g. "0644"
+	Driver   string `json:"driver"`
+	Instance string `json:"instance,omitempty"` // default "local"
+	Dest     string `json:"dest"`
+	Owner    string `json:"owner,omitempty"`
+	Group    string `json:"group,omitempty"`
+	Mode     string `json:"mode,omitempty"` // octal, e.g. "0644"
+	// KeepMode (a confd resource without mode, as confd does): a file
+	// already there keeps its permission bits; a new one gets Mode.
+	KeepMode          bool     `json:"-"`
 	CheckCmd          string   `json:"check_cmd,omitempty"`
 	ReloadCmd         string   `json:"reload_cmd,omitempty"`
 	MinReloadInterval Duration `json:"min_reload_interval,omitempty"`
