@@ -206,7 +206,7 @@ func TestConfdDaemon(t *testing.T) {
 	for ready := false; !ready; {
 		select {
 		case s := <-states:
-			ready = strings.Contains(s, "READY=1") && strings.Contains(s, "STATUS=ready: 3 targets deployed")
+			ready = strings.Contains(s, "READY=1") && strings.Contains(s, "STATUS=ready: 3 deployed (confd-app, confd-cache, confd-upstreams)")
 		case <-deadline:
 			t.Fatal("no READY=1 within 2 minutes")
 		}

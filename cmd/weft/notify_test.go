@@ -88,7 +88,7 @@ func TestUpNotifiesSystemd(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "out", "haproxy.cfg")); err != nil {
 			t.Fatalf("READY=1 before the deploy: %v", err)
 		}
-		if !strings.Contains(s, "STATUS=ready: 1 targets deployed") {
+		if !strings.Contains(s, "STATUS=ready: 1 deployed (edge)") {
 			t.Errorf("READY=1 came with %q", s)
 		}
 		break

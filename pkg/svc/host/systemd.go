@@ -131,7 +131,7 @@ func (d deploys) describe(cfg *config.Config) (string, bool) {
 	slices.Sort(failing)
 	var b strings.Builder
 	if len(waiting) == 0 {
-		fmt.Fprintf(&b, "ready: %d targets deployed", len(done))
+		fmt.Fprintf(&b, "ready: %d deployed (%s)", len(done), strings.Join(done, ", "))
 	} else {
 		fmt.Fprintf(&b, "waiting for the first deploy of %s", strings.Join(waiting, ", "))
 	}
