@@ -43,6 +43,8 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"up", "-h"}, "usage: weft up [flags]"},
 		{[]string{"up", "--help"}, "-nats-url"},
 		{[]string{"render", "-h"}, "usage: weft render [flags]"},
+		{[]string{"confd", "-h"}, "usage: weft confd [flags]"},
+		{[]string{"help", "confd"}, "-onetime"},
 		{[]string{"render", "-h"}, "-out"},
 		{[]string{"validate", "-h"}, "usage: weft validate [flags] <bundle folder>"},
 		{[]string{"status", "-h"}, "usage: weft status [flags]"},

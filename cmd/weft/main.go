@@ -1,6 +1,7 @@
 // Command weft runs every weft service in one process (`weft up`, with an
 // embedded NATS server by default) and offers the tools a person needs
 // around it: `weft render` (offline render for template authors and CI),
+// `weft confd` (a confd confdir run from confd's command line),
 // `weft status` (what each target last rendered, validated and deployed),
 // `weft audit` (what happened, in time order, from the streams) and
 // `weft why` (what an instance runs, back to the changes that made it).
@@ -30,6 +31,8 @@ const usage = `usage: weft <command> [flags]
 commands:
   up       run every service in one process (embedded NATS unless --nats-url;
            --demo: also a real HAProxy with echo backends to send HTTP through)
+  confd    run a confd confdir with confd's flags (-onetime, -backend, -node,
+           -prefix, -confdir, -noop, -sync-only, ...; weft confd -h)
   render   render a target offline from a folder of manifests
   validate run the validator kinds offline on a rendered bundle
   status   show each target's render, validation and deploy state
@@ -101,6 +104,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return upCmd(ctx, args[1:], stdout, stderr)
 	case "render":
 		return renderCmd(ctx, args[1:], stdout, stderr)
+	case "confd":
+		return confdCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "audit":

@@ -47,6 +47,7 @@ func upCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
+	s.Given(fs)
 	if *withParent {
 		if err := exitWithParent(); err != nil {
 			return err

@@ -40,7 +40,14 @@ func startWeft(t *testing.T, args ...string) *weftProcess {
 // startWeftEnv is startWeft with env added to the process's environment.
 func startWeftEnv(t *testing.T, env []string, args ...string) *weftProcess {
 	t.Helper()
+	return startWeftIn(t, "", env, args...)
+}
+
+// startWeftIn is startWeftEnv in the working folder dir ("": the test's).
+func startWeftIn(t *testing.T, dir string, env []string, args ...string) *weftProcess {
+	t.Helper()
 	p := &weftProcess{cmd: exec.Command(os.Args[0], args...), out: &testkit.SyncBuffer{}, done: make(chan error, 1)}
+	p.cmd.Dir = dir
 	p.cmd.Env = append(append(os.Environ(), asWeft+"=1"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -17,6 +17,9 @@ type Confd struct {
 	Dir string `json:"dir"`
 	// Prefix is confd's global prefix, joined before every resource's.
 	Prefix string `json:"prefix,omitempty"`
+	// SyncOnly (confd's -sync-only) delivers the files without their
+	// resources' check_cmd and reload_cmd.
+	SyncOnly bool `json:"sync_only,omitempty"`
 }
 
 // MainFile is the bundle path of a target's main file: the base name of
@@ -53,8 +56,8 @@ func ConfdTargetName(target, confDir, file string) string {
 // the new target so that resources share a folder, with the resource's
 // owner, group, mode, check_cmd, reload_cmd, min_reload_interval and
 // command timeouts. A confdir that does not load is reported with every
-// bad file. Where this differs from confd: a resource without mode gets the
-// files driver's 0644 even over an existing file of another mode, the
+// bad file. A resource without mode keeps an existing file's mode and
+// gives a new file 0644, as confd does. Where this differs from confd: the
 // larger of check_cmd_timeout and reload_cmd_timeout bounds both commands,
 // and reload_cmd's {{.src}} is dest (the staged file is gone by then).
 func (c *Config) expandConfd(ps *problems) {
@@ -140,8 +143,12 @@ func confdTarget(name string, t Target, cd Confd, s confdir.Spec) Target {
 	}
 	if s.ModeSet {
 		out.Deploy.Mode = fmt.Sprintf("%04o", s.Mode)
+	} else {
+		out.Deploy.KeepMode = true
 	}
-	if s.ReloadCmd != "" {
+	if cd.SyncOnly {
+		out.Deploy.CheckCmd, out.Deploy.ReloadCmd = "", ""
+	} else if s.ReloadCmd != "" {
 		// confd gives reload_cmd {{.src}} and {{.dest}}; once the file is
 		// in place both are dest. A template that does not expand was
 		// refused by confdir.

@@ -63,6 +63,17 @@ type Config struct {
 	// watched types with enable_validation_webhook go through.
 	ValidationWebhook ValidationWebhook `json:"validation_webhook,omitempty"`
 
+	// The seed form (see expandSeed): haproxy-template-ic's controller
+	// configuration, read as it is written.
+	PodSelector      *PodSelector        `json:"pod_selector,omitempty"`
+	Controller       *Controller         `json:"controller,omitempty"`
+	Logging          *Logging            `json:"logging,omitempty"`
+	Validation       *SeedValidation     `json:"validation,omitempty"`
+	TemplateSnippets map[string]Template `json:"template_snippets,omitempty"`
+	Maps             map[string]Template `json:"maps,omitempty"`
+	Files            map[string]Template `json:"files,omitempty"`
+	HAProxyConfig    *Template           `json:"haproxy_config,omitempty"`
+
 	// Dir is the folder of the file; relative paths were resolved against it.
 	Dir string `json:"-"`
 	// Hash identifies the file's content.
@@ -267,6 +278,10 @@ type Target struct {
 	// IngressStatus publishes the instances' addresses on the Ingresses
 	// the target serves (see IngressStatus).
 	IngressStatus *IngressStatus `json:"ingress_status,omitempty"`
+
+	// seed marks the target of the seed form, whose Dataplane API
+	// credentials come from the environment (SeedUserEnv).
+	seed bool
 }
 
 // Fragment is a template rendered for every object of the watched type
@@ -369,12 +384,15 @@ var Drivers = []string{DriverDataplane, DriverFiles, DriverRuntime}
 
 // Deploy says where and how a target's bundle is delivered.
 type Deploy struct {
-	Driver            string   `json:"driver"`
-	Instance          string   `json:"instance,omitempty"` // default "local"
-	Dest              string   `json:"dest"`
-	Owner             string   `json:"owner,omitempty"`
-	Group             string   `json:"group,omitempty"`
-	Mode              string   `json:"mode,omitempty"` // octal, e.g. "0644"
+	Driver   string `json:"driver"`
+	Instance string `json:"instance,omitempty"` // default "local"
+	Dest     string `json:"dest"`
+	Owner    string `json:"owner,omitempty"`
+	Group    string `json:"group,omitempty"`
+	Mode     string `json:"mode,omitempty"` // octal, e.g. "0644"
+	// KeepMode (a confd resource without mode, as confd does): a file
+	// already there keeps its permission bits; a new one gets Mode.
+	KeepMode          bool     `json:"-"`
 	CheckCmd          string   `json:"check_cmd,omitempty"`
 	ReloadCmd         string   `json:"reload_cmd,omitempty"`
 	MinReloadInterval Duration `json:"min_reload_interval,omitempty"`
@@ -561,6 +579,7 @@ func ParseFile(file string, data []byte, dir string) (*Config, error) {
 	sum := sha256.Sum256(data)
 	c.Hash = hex.EncodeToString(sum[:8])
 	c.Dir = dir
+	c.expandSeed(ps)
 	c.expandConfd(ps)
 	if err := ps.err(); err != nil {
 		return nil, err
@@ -838,7 +857,7 @@ func (c *Config) checkTarget(ps *problems, name string, t Target) {
 	}
 	checkHistory(ps, f.k("history"), t.History, c.History)
 	d := t.Deploy
-	checkDeploy(f.k("deploy"), d, bad)
+	checkDeploy(f.k("deploy"), d, t.seed, bad)
 	if d.Pods != nil && d.Pods.Type != "" {
 		switch r, ok := c.WatchedResources[d.Pods.Type]; {
 		case !ok:
@@ -880,7 +899,7 @@ func (c *Config) checkTarget(ps *problems, name string, t Target) {
 
 // checkDeploy reports the problems of a deploy section, instance by
 // instance.
-func checkDeploy(f path, d Deploy, bad func(p path, format string, args ...any)) {
+func checkDeploy(f path, d Deploy, seed bool, bad func(p path, format string, args ...any)) {
 	if !slices.Contains(Drivers, d.Driver) {
 		bad(f.k("driver"), "unknown driver %q (known: %s)", d.Driver, strings.Join(Drivers, ", "))
 		return
@@ -921,7 +940,7 @@ func checkDeploy(f path, d Deploy, bad func(p path, format string, args ...any))
 			bad(fi.k("master_socket"), "required for the runtime driver")
 		}
 	}
-	if d.Driver == DriverDataplane && d.Dataplane.User == "" {
+	if d.Driver == DriverDataplane && d.Dataplane.User == "" && !seed {
 		bad(f.k("dataplane", "user"), "required for the dataplane driver")
 	}
 }

@@ -66,7 +66,7 @@ func TestSuggestions(t *testing.T) {
 		{"targets: {t: {haproxy_cfg: {template: x}}}", `weft.yaml:1:15: targets.t.haproxy_cfg: unknown field "haproxy_cfg"; did you mean "haproxy_config"?`},
 		{"targets: {t: {deploy: {reload_cmnd: x}}}", `weft.yaml:1:24: targets.t.deploy.reload_cmnd: unknown field "reload_cmnd"; did you mean "reload_cmd"?`},
 		{"watched_resources: {s: {apiVersion: v1}}", `weft.yaml:1:25: watched_resources.s.apiVersion: unknown field "apiVersion"; did you mean "api_version"?`},
-		{"colour: blue", `weft.yaml:1:1: colour: unknown field "colour" (known: history, hub_domain, puller, sites, sources, targets, validation_webhook, watched_resources, watched_resources_ignore_fields)`},
+		{"colour: blue", `weft.yaml:1:1: colour: unknown field "colour" (known: controller, files, haproxy_config, history, hub_domain, logging, maps, pod_selector, puller, sites, sources, targets, template_snippets, validation, validation_webhook, watched_resources, watched_resources_ignore_fields)`},
 	}
 	for _, tc := range cases {
 		_, err := config.Parse([]byte(tc.yaml), "/tmp")

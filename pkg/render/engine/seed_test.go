@@ -12,8 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/config/fieldpath"
 	"github.com/weftio/weft/pkg/render/index"
 )
@@ -22,57 +21,35 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 const seedDir = "testdata/seed-example"
 
-// seedConfig is the part of the seed's configuration format the renderer
-// uses.
-type seedConfig struct {
-	IgnoreFields     []string `json:"watched_resources_ignore_fields"`
-	WatchedResources map[string]struct {
-		APIVersion string   `json:"api_version"`
-		Kind       string   `json:"kind"`
-		IndexBy    []string `json:"index_by"`
-	} `json:"watched_resources"`
-	TemplateSnippets map[string]struct {
-		Name     string `json:"name"`
-		Template string `json:"template"`
-	} `json:"template_snippets"`
-	Maps          map[string]struct{ Template string } `json:"maps"`
-	Files         map[string]struct{ Template string } `json:"files"`
-	HAProxyConfig struct {
-		Template string `json:"template"`
-	} `json:"haproxy_config"`
-}
-
-func loadSeedConfig(tb testing.TB) seedConfig {
+// loadSeedConfig loads the seed's configuration, verbatim, through the real
+// loader: its one target holds the template sections.
+func loadSeedConfig(tb testing.TB) *config.Config {
 	tb.Helper()
-	raw, err := os.ReadFile(filepath.Join(seedDir, "config.yaml"))
+	cfg, err := config.Load(filepath.Join(seedDir, "config.yaml"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var cfg seedConfig
-	// The seed also carries settings the renderer does not read
-	// (pod_selector, controller, ...).
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		tb.Fatal(err)
-	}
-	if cfg.HAProxyConfig.Template == "" || len(cfg.TemplateSnippets) == 0 || len(cfg.Maps) == 0 || len(cfg.Files) == 0 {
-		tb.Fatalf("config.yaml is missing parts: %+v", cfg)
+	t := cfg.Targets[config.SeedTarget]
+	if t.HAProxyConfig.Template == "" || len(t.TemplateSnippets) == 0 || len(t.Maps) == 0 || len(t.Files) == 0 {
+		tb.Fatalf("config.yaml is missing parts: %+v", t)
 	}
 	return cfg
 }
 
-// seedSpec turns the seed config into an engine Spec: haproxy.cfg first,
+// seedSpec turns the seed's target into an engine Spec: haproxy.cfg first,
 // then maps and files by name.
-func seedSpec(cfg seedConfig) Spec {
+func seedSpec(cfg *config.Config) Spec {
+	t := cfg.Targets[config.SeedTarget]
 	spec := Spec{Snippets: map[string]string{}}
-	for name, sn := range cfg.TemplateSnippets {
+	for name, sn := range t.TemplateSnippets {
 		spec.Snippets[name] = sn.Template
 	}
-	spec.Outputs = append(spec.Outputs, Template{Kind: KindConfig, Name: "haproxy.cfg", Text: cfg.HAProxyConfig.Template})
-	for _, name := range sortedKeys(cfg.Maps) {
-		spec.Outputs = append(spec.Outputs, Template{Kind: KindMap, Name: name, Text: cfg.Maps[name].Template})
+	spec.Outputs = append(spec.Outputs, Template{Kind: KindConfig, Name: "haproxy.cfg", Text: t.HAProxyConfig.Template})
+	for _, name := range sortedKeys(t.Maps) {
+		spec.Outputs = append(spec.Outputs, Template{Kind: KindMap, Name: name, Text: t.Maps[name].Template})
 	}
-	for _, name := range sortedKeys(cfg.Files) {
-		spec.Outputs = append(spec.Outputs, Template{Kind: KindFile, Name: name, Text: cfg.Files[name].Template})
+	for _, name := range sortedKeys(t.Files) {
+		spec.Outputs = append(spec.Outputs, Template{Kind: KindFile, Name: name, Text: t.Files[name].Template})
 	}
 	return spec
 }
@@ -88,7 +65,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // seedIndex loads testdata/seed-example/resources/<type>.json into an
 // index built with the seed's index_by, stripping the ignored fields.
-func seedIndex(tb testing.TB, cfg seedConfig) *index.Index {
+func seedIndex(tb testing.TB, cfg *config.Config) *index.Index {
 	tb.Helper()
 	var specs []index.Spec
 	for _, typ := range sortedKeys(cfg.WatchedResources) {
@@ -99,7 +76,7 @@ func seedIndex(tb testing.TB, cfg seedConfig) *index.Index {
 		tb.Fatal(err)
 	}
 	var ignore []fieldpath.Path
-	for _, expr := range cfg.IgnoreFields {
+	for _, expr := range cfg.WatchedResourcesIgnoreFields {
 		p, err := fieldpath.Parse(expr)
 		if err != nil {
 			tb.Fatal(err)
@@ -176,7 +153,7 @@ func TestSeedExampleGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.Files) != 1+len(cfg.Maps)+len(cfg.Files) {
+	if tg := cfg.Targets[config.SeedTarget]; len(out.Files) != 1+len(tg.Maps)+len(tg.Files) {
 		t.Fatalf("rendered %d files", len(out.Files))
 	}
 	golden := filepath.Join(seedDir, "golden")

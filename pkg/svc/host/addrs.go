@@ -25,6 +25,11 @@ func (s Settings) Addrs() []Addr {
 	if s.NATSURL == "" {
 		out = append(out, Addr{Addr: s.Embedded, What: "embedded NATS server", Change: "--nats-listen or WEFT_NATS_LISTEN"})
 	}
+	if s.MetricsListen != "" && s.MetricsListen != s.Listen {
+		return append(out,
+			Addr{Addr: s.Listen, What: "/healthz and /readyz", Change: "controller.healthz_port, --listen or WEFT_LISTEN"},
+			Addr{Addr: s.MetricsListen, What: "/metrics", Change: "controller.metrics_port, --listen or WEFT_LISTEN"})
+	}
 	return append(out, Addr{Addr: s.Listen, What: "/healthz, /readyz and /metrics", Change: "--listen or WEFT_LISTEN"})
 }
 

@@ -1,5 +1,6 @@
 // Package host runs weft services in a process: it reads the typed settings
-// (flags over environment over defaults), connects to NATS (or starts an
+// (flags over environment over the configuration's controller and logging
+// sections over defaults), connects to NATS (or starts an
 // embedded server), provisions the streams and buckets, serves /healthz,
 // /readyz and /metrics, and runs the given services until SIGINT/SIGTERM,
 // then stops them and waits. Every binary's main calls Main.
@@ -15,6 +16,12 @@
 // each service gets a tracer provider of its own (telemetry.Tracing), whose
 // spans are exported when those variables ask for it and flushed when the
 // process stops.
+//
+// Started by systemd as Type=notify ($NOTIFY_SOCKET), the process says
+// READY=1 once every target of its configuration is deployed, keeps a
+// STATUS= line, pets the watchdog while its readiness checks pass and says
+// STOPPING=1 at the end (package sdnotify). A binary may run a configuration
+// it made (Binary.ConfigText, weft confd) instead of following a file.
 //
 // A binary with NoConfig (the puller's node agent) reads no configuration
 // file and embeds no NATS server: it takes only the connection settings,
@@ -33,6 +40,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +60,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/health"
 	"github.com/weftio/weft/pkg/svc/liveconfig"
 	"github.com/weftio/weft/pkg/svc/natsauth"
+	"github.com/weftio/weft/pkg/svc/sdnotify"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
@@ -94,6 +103,12 @@ type Settings struct {
 	// the process at that site of weft.yaml's sites, on its leaf node:
 	// provisioned to source from the hub, delivering the site's targets.
 	Site string
+	// MetricsListen, when set, serves /metrics apart from /healthz and
+	// /readyz (Listen): the configuration's controller.metrics_port.
+	MetricsListen string
+
+	// given: the settings the command line or environment gave (Given).
+	given map[string]bool
 }
 
 // Flags registers the settings on fs with their environment defaults.
@@ -181,6 +196,14 @@ type Binary struct {
 	NoConfig bool
 	// Connection names the NATS connection; empty: "weft".
 	Connection string
+	// ConfigText is a configuration the program made (weft confd), run in
+	// place of Settings.Config's file and not followed; its relative
+	// paths resolve against ConfigDir.
+	ConfigText []byte
+	ConfigDir  string
+	// NoSystemd: the process does not speak systemd's notify protocol
+	// (weft confd -onetime, a run that ends by itself).
+	NoSystemd bool
 	// Version is the program's version, the service.version of its spans;
 	// empty: the main module's version from the build information.
 	Version string
@@ -205,6 +228,7 @@ func Main(b Binary, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	s.Given(fs)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return Run(ctx, s, b)
@@ -214,11 +238,33 @@ func Main(b Binary, args []string) error {
 // ConfigMap the services start once a configuration is active and restart
 // on every newly activated one.
 func Run(ctx context.Context, s Settings, b Binary) error {
+	var fileCfg *config.Config
+	var fileData []byte
+	if !b.NoConfig && s.ConfigMap == "" {
+		var cfg *config.Config
+		var err error
+		if b.ConfigText != nil {
+			fileData = b.ConfigText
+			cfg, err = config.ParseFile(b.Name, b.ConfigText, b.ConfigDir)
+		} else {
+			// Read first: a change after it is seen as a change.
+			fileData, _ = os.ReadFile(s.Config)
+			cfg, err = config.Load(s.Config)
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.applyFile(cfg); err != nil {
+			return err
+		}
+		fileCfg = cfg
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s.LogLevel)); err != nil {
 		return fmt.Errorf("log level: %w", err)
 	}
 	log := telemetry.NewLogger(os.Stderr, level)
+	log.Debug("settings", "log_level", s.LogLevel, "listen", s.Listen, "metrics_listen", s.MetricsListen)
 	tracing, err := startTracing(ctx, b, log)
 	if err != nil {
 		return err
@@ -228,19 +274,15 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	if b.NoConfig {
 		return runWithoutConfig(ctx, s, b, tracing, log)
 	}
-	var fileCfg *config.Config
 	var fileHash string
 	dir, _ := os.Getwd()
-	if s.ConfigMap == "" {
-		// Read first: a change after it is seen as a change.
-		data, _ := os.ReadFile(s.Config)
-		cfg, err := config.Load(s.Config)
-		if err != nil {
+	if fileCfg != nil {
+		fileHash, dir = liveconfig.Hash(string(fileData)), fileCfg.Dir
+		if err := fileCfg.CheckSite(s.Site); err != nil {
 			return err
 		}
-		fileCfg, fileHash, dir = cfg, liveconfig.Hash(string(data)), cfg.Dir
-		if err := cfg.CheckSite(s.Site); err != nil {
-			return err
+		for _, note := range fileCfg.SeedNotes() {
+			log.Warn(note)
 		}
 	} else if s.Site != "" {
 		return fmt.Errorf("--site %s needs its configuration from a file (--config), not a ConfigMap: the leaf node is provisioned from it", s.Site)
@@ -283,7 +325,13 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	gens := &generations{base: reg}
 	g, gctx := errgroup.WithContext(ctx)
 	var configs <-chan *config.Config
-	if fileCfg != nil {
+	if fileCfg != nil && b.ConfigText != nil {
+		// Made by the program: nothing to follow.
+		configs = prepend(gctx, fileCfg, nil)
+		g.Go(func() error {
+			return ignoreReloads(gctx, reload, log, "SIGHUP ignored: the configuration is made from the command line")
+		})
+	} else if fileCfg != nil {
 		f := liveconfig.File{Path: s.Config, Dir: dir, Running: fileHash, Reload: reload, Watch: s.WatchConfig}
 		if b.ConfigFile != "" {
 			f.Path, f.Read = b.ConfigFile, b.ReadConfig
@@ -303,17 +351,13 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 			return err
 		}
 		g.Go(func() error {
-			for {
-				select {
-				case <-gctx.Done():
-					return nil
-				case <-reload:
-					log.Info("SIGHUP ignored: the configuration follows its ConfigMap", "config_map", s.ConfigMap)
-				}
-			}
+			return ignoreReloads(gctx, reload, log, "SIGHUP ignored: the configuration follows its ConfigMap", "config_map", s.ConfigMap)
 		})
 	}
 	g.Go(func() error { return serveHealth(gctx, s, env, gens) })
+	if !b.NoSystemd {
+		g.Go(func() error { return notifySystemd(gctx, env, sdnotify.FromEnv(), s.Site, gens.current) })
+	}
 	if !s.SkipProvision {
 		configs = reprovisionOn(gctx, env, s, env.JS, refused, fileCfg, configs)
 	}
@@ -394,6 +438,9 @@ func connect(ctx context.Context, s Settings, url string, b Binary, tracing *tel
 // serveHealth serves /healthz, /readyz and /metrics (what metrics gathers)
 // on the settings' --listen address until ctx is done.
 func serveHealth(ctx context.Context, s Settings, env svc.Env, metrics prometheus.Gatherer) error {
+	if s.MetricsListen != "" && s.MetricsListen != s.Listen {
+		return serveSplit(ctx, s, env, metrics)
+	}
 	err := health.Serve(ctx, s.Listen, env.Health.Handler(metrics), func(a net.Addr) {
 		env.Log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
 	})
@@ -404,11 +451,27 @@ func serveHealth(ctx context.Context, s Settings, env svc.Env, metrics prometheu
 	return nil
 }
 
+// ignoreReloads logs each request on reload as ignored until ctx is done.
+func ignoreReloads(ctx context.Context, reload <-chan os.Signal, log *slog.Logger, text string, args ...any) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-reload:
+			log.Info(text, args...)
+		}
+	}
+}
+
 // prepend yields first, then what rest yields until it is closed or ctx
-// is done.
+// is done; a nil rest yields nothing more.
 func prepend(ctx context.Context, first *config.Config, rest <-chan *config.Config) <-chan *config.Config {
 	out := make(chan *config.Config, 1)
 	out <- first
+	if rest == nil {
+		close(out)
+		return out
+	}
 	go func() {
 		defer close(out)
 		for c := range rest {
@@ -432,7 +495,13 @@ type generations struct {
 	base *prometheus.Registry
 	mu   sync.Mutex
 	cur  *prometheus.Registry
+	// cfg is the configuration the running generation runs on.
+	cfg atomic.Pointer[config.Config]
 }
+
+// current returns the configuration the running generation runs on (nil
+// before the first).
+func (g *generations) current() *config.Config { return g.cfg.Load() }
 
 // next starts the registry of a new generation.
 func (g *generations) next() *prometheus.Registry {
@@ -486,6 +555,7 @@ func runServices(ctx context.Context, env svc.Env, gens *generations, services [
 			genv := env
 			if gens != nil {
 				genv.Registry = gens.next()
+				gens.cfg.Store(cfg)
 			}
 			cur = start(ctx, genv, services, cfg)
 		}

@@ -166,7 +166,7 @@ func (d *Driver) compare(root *os.Root, f File, buf []byte) (diskState, error) {
 	case fi.IsDir():
 		return stateDir, nil
 	case !fi.Mode().IsRegular(),
-		fi.Mode()&modeBits != d.modeOf(f),
+		(!d.opts.KeepMode || f.Secret) && fi.Mode()&modeBits != d.modeOf(f),
 		fi.Size() != int64(len(f.Content)),
 		!d.ownerMatches(fi):
 		return stateDiffers, nil
@@ -525,7 +525,11 @@ func (d *Driver) stageFiles(root *os.Root, stage string, files []File, p *plan) 
 			}
 			made[a] = true
 		}
-		if err := d.stageFile(root, stage+"/"+f.Path, f.Content, d.modeOf(f), install[i]); err != nil {
+		mode := d.modeOf(f)
+		if m, ok := d.kept(root, f); ok {
+			mode = m
+		}
+		if err := d.stageFile(root, stage+"/"+f.Path, f.Content, mode, install[i]); err != nil {
 			return fmt.Errorf("files: stage %s: %w", f.Path, err)
 		}
 	}

@@ -5,7 +5,8 @@
 //
 // Apply compares the bundle with what is in Dest: content, permission bits
 // (Options.Mode, or Options.KeyMode for a file marked Secret: key material is
-// never world-readable) and, when Options.Owner or Options.Group is set,
+// never world-readable; with Options.KeepMode a file already there keeps its
+// own, as confd does for a resource without mode) and, when Options.Owner or Options.Group is set,
 // ownership. A missing Dest is created first, so a destination removed
 // behind the driver's back is delivered again whole. When nothing
 // differs and no file has to be removed, Apply changes nothing and runs no

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/template"
@@ -66,6 +67,10 @@ type Options struct {
 	// Only permission bits are allowed.
 	Mode    fs.FileMode
 	DirMode fs.FileMode
+	// KeepMode: a file already in Dest keeps its permission bits when new
+	// content replaces it, and only a new file gets Mode (confd's way with
+	// a resource that sets no mode). Files marked Secret always get KeyMode.
+	KeepMode bool
 	// KeyMode is the permission of the files marked Secret (default
 	// 0600); it must not give others any access.
 	KeyMode fs.FileMode
@@ -206,6 +211,19 @@ func (d *Driver) modeOf(f File) fs.FileMode {
 		return d.opts.KeyMode
 	}
 	return d.opts.Mode
+}
+
+// kept is the permission of the file at f.Path in root when KeepMode keeps
+// it, and false when f gets modeOf(f).
+func (d *Driver) kept(root *os.Root, f File) (fs.FileMode, bool) {
+	if !d.opts.KeepMode || f.Secret {
+		return 0, false
+	}
+	fi, err := root.Lstat(f.Path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0, false
+	}
+	return fi.Mode().Perm(), true
 }
 
 func checkVars(src, dir string) map[string]string {

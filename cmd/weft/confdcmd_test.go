@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// confdRun runs `weft confd args...` as its own process in dir (a copy of
+// the confd example) until it exits, with its temporary files under a
+// folder of its own, and returns its exit code, stdout and stderr; it
+// fails the test when its NATS storage is left there afterwards.
+func confdRun(t *testing.T, dir string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"confd"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), asWeft+"=1", "TMPDIR="+tmp, "WEFT_LOG_LEVEL="), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("weft confd: %v\n%s", err, stderr.String())
+	}
+	// Its NATS storage is a weft-confd-* folder there, removed at exit.
+	left, _ := filepath.Glob(filepath.Join(tmp, "weft-confd-*"))
+	if len(left) > 0 {
+		t.Errorf("weft confd left its storage behind: %v", left)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// confdCopy copies the confd example into a new folder.
+func confdCopy(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(confdExample)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestConfdOnetime: `weft confd -onetime` with confd's flags renders every
+// resource of the confdir once from the file backend, runs its check and
+// reload commands, writes where each dest says (relative to the working
+// folder, as confd does) and exits 0, leaving no NATS storage behind; a
+// resource whose check_cmd fails makes it exit 1 naming the resource and
+// the command, and the file stays as it was.
+func TestConfdOnetime(t *testing.T) {
+	dir := confdCopy(t)
+	// A file already there, of another mode than 0644: its resource sets
+	// no mode, so confd keeps the file's.
+	if err := os.MkdirAll(filepath.Join(dir, "out", "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "out", "app", "upstreams.conf"), []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	socket, states := notifySocket(t)
+	code, _, stderr := confdRun(t, dir, []string{"NOTIFY_SOCKET=" + socket}, "-onetime", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "warn")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	// A run that ends by itself is no service systemd waits for.
+	select {
+	case s := <-states:
+		t.Errorf("-onetime notified systemd: %q", s)
+	case <-time.After(500 * time.Millisecond):
+	}
+	for golden, out := range confdFiles {
+		got, err := os.ReadFile(filepath.Join(dir, "out", out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join("testdata", "confd", golden))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s =\n%s\nwant\n%s", out, got, want)
+		}
+	}
+	// A resource's mode; without one, as confd: a file already there keeps
+	// its mode, a new one gets 0644.
+	for out, mode := range map[string]os.FileMode{"app/app.conf": 0o640, "app/upstreams.conf": 0o600, "cache/cache.json": 0o644} {
+		fi, err := os.Stat(filepath.Join(dir, "out", out))
+		if err != nil {
+			t.Error(err)
+		} else if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v", out, fi.Mode().Perm(), mode)
+		}
+	}
+	reloads, err := os.ReadFile(filepath.Join(dir, "out", "reloads.log"))
+	if err != nil || !strings.Contains(string(reloads), "app") {
+		t.Errorf("reload_cmd did not run: %q, %v", reloads, err)
+	}
+
+	// A value that check_cmd refuses: exit 1, the file unchanged.
+	values := filepath.Join(dir, "values.yaml")
+	data, err := os.ReadFile(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(values, bytes.Replace(data, []byte("port: 8080"), []byte("port: 80x80"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = confdRun(t, dir, nil, "-onetime", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "error")
+	if code != ExitFailed || !strings.Contains(stderr, "weft confd: "+filepath.Join(dir, "out", "app", "app.conf")+": files: check_cmd failed") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out", "app", "app.conf")); !strings.Contains(string(got), "port = 8080\n") {
+		t.Errorf("a refused file was written:\n%s", got)
+	}
+
+	// A backend that cannot be read fails the pass at once, as in confd.
+	code, _, stderr = confdRun(t, dir, nil, "-onetime", "-backend", "file", "-file", "absent.yaml", "-confdir", "confdir", "-log-level", "error")
+	if code != ExitFailed || !strings.Contains(stderr, "weft confd: source file could not be read") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// TestConfdOnetimeNoop: -noop prints each resource's pending change as a
+// unified diff and writes nothing, runs no command; -sync-only delivers
+// without check_cmd and reload_cmd. Settings come from CONFD_* variables
+// as from flags.
+func TestConfdOnetimeNoop(t *testing.T) {
+	dir := confdCopy(t)
+	env := []string{"CONFD_BACKEND=file", "CONFD_FILE=values.yaml", "CONFD_CONFDIR=confdir", "CONFD_LOG_LEVEL=error"}
+	code, stdout, stderr := confdRun(t, dir, env, "-onetime", "-noop")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	app := filepath.Join(dir, "out", "app", "app.conf")
+	if !strings.Contains(stdout, app+" has pending changes\n--- "+app+"\n+++ "+app+" (rendered)\n") || !strings.Contains(stdout, "+port = 8080\n") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("-noop wrote %v", err)
+	}
+	code, _, stderr = confdRun(t, dir, env, "-onetime", "-sync-only")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(app); err != nil {
+		t.Error(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out", "reloads.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("-sync-only ran reload_cmd: %v", err)
+	}
+	code, stdout, _ = confdRun(t, dir, env, "-onetime", "-noop", "-keep-stage-file")
+	if code != 0 || stdout != "" {
+		t.Errorf("nothing pending, but exit %d and\n%s", code, stdout)
+	}
+	staged, err := os.ReadFile(filepath.Join(dir, "out", "app", ".app.conf.weft-stage"))
+	if deployed, _ := os.ReadFile(app); err != nil || string(staged) != string(deployed) {
+		t.Errorf("-keep-stage-file kept %q (%v), want the rendered file", staged, err)
+	}
+}
+
+// TestConfdCommandLine: flags weft cannot carry out are a usage error
+// (exit 2) naming them; a confdir that cannot be read fails (exit 1)
+// naming the flag.
+func TestConfdCommandLine(t *testing.T) {
+	dir := confdCopy(t)
+	code, _, stderr := confdRun(t, dir, nil, "-backend", "dynamodb")
+	if code != ExitUsage || !strings.Contains(stderr, `-backend "dynamodb" is not one weft reads`) {
+		t.Errorf("exit %d\n%s", code, stderr)
+	}
+	code, _, stderr = confdRun(t, dir, nil, "-onetime", "-backend", "env", "-confdir", "absent")
+	if code != ExitFailed || !strings.Contains(stderr, "-confdir: confdir "+filepath.Join(dir, "absent")+": ") {
+		t.Errorf("exit %d\n%s", code, stderr)
+	}
+	code, stdout, _ := confdRun(t, dir, nil, "-h")
+	if code != 0 || !strings.Contains(stdout, "-onetime") {
+		t.Errorf("-h: exit %d\n%s", code, stdout)
+	}
+}
+
+// TestConfdDaemon: without -onetime, weft confd keeps the files in step
+// with the backend, and under systemd says READY=1 once every resource is
+// delivered.
+func TestConfdDaemon(t *testing.T) {
+	dir := confdCopy(t)
+	// A file already there, of another mode than 0644: its resource sets
+	// no mode, so confd keeps the file's.
+	if err := os.MkdirAll(filepath.Join(dir, "out", "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "out", "app", "upstreams.conf"), []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	socket, states := notifySocket(t)
+	w := startWeftIn(t, dir, []string{"NOTIFY_SOCKET=" + socket, "WEFT_LISTEN=127.0.0.1:0"}, "confd", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "warn")
+	deadline := time.After(2 * time.Minute)
+	for ready := false; !ready; {
+		select {
+		case s := <-states:
+			ready = strings.Contains(s, "READY=1") && strings.Contains(s, "STATUS=ready: 3 deployed (confd-app, confd-cache, confd-upstreams)")
+		case <-deadline:
+			t.Fatal("no READY=1 within 2 minutes")
+		}
+	}
+	values := filepath.Join(dir, "values.yaml")
+	data, err := os.ReadFile(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(values, bytes.Replace(data, []byte("port: 8080"), []byte("port: 9090"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := filepath.Join(dir, "out", "app", "app.conf")
+	for {
+		if got, _ := os.ReadFile(app); strings.Contains(string(got), "port = 9090\n") {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("app.conf did not follow the backend:\n%s", w.out)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := w.interrupt(t); err != nil {
+		t.Fatalf("weft confd exited with %v", err)
+	}
+}
