@@ -82,8 +82,8 @@ var ConfdBackends = map[string]ConfdBackend{
 	// weft's own: a NATS KV bucket named by -table.
 	"natskv": {Source: SourceNATSKV},
 	// Read by the consul and zookeeper sources of package kv.
-	"consul":    {Source: "consul", DefaultNode: "127.0.0.1:8500"},
-	"zookeeper": {Source: "zookeeper", DefaultNode: "127.0.0.1:2181"},
+	"consul":    {Source: SourceConsul, DefaultNode: "127.0.0.1:8500"},
+	"zookeeper": {Source: SourceZookeeper, DefaultNode: "127.0.0.1:2181"},
 }
 
 // ConfdPasswordEnv is the variable the value source reads the password
@@ -261,6 +261,13 @@ func (s ConfdSettings) check() error {
 		if len(s.nodes(b)) > 1 {
 			errs = append(errs, fmt.Errorf("-node: weft's redis source reads one node, got %q", s.Nodes))
 		}
+	case SourceConsul:
+		if len(s.nodes(b)) > 1 {
+			errs = append(errs, fmt.Errorf("-node: weft's consul source reads one agent, got %q", s.Nodes))
+		}
+		if s.Username != "" || s.Password != "" {
+			errs = append(errs, errors.New("-username, -password: weft's consul source authenticates with an ACL token (token_env or token_file in weft.yaml), not basic auth"))
+		}
 	}
 	if lvl := s.LogLevel; lvl != "" && slogLevel(lvl) == "" {
 		errs = append(errs, fmt.Errorf("-log-level %q: want debug, info, warn or error", lvl))
@@ -357,6 +364,13 @@ func (s ConfdSettings) Weft() ([]byte, error) {
 		if len(nodes) > 0 {
 			src["address"] = nodes[0]
 		}
+		sources = []map[string]any{src}
+	case SourceConsul:
+		addr := nodes[0]
+		if s.Scheme == "https" && !strings.Contains(addr, "://") {
+			addr = "https://" + addr
+		}
+		src["address"] = addr
 		sources = []map[string]any{src}
 	case SourceEnv:
 		sources = []map[string]any{src}

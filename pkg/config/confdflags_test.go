@@ -79,6 +79,8 @@ func TestParseConfdRefuses(t *testing.T) {
 		{append(none, "-backend", "file"), "-backend file needs -file"},
 		{append(none, "-backend", "natskv"), "-backend natskv needs -table"},
 		{append(none, "-backend", "redis", "-node", "a:1", "-node", "b:2"), "weft's redis source reads one node"},
+		{append(none, "-backend", "consul", "-node", "a:1", "-node", "b:2"), "weft's consul source reads one agent"},
+		{append(none, "-backend", "consul", "-username", "u", "-password", "p"), "authenticates with an ACL token"},
 		{append(none, "-noop"), "-noop shows pending changes of one pass: give -onetime too"},
 		{append(none, "-client-cert", "c.pem"), "weft's etcd source has no client TLS settings"},
 		{append(none, "-interval", "0"), "-interval 0"},
@@ -110,6 +112,9 @@ func TestConfdWeft(t *testing.T) {
 		{[]string{"-backend", "etcdv3", "-node", "10.0.0.1:2379", "-scheme", "https", "-username", "u", "-password", "p"}, config.Source{Name: "etcdv3", Type: config.SourceEtcd, Endpoints: []string{"https://10.0.0.1:2379"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
 		{[]string{"-backend", "redis", "-node", "10.0.0.2:6379/3"}, config.Source{Name: "redis", Type: config.SourceRedis, Address: "10.0.0.2:6379", Database: 3}},
 		{[]string{"-backend", "natskv", "-table", "conf", "-node", "nats://n:4222"}, config.Source{Name: "natskv", Type: config.SourceNATSKV, Bucket: "conf", Address: "nats://n:4222"}},
+		{[]string{"-backend", "consul"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "127.0.0.1:8500"}},
+		{[]string{"-backend", "consul", "-node", "c:8501", "-scheme", "https"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "https://c:8501"}},
+		{[]string{"-backend", "zookeeper", "-node", "z1:2181", "-node", "z2:2181", "-username", "u", "-password", "p"}, config.Source{Name: "zookeeper", Type: config.SourceZookeeper, Endpoints: []string{"z1:2181", "z2:2181"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
 	} {
 		args := append([]string{"-config-file", filepath.Join(t.TempDir(), "none.toml"), "-confdir", confdir, "-interval", "30", "-prefix", "/app", "-batch-interval", "3", "-sync-only"}, tc.args...)
 		s, err := config.ParseConfd(args, func(string) string { return "" }, io.Discard)
