@@ -56,8 +56,11 @@
 // (80), https_port (443), bind_address ("" for every IPv4 address; an IPv4
 // or IPv6 literal), server_slots (8), tls_slots (64), default_certificate
 // ("<namespace>/<name>" of the Secret served without SNI; default the
-// first by namespace and name) and admin_socket (the path of an admin
-// stats socket, for Runtime API updates; default none).
+// first by namespace and name), admin_socket (the path of an admin
+// stats socket, for Runtime API updates; default none) and
+// annotation_prefix ("weft.io/", the prefix of the Ingress annotations the
+// library reads besides their haproxy.org/ and haproxy-ingress.github.io/
+// spellings).
 //
 // Semantics:
 //
@@ -186,6 +189,7 @@ const (
 	typeAddress        = "address"         // "" or an IP literal; IPv6 is bracketed in templates
 	typePath           = "path"            // "" or an absolute path without white space or quotes
 	typeNamespacedName = "namespaced_name" // "" or <namespace>/<name>
+	typePrefix         = "prefix"          // an annotation prefix: a DNS subdomain and "/"
 )
 
 // Option is one declared library option.
@@ -451,6 +455,12 @@ func (o Option) value(raw string) (any, error) {
 	case typePath:
 		if raw != "" && (!strings.HasPrefix(raw, "/") || strings.ContainsAny(raw, " \t\r\n\"'\\#")) {
 			return nil, fmt.Errorf("%q is not an absolute path without white space, quotes, backslashes or #", raw)
+		}
+		return raw, nil
+	case typePrefix:
+		name, ok := strings.CutSuffix(raw, "/")
+		if !ok || len(name) > 253 || !dnsName.MatchString(name) {
+			return nil, fmt.Errorf("%q is not an annotation prefix (a lowercase DNS subdomain followed by \"/\", such as weft.io/)", raw)
 		}
 		return raw, nil
 	case typeNamespacedName:

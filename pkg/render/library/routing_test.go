@@ -84,6 +84,25 @@ type request struct {
 	Cert string `json:"cert,omitempty"`
 	// Proto is the X-Forwarded-Proto the backend must receive.
 	Proto string `json:"proto,omitempty"`
+
+	// Headers are sent with the request; User and Password as basic
+	// authentication; Body is the length of a body of "x" sent.
+	Headers  map[string]string `json:"headers,omitempty"`
+	User     string            `json:"user,omitempty"`
+	Password string            `json:"password,omitempty"`
+	Body     int               `json:"body,omitempty"`
+	// Statuses are the statuses of the Repeat requests, in order (instead
+	// of Status).
+	Statuses []int `json:"statuses,omitempty"`
+	// URI is the request URI the backend must receive (default Path).
+	URI string `json:"uri,omitempty"`
+	// BackendHeaders are headers the backend must receive, and HTTP the
+	// protocol it is reached with ("HTTP/1.1", "HTTP/2.0").
+	BackendHeaders map[string]string `json:"backend_headers,omitempty"`
+	HTTP           string            `json:"http,omitempty"`
+	// ResponseHeaders are headers the answer must have (a header given as
+	// "" must be absent).
+	ResponseHeaders map[string]string `json:"response_headers,omitempty"`
 }
 
 func (r request) scheme() string {
@@ -102,6 +121,9 @@ type echo struct {
 	Host    string `json:"host"`
 	URI     string `json:"uri"`
 	Proto   string `json:"proto"` // X-Forwarded-Proto
+	HTTP    string `json:"http"`  // the protocol the endpoint was reached with
+	// Headers are the request headers the endpoint received.
+	Headers map[string]string `json:"headers"`
 }
 
 // check sends rq (Repeat times) to HAProxy on port and checks the answers.
@@ -129,9 +151,22 @@ func check(t *testing.T, rq request, port int) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	seen := map[string]bool{}
 	for n := range max(rq.Repeat, 1) {
-		req, err := http.NewRequest(method, rq.scheme()+"://"+addr+path, nil)
+		var reqBody io.Reader
+		if rq.Body > 0 {
+			reqBody = strings.NewReader(strings.Repeat("x", rq.Body))
+		}
+		req, err := http.NewRequest(method, rq.scheme()+"://"+addr+path, reqBody)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for k, v := range rq.Headers {
+			req.Header.Set(k, v)
+		}
+		if rq.User != "" {
+			req.SetBasicAuth(rq.User, rq.Password)
+		}
+		if n < len(rq.Statuses) {
+			want = rq.Statuses[n]
 		}
 		host := addr
 		if rq.Host != "" {
@@ -149,6 +184,11 @@ func check(t *testing.T, rq request, port int) {
 		if resp.StatusCode != want {
 			t.Fatalf("request %d: status %d, want %d; body %q", n+1, resp.StatusCode, want, body)
 		}
+		for k, v := range rq.ResponseHeaders {
+			if got := resp.Header.Get(k); got != v {
+				t.Errorf("request %d: response header %s %q, want %q", n+1, k, got, v)
+			}
+		}
 		if rq.Cert != "" {
 			if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
 				t.Fatalf("request %d: no TLS certificate", n+1)
@@ -157,7 +197,7 @@ func check(t *testing.T, rq request, port int) {
 				t.Errorf("request %d: certificate %q, want %q", n+1, cn, rq.Cert)
 			}
 		}
-		if rq.Backend == "" {
+		if rq.Backend == "" || want != http.StatusOK {
 			continue
 		}
 		var e echo
@@ -173,8 +213,20 @@ func check(t *testing.T, rq request, port int) {
 		if rq.Port != 0 && e.Port != rq.Port {
 			t.Errorf("request %d: served on target port %d, want %d", n+1, e.Port, rq.Port)
 		}
-		if e.Method != method || e.Host != host || e.URI != path {
-			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", n+1, e.Method, e.Host, e.URI, method, host, path)
+		uri := path
+		if rq.URI != "" {
+			uri = rq.URI
+		}
+		if e.Method != method || e.Host != host || e.URI != uri {
+			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", n+1, e.Method, e.Host, e.URI, method, host, uri)
+		}
+		for k, v := range rq.BackendHeaders {
+			if got := e.Headers[http.CanonicalHeaderKey(k)]; got != v {
+				t.Errorf("request %d: the endpoint got header %s %q, want %q", n+1, k, got, v)
+			}
+		}
+		if rq.HTTP != "" && e.HTTP != rq.HTTP {
+			t.Errorf("request %d: the endpoint was reached with %s, want %s", n+1, e.HTTP, rq.HTTP)
 		}
 		if rq.Proto != "" && e.Proto != rq.Proto {
 			t.Errorf("request %d: X-Forwarded-Proto %q, want %q", n+1, e.Proto, rq.Proto)
@@ -266,10 +318,20 @@ func startEndpoints(t *testing.T, objs []object) {
 		}
 		ep := ep
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			headers := map[string]string{}
+			for k := range r.Header {
+				headers[k] = r.Header.Get(k)
+			}
 			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(echo{Service: ep.service, Address: ep.addr, Port: ep.port,
-				Method: r.Method, Host: r.Host, URI: r.RequestURI, Proto: r.Header.Get("X-Forwarded-Proto")})
+				Method: r.Method, Host: r.Host, URI: r.RequestURI, Proto: r.Header.Get("X-Forwarded-Proto"),
+				HTTP: r.Proto, Headers: headers})
 		}), ReadHeaderTimeout: 5 * time.Second}
+		// Endpoints speak HTTP/1.1 and HTTP/2 without TLS (h2c), for the
+		// backend-protocol annotation.
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
 		go srv.Serve(ln)
 		t.Cleanup(func() { srv.Close() })
 	}
