@@ -46,7 +46,7 @@ func TestOptionErrors(t *testing.T) {
 		opts map[string]string
 		want string
 	}{
-		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, bind_address, default_certificate, http_port, https_port, ingress_class, server_slots, tls_slots)`},
+		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, annotation_prefix, bind_address, default_certificate, http_port, https_port, ingress_class, server_slots, tls_slots)`},
 		{map[string]string{"ingress_class": "Not A Name"}, "library_options.ingress_class"},
 		{map[string]string{"http_port": "0"}, "library_options.http_port"},
 		{map[string]string{"https_port": "https"}, "library_options.https_port"},
@@ -55,6 +55,9 @@ func TestOptionErrors(t *testing.T) {
 		{map[string]string{"bind_address": "localhost"}, "library_options.bind_address"},
 		{map[string]string{"admin_socket": "run/admin.sock"}, "library_options.admin_socket"},
 		{map[string]string{"default_certificate": "just-a-name"}, "library_options.default_certificate"},
+		{map[string]string{"annotation_prefix": "weft.io"}, `library_options.annotation_prefix: "weft.io" is not an annotation prefix`},
+		{map[string]string{"annotation_prefix": "Weft.IO/"}, "library_options.annotation_prefix"},
+		{map[string]string{"annotation_prefix": "/"}, "library_options.annotation_prefix"},
 	}
 	for _, c := range cases {
 		tc := config.Target{Library: "ingress", LibraryOptions: c.opts, Base: "/etc/haproxy"}
