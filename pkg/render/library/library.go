@@ -165,6 +165,7 @@ type manifest struct {
 	Maps             map[string]string   `json:"maps"`
 	Files            map[string]string   `json:"files"`
 	CertificateSlots *slots              `json:"certificate_slots,omitempty"`
+	FileSlots        []slots             `json:"file_slots,omitempty"`
 	HAProxyConfig    string              `json:"haproxy_config"`
 }
 
@@ -173,8 +174,9 @@ type fragment struct {
 	Template string `json:"template"`
 }
 
-// slots declares Count (an option of type count) certificate outputs named
-// Name with {n} replaced by the slot number, 1-based.
+// slots declares Count (an option of type count) certificate outputs (or
+// file outputs, for file_slots) named Name with {n} replaced by the slot
+// number, 1-based.
 type slots struct {
 	Name     string `json:"name"`
 	Count    string `json:"count"`
@@ -253,6 +255,13 @@ func loadOne(fsys fs.FS, name string) (*library, error) {
 		o, ok := lib.m.Options[s.Count]
 		if !ok || o.Type != typeCount || !strings.Contains(s.Name, "{n}") {
 			return nil, fmt.Errorf("library.yaml: certificate_slots needs a name with {n} and a count option, got %+v", *s)
+		}
+		files = append(files, s.Template)
+	}
+	for _, s := range lib.m.FileSlots {
+		o, ok := lib.m.Options[s.Count]
+		if !ok || o.Type != typeCount || !strings.Contains(s.Name, "{n}") {
+			return nil, fmt.Errorf("library.yaml: file_slots needs a name with {n} and a count option, got %+v", s)
 		}
 		files = append(files, s.Template)
 	}
@@ -350,10 +359,11 @@ func Apply(t *config.Target) error {
 	}
 	certs := map[string]string{}
 	if s := lib.m.CertificateSlots; s != nil {
-		for i := 1; i <= opts[s.Count].(int); i++ {
-			n := strings.ReplaceAll(s.Name, "{n}", strconv.Itoa(i))
-			certs[n] = fmt.Sprintf("{%%- set slot = %d %%}", i) + lib.texts[s.Template]
-		}
+		lib.addSlots(certs, *s, opts)
+	}
+	files := texts(lib.m.Files)
+	for _, s := range lib.m.FileSlots {
+		lib.addSlots(files, s, opts)
 	}
 
 	main := t.HAProxyConfig
@@ -364,9 +374,18 @@ func Apply(t *config.Target) error {
 
 	t.TemplateSnippets, t.Fragments, t.HAProxyConfig = snippets, fragments, main
 	t.Maps = merge(texts(lib.m.Maps), t.Maps, header)
-	t.Files = merge(texts(lib.m.Files), t.Files, header)
+	t.Files = merge(files, t.Files, header)
 	t.Certificates = merge(certs, t.Certificates, header)
 	return nil
+}
+
+// addSlots adds the outputs of the slots s to out (name -> text): one per
+// slot, its template seeing the slot number as `slot`.
+func (lib *library) addSlots(out map[string]string, s slots, opts map[string]any) {
+	for i := 1; i <= opts[s.Count].(int); i++ {
+		n := strings.ReplaceAll(s.Name, "{n}", strconv.Itoa(i))
+		out[n] = fmt.Sprintf("{%%- set slot = %d %%}", i) + lib.texts[s.Template]
+	}
 }
 
 // merge returns the library's templates (name -> text) with the user's

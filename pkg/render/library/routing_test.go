@@ -2,7 +2,9 @@ package library_test
 
 import (
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -254,7 +256,9 @@ func cloneObjects(t *testing.T, objs []object) []object {
 // servers: each distinct endpoint IP address becomes its own loopback address
 // 127.0.0.<n>, each distinct target port a free port, and a server on
 // every such address and port answers with the Service, the original
-// address and the original port.
+// address and the original port. The endpoints of a slice labelled
+// test.weft.io/serving-secret serve TLS with the certificate and key of
+// that Secret of the fixture (same namespace).
 func startEndpoints(t *testing.T, objs []object) {
 	t.Helper()
 	addrs := map[string]string{} // fixture address -> loopback address
@@ -263,6 +267,7 @@ func startEndpoints(t *testing.T, objs []object) {
 	type endpoint struct {
 		service, addr string
 		port          int
+		cert          *tls.Certificate
 	}
 	var eps []endpoint
 	for _, o := range objs {
@@ -271,6 +276,11 @@ func startEndpoints(t *testing.T, objs []object) {
 		}
 		labels, _ := o.body["metadata"].(map[string]any)["labels"].(map[string]any)
 		service, _ := labels["kubernetes.io/service-name"].(string)
+		var cert *tls.Certificate
+		if name, ok := labels["test.weft.io/serving-secret"].(string); ok {
+			ns, _ := o.body["metadata"].(map[string]any)["namespace"].(string)
+			cert = servingSecret(t, objs, ns, name)
+		}
 		slicePorts, _ := o.body["ports"].([]any)
 		var origPorts []int
 		for _, p := range slicePorts {
@@ -300,7 +310,7 @@ func startEndpoints(t *testing.T, objs []object) {
 				}
 				as[i] = addrs[orig]
 				for _, port := range origPorts {
-					eps = append(eps, endpoint{service: service, addr: orig, port: port})
+					eps = append(eps, endpoint{service: service, addr: orig, port: port, cert: cert})
 				}
 			}
 		}
@@ -327,14 +337,45 @@ func startEndpoints(t *testing.T, objs []object) {
 				Method: r.Method, Host: r.Host, URI: r.RequestURI, Proto: r.Header.Get("X-Forwarded-Proto"),
 				HTTP: r.Proto, Headers: headers})
 		}), ReadHeaderTimeout: 5 * time.Second}
-		// Endpoints speak HTTP/1.1 and HTTP/2 without TLS (h2c), for the
+		// Endpoints speak HTTP/1.1 and HTTP/2 (h2c without TLS), for the
 		// backend-protocol annotation.
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
 		srv.Protocols.SetUnencryptedHTTP2(true)
-		go srv.Serve(ln)
+		if ep.cert != nil {
+			srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*ep.cert}}
+			srv.Protocols.SetHTTP2(true)
+			go srv.ServeTLS(ln, "", "")
+		} else {
+			go srv.Serve(ln)
+		}
 		t.Cleanup(func() { srv.Close() })
 	}
+}
+
+// servingSecret is the certificate and key of the kubernetes.io/tls Secret
+// namespace/name of objs.
+func servingSecret(t *testing.T, objs []object, namespace, name string) *tls.Certificate {
+	t.Helper()
+	for _, o := range objs {
+		meta, _ := o.body["metadata"].(map[string]any)
+		if o.typ != "secrets" || meta["namespace"] != namespace || meta["name"] != name {
+			continue
+		}
+		data, _ := o.body["data"].(map[string]any)
+		crt, err1 := base64.StdEncoding.DecodeString(fmt.Sprint(data["tls.crt"]))
+		key, err2 := base64.StdEncoding.DecodeString(fmt.Sprint(data["tls.key"]))
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatalf("secret %s/%s: %v", namespace, name, err)
+		}
+		cert, err := tls.X509KeyPair(crt, key)
+		if err != nil {
+			t.Fatalf("secret %s/%s: %v", namespace, name, err)
+		}
+		return &cert
+	}
+	t.Fatalf("no secret %s/%s in the fixture", namespace, name)
+	return nil
 }
 
 // freePort returns a TCP port that was free on 127.0.0.1.
