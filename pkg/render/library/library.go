@@ -57,10 +57,11 @@
 // or IPv6 literal), server_slots (8), tls_slots (64), default_certificate
 // ("<namespace>/<name>" of the Secret served without SNI; default the
 // first by namespace and name), admin_socket (the path of an admin
-// stats socket, for Runtime API updates; default none) and
+// stats socket, for Runtime API updates; default none),
 // annotation_prefix ("weft.io/", the prefix of the Ingress annotations the
 // library reads besides their haproxy.org/ and haproxy-ingress.github.io/
-// spellings).
+// spellings) and backend_ca_slots (16, how many backend CA Secrets can be
+// served).
 //
 // Semantics:
 //
@@ -121,12 +122,23 @@
 //     or name that is not a Kubernetes name skips the whole Ingress) are
 //     registered with register_error against the Ingress and skipped; the
 //     render goes on.
+//   - Annotations: metadata.annotations under annotation_prefix (else
+//     haproxy.org/, else haproxy-ingress.github.io/) set timeouts, an
+//     HTTPS redirect, a path rewrite, a source allow-list, basic auth,
+//     the backend protocol and CA (one CA file per Secret, backend_ca_slots
+//     of them), the balance algorithm, cookie affinity, CORS, request and
+//     response headers, a rate limit per source and a body size limit on
+//     the Ingress's own backends (see ingress/README.md). An unknown name
+//     under those prefixes or a malformed value is registered against the
+//     Ingress and ignored; security settings that cannot be read fail
+//     closed (403, 401, 503).
 //   - Incremental rendering: the per-Ingress work is done in two
 //     fragments (for_each: ingresses): `ingress` reads each Ingress once
 //     and writes its map entries and backends as parts, `ingress-tls` its
 //     TLS entries. An EndpointSlice change re-renders only the `ingress`
 //     entries of the Ingresses that use its Service; a Secret change only
-//     the `ingress-tls` entries of the Ingresses that use it.
+//     the `ingress-tls` entries of the Ingresses that use it for TLS and the
+//     `ingress` entries of those whose annotations name it.
 package library
 
 import (

@@ -1,6 +1,7 @@
 package library_test
 
 import (
+	"bufio"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -93,6 +94,10 @@ type request struct {
 	User     string            `json:"user,omitempty"`
 	Password string            `json:"password,omitempty"`
 	Body     int               `json:"body,omitempty"`
+	// ContentLength, when set, is sent as the Content-Length header of a
+	// request written by hand with a few bytes of body, and only the
+	// answer's status is checked.
+	ContentLength int64 `json:"content_length,omitempty"`
 	// Statuses are the statuses of the Repeat requests, in order (instead
 	// of Status).
 	Statuses []int `json:"statuses,omitempty"`
@@ -151,6 +156,12 @@ func check(t *testing.T, rq request, port int) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if rq.ContentLength > 0 {
+		if got := rawStatus(t, addr, method, rq.Host, path, rq.ContentLength); got != want {
+			t.Fatalf("status %d, want %d", got, want)
+		}
+		return
+	}
 	seen := map[string]bool{}
 	for n := range max(rq.Repeat, 1) {
 		var reqBody io.Reader
@@ -240,6 +251,27 @@ func check(t *testing.T, rq request, port int) {
 			t.Errorf("endpoints that answered: %v, want each of %v", got, rq.Addresses)
 		}
 	}
+}
+
+// rawStatus writes a request with the given Content-Length header and a
+// few bytes of body to addr and returns the status of the answer.
+func rawStatus(t *testing.T, addr, method, host, path string, contentLength int64) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\nxxxx", method, path, host, contentLength)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func cloneObjects(t *testing.T, objs []object) []object {
