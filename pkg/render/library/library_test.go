@@ -355,3 +355,39 @@ func TestIncrementalAnnotationSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnotationPrefixIsAnotherSpelling checks that annotation_prefix set
+// to haproxy.org/ reads that spelling's own names (server-proto, whitelist)
+// besides ours, without registering them as unknown.
+func TestAnnotationPrefixIsAnotherSpelling(t *testing.T) {
+	res := watched(t)
+	objs := parseObjects(t, res, []byte(`apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app
+  namespace: web
+  annotations:
+    haproxy.org/server-proto: h2
+    haproxy.org/whitelist: 10.0.0.0/8
+    haproxy.org/load-balance: leastconn
+spec:
+  ingressClassName: weft
+  defaultBackend:
+    service:
+      name: app
+      port:
+        number: 80
+`))
+	r := render(t, ingressTarget(goldenBase, map[string]string{"annotation_prefix": "haproxy.org/"}), newIndex(t, res, objs))
+	cfg := fileContent(r.Bundle, "haproxy.cfg")
+	for _, want := range []string{"  balance leastconn\n", "deny deny_status 403 unless { src 10.0.0.0/8 }", " proto h2\n"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("haproxy.cfg lacks %q:\n%s", want, cfg)
+		}
+	}
+	for _, e := range r.Errors {
+		if strings.Contains(e.Message, "annotation") {
+			t.Errorf("error %q", e.Message)
+		}
+	}
+}
