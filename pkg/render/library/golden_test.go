@@ -79,9 +79,10 @@ func TestGolden(t *testing.T) {
 					got[file.Path] = string(file.Content)
 					continue
 				}
-				// Only unused certificate slots and an empty crt-list
-				// may be empty.
-				if !strings.HasPrefix(file.Path, "certs/ingress-tls-") && file.Path != "files/ingress-crt-list" {
+				// Only unused certificate and backend CA slots and an
+				// empty crt-list may be empty.
+				if !strings.HasPrefix(file.Path, "certs/ingress-tls-") && !strings.HasPrefix(file.Path, "files/ingress-backend-ca-") &&
+					file.Path != "files/ingress-crt-list" {
 					t.Errorf("%s is empty", file.Path)
 				}
 			}

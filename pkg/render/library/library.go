@@ -61,9 +61,12 @@
 // ("<namespace>/<name>" of the Secret served without SNI; default the
 // first by namespace and name), admin_socket (the path of an admin
 // stats socket, for Runtime API updates; default none), tunnel_timeout
-// (seconds an upgraded connection such as a WebSocket may stay idle; 3600)
-// and hard_stop_after (seconds a worker replaced by a reload keeps its
-// open connections; 3600, 0 for until they end).
+// (seconds an upgraded connection such as a WebSocket may stay idle; 3600),
+// hard_stop_after (seconds a worker replaced by a reload keeps its open
+// connections; 3600, 0 for until they end), annotation_prefix ("weft.io/",
+// the prefix of the Ingress annotations the library reads besides their
+// haproxy.org/ and haproxy-ingress.github.io/ spellings) and
+// backend_ca_slots (16, how many backend CA Secrets can be served).
 //
 // Semantics:
 //
@@ -99,7 +102,8 @@
 //     (creationTimestamp, then namespace, then name); the others are
 //     registered as errors naming it, and no map key is written twice.
 //   - Maps: ingress-hosts.map (rule host -> vhost), ingress-ssl-redirect.map
-//     (<vhost>@<backend> -> redirect code), ingress-exact.map
+//     (<vhost>@<backend>, or @<backend> for the catch-all default backend,
+//     -> redirect code), ingress-exact.map
 //     (<vhost><path> of Exact paths), ingress-prefix.map (<vhost><path
 //     without trailing slashes>/ of Prefix paths) and
 //     ingress-default-backends.map (vhost -> defaultBackend); the vhost of
@@ -128,10 +132,16 @@
 //     (tls.crt and tls.key decoded), listed in files/ingress-crt-list with
 //     the entry's hosts as SNI filters; the HTTPS listener exists while at
 //     least one Secret is served. Routing is the same over HTTP and HTTPS,
-//     with X-Forwarded-Proto set, except that with ssl_redirect an HTTP
-//     request routed to an Ingress that lists its vhost in spec.tls is
-//     redirected to HTTPS with 308 (ingress-ssl-redirect.map); with hsts,
-//     HTTPS responses carry Strict-Transport-Security. A missing or malformed
+//     with X-Forwarded-Proto set, except for HTTPS redirects. While the
+//     HTTPS listener is up, an HTTP request is redirected to HTTPS when the
+//     Ingress that serves it asks for it: by default (ssl_redirect) when the
+//     Ingress lists the request's vhost in spec.tls; its ssl-redirect
+//     annotation overrides that ("true": every request it serves, its
+//     catch-all default backend too; "false": none), and its
+//     ssl-redirect-code annotation sets the code (308 by default). One map
+//     decides (ingress-ssl-redirect.map); with no HTTPS listener up, an
+//     ssl-redirect "true" is registered as an error. With hsts, HTTPS
+//     responses carry Strict-Transport-Security. A missing or malformed
 //     Secret is registered against the Ingress and its entry skipped.
 //   - Invalid parts of an Ingress (a bad host, pathType or path, a backend
 //     without service name or port, a resource backend, a missing Service
@@ -139,12 +149,24 @@
 //     or name that is not a Kubernetes name skips the whole Ingress) are
 //     registered with register_error against the Ingress and skipped; the
 //     render goes on.
+//   - Annotations: metadata.annotations under annotation_prefix (else
+//     haproxy.org/, else haproxy-ingress.github.io/) set timeouts, the
+//     HTTPS redirect (see TLS), a path rewrite (of the normalized path), a
+//     source allow-list, basic auth, the backend protocol and CA (one CA
+//     file per Secret, backend_ca_slots of them), the balance algorithm,
+//     cookie affinity, CORS, request and response headers, a rate limit
+//     per source and a body size limit on the Ingress's own backends (see
+//     ingress/README.md). An unknown name
+//     under those prefixes or a malformed value is registered against the
+//     Ingress and ignored; security settings that cannot be read fail
+//     closed (403, 401, 503).
 //   - Incremental rendering: the per-Ingress work is done in two
 //     fragments (for_each: ingresses): `ingress` reads each Ingress once
 //     and writes its map entries and backends as parts, `ingress-tls` its
 //     TLS entries. An EndpointSlice change re-renders only the `ingress`
 //     entries of the Ingresses that use its Service; a Secret change only
-//     the `ingress-tls` entries of the Ingresses that use it.
+//     the `ingress-tls` entries of the Ingresses that use it for TLS and the
+//     `ingress` entries of those whose annotations name it.
 //
 // # The gateway library
 //
@@ -191,6 +213,7 @@ type manifest struct {
 	Maps             map[string]string   `json:"maps"`
 	Files            map[string]string   `json:"files"`
 	CertificateSlots *slots              `json:"certificate_slots,omitempty"`
+	FileSlots        []slots             `json:"file_slots,omitempty"`
 	HAProxyConfig    string              `json:"haproxy_config"`
 }
 
@@ -199,8 +222,9 @@ type fragment struct {
 	Template string `json:"template"`
 }
 
-// slots declares Count (an option of type count) certificate outputs named
-// Name with {n} replaced by the slot number, 1-based.
+// slots declares Count (an option of type count) certificate outputs (or
+// file outputs, for file_slots) named Name with {n} replaced by the slot
+// number, 1-based.
 type slots struct {
 	Name     string `json:"name"`
 	Count    string `json:"count"`
@@ -218,6 +242,7 @@ const (
 	typeBool           = "bool"            // "true" or "false", a boolean in templates
 	typeChoice         = "choice"          // one of Values
 	typeController     = "controller"      // a domain-prefixed path (IngressClass spec.controller, GatewayClass spec.controllerName)
+	typePrefix         = "prefix"          // an annotation prefix: a DNS subdomain and "/"
 )
 
 // Option is one declared library option.
@@ -283,6 +308,13 @@ func loadOne(fsys fs.FS, name string) (*library, error) {
 		o, ok := lib.m.Options[s.Count]
 		if !ok || o.Type != typeCount || !strings.Contains(s.Name, "{n}") {
 			return nil, fmt.Errorf("library.yaml: certificate_slots needs a name with {n} and a count option, got %+v", *s)
+		}
+		files = append(files, s.Template)
+	}
+	for _, s := range lib.m.FileSlots {
+		o, ok := lib.m.Options[s.Count]
+		if !ok || o.Type != typeCount || !strings.Contains(s.Name, "{n}") {
+			return nil, fmt.Errorf("library.yaml: file_slots needs a name with {n} and a count option, got %+v", s)
 		}
 		files = append(files, s.Template)
 	}
@@ -380,10 +412,11 @@ func Apply(t *config.Target) error {
 	}
 	certs := map[string]string{}
 	if s := lib.m.CertificateSlots; s != nil {
-		for i := 1; i <= opts[s.Count].(int); i++ {
-			n := strings.ReplaceAll(s.Name, "{n}", strconv.Itoa(i))
-			certs[n] = fmt.Sprintf("{%%- set slot = %d %%}", i) + lib.texts[s.Template]
-		}
+		lib.addSlots(certs, *s, opts)
+	}
+	files := texts(lib.m.Files)
+	for _, s := range lib.m.FileSlots {
+		lib.addSlots(files, s, opts)
 	}
 
 	main := t.HAProxyConfig
@@ -394,9 +427,18 @@ func Apply(t *config.Target) error {
 
 	t.TemplateSnippets, t.Fragments, t.HAProxyConfig = snippets, fragments, main
 	t.Maps = merge(texts(lib.m.Maps), t.Maps, header)
-	t.Files = merge(texts(lib.m.Files), t.Files, header)
+	t.Files = merge(files, t.Files, header)
 	t.Certificates = merge(certs, t.Certificates, header)
 	return nil
+}
+
+// addSlots adds the outputs of the slots s to out (name -> text): one per
+// slot, its template seeing the slot number as `slot`.
+func (lib *library) addSlots(out map[string]string, s slots, opts map[string]any) {
+	for i := 1; i <= opts[s.Count].(int); i++ {
+		n := strings.ReplaceAll(s.Name, "{n}", strconv.Itoa(i))
+		out[n] = fmt.Sprintf("{%%- set slot = %d %%}", i) + lib.texts[s.Template]
+	}
 }
 
 // merge returns the library's templates (name -> text) with the user's
@@ -489,6 +531,12 @@ func (o Option) value(raw string) (any, error) {
 	case typePath:
 		if raw != "" && (!strings.HasPrefix(raw, "/") || strings.ContainsAny(raw, " \t\r\n\"'\\#")) {
 			return nil, fmt.Errorf("%q is not an absolute path without white space, quotes, backslashes or #", raw)
+		}
+		return raw, nil
+	case typePrefix:
+		name, ok := strings.CutSuffix(raw, "/")
+		if !ok || len(name) > 253 || !dnsName.MatchString(name) {
+			return nil, fmt.Errorf("%q is not an annotation prefix (a lowercase DNS subdomain followed by \"/\", such as weft.io/)", raw)
 		}
 		return raw, nil
 	case typeNamespacedName:

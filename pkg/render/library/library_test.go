@@ -2,6 +2,7 @@ package library_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ func TestNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"ingress_class", "controller", "default_backend_scope", "http_port", "https_port", "bind_address", "server_slots", "tls_slots", "default_certificate", "ssl_redirect", "hsts", "hsts_max_age", "hsts_include_subdomains", "hsts_preload", "admin_socket"} {
+	for _, n := range []string{"ingress_class", "controller", "default_backend_scope", "http_port", "https_port", "bind_address", "server_slots", "tls_slots", "default_certificate", "ssl_redirect", "hsts", "hsts_max_age", "hsts_include_subdomains", "hsts_preload", "annotation_prefix", "backend_ca_slots", "admin_socket", "tunnel_timeout", "hard_stop_after"} {
 		if o, ok := opts[n]; !ok || o.Doc == "" {
 			t.Errorf("option %s: %+v, %v", n, o, ok)
 		}
@@ -46,7 +47,7 @@ func TestOptionErrors(t *testing.T) {
 		opts map[string]string
 		want string
 	}{
-		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, bind_address, controller, default_backend_scope, default_certificate, hard_stop_after, hsts, hsts_include_subdomains, hsts_max_age, hsts_preload, http_port, https_port, ingress_class, server_slots, ssl_redirect, tls_slots, tunnel_timeout)`},
+		{map[string]string{"ingres_class": "x"}, `no option "ingres_class" (known: admin_socket, annotation_prefix, backend_ca_slots, bind_address, controller, default_backend_scope, default_certificate, hard_stop_after, hsts, hsts_include_subdomains, hsts_max_age, hsts_preload, http_port, https_port, ingress_class, server_slots, ssl_redirect, tls_slots, tunnel_timeout)`},
 		{map[string]string{"ingress_class": "Not A Name"}, "library_options.ingress_class"},
 		{map[string]string{"http_port": "0"}, "library_options.http_port"},
 		{map[string]string{"https_port": "https"}, "library_options.https_port"},
@@ -63,6 +64,10 @@ func TestOptionErrors(t *testing.T) {
 		{map[string]string{"default_backend_scope": "host"}, `library_options.default_backend_scope: "host" is not one of vhost, spec`},
 		{map[string]string{"controller": "weft"}, `library_options.controller: "weft" is not a controller name`},
 		{map[string]string{"controller": "Weft.io/x"}, "library_options.controller"},
+		{map[string]string{"annotation_prefix": "weft.io"}, `library_options.annotation_prefix: "weft.io" is not an annotation prefix`},
+		{map[string]string{"annotation_prefix": "Weft.IO/"}, "library_options.annotation_prefix"},
+		{map[string]string{"annotation_prefix": "/"}, "library_options.annotation_prefix"},
+		{map[string]string{"backend_ca_slots": "4097"}, "library_options.backend_ca_slots"},
 	}
 	for _, c := range cases {
 		tc := config.Target{Library: "ingress", LibraryOptions: c.opts, Base: "/etc/haproxy"}
@@ -372,4 +377,107 @@ func TestConflictsIncremental(t *testing.T) {
 		t.Fatal("upsert ignored")
 	}
 	check("z-old recreated", "ing_apps_a-new_new_8080", oldID)
+}
+
+// TestIncrementalAnnotationSecrets checks that the Secrets an Ingress's
+// annotations name are dependencies of its ingress entry: a changed
+// basic-auth Secret or backend CA Secret renders that entry again, and
+// only it, and the bundle follows.
+func TestIncrementalAnnotationSecrets(t *testing.T) {
+	res := watched(t)
+	var ann fixture
+	for _, f := range fixtures(t) {
+		if f.name == "annotations" {
+			ann = f
+		}
+	}
+	ix := newIndex(t, res, ann.objects)
+	tg, err := target.Compile("edge", ingressTarget(goldenBase, ann.options))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.Observe(func(c index.Change) {
+		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
+	})
+	renderOnce := func() target.Result {
+		t.Helper()
+		r, err := tg.Render(context.Background(), ix.Stores(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	entries := renderOnce().FragmentsRendered
+	secret := func(name string) map[string]any {
+		for _, o := range ann.objects {
+			if o.typ == "secrets" && o.name == name {
+				return roundTrip(t, o.body)
+			}
+		}
+		t.Fatalf("no secret %s in the fixture", name)
+		return nil
+	}
+	otherCA := secret("other-ca")["data"].(map[string]any)["ca.crt"].(string)
+	otherPEM, err := base64.StdEncoding.DecodeString(otherCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		secret, key, value string // the Secret's data key and its new base64 value
+		file, want         string // a bundle file and what it must then hold
+	}{
+		{"htpasswd", "auth", base64.StdEncoding.EncodeToString([]byte("carol:$5$salt$abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ\n")),
+			"haproxy.cfg", "  user carol password $5$salt$abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ\n"},
+		{"upstream-ca", "ca.crt", otherCA, "files/ingress-backend-ca-1.pem", strings.TrimSpace(string(otherPEM))},
+	}
+	for i, c := range cases {
+		obj := secret(c.secret)
+		obj["data"].(map[string]any)[c.key] = c.value
+		if !ix.Upsert("secrets", objectID("secrets", "web", c.secret), uint64(1000+i), obj) {
+			t.Fatalf("%s: upsert ignored", c.secret)
+		}
+		r := renderOnce()
+		if r.FragmentsRendered != 1 || r.FragmentsReused != entries-1 {
+			t.Errorf("%s changed: %d entries rendered, %d reused; want 1 rendered", c.secret, r.FragmentsRendered, r.FragmentsReused)
+		}
+		if got := fileContent(r.Bundle, c.file); !strings.Contains(got, c.want) {
+			t.Errorf("%s changed: %s lacks %q:\n%s", c.secret, c.file, c.want, got)
+		}
+	}
+}
+
+// TestAnnotationPrefixIsAnotherSpelling checks that annotation_prefix set
+// to haproxy.org/ reads that spelling's own names (server-proto, whitelist)
+// besides ours, without registering them as unknown.
+func TestAnnotationPrefixIsAnotherSpelling(t *testing.T) {
+	res := watched(t)
+	objs := parseObjects(t, res, []byte(`apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app
+  namespace: web
+  annotations:
+    haproxy.org/server-proto: h2
+    haproxy.org/whitelist: 10.0.0.0/8
+    haproxy.org/load-balance: leastconn
+spec:
+  ingressClassName: weft
+  defaultBackend:
+    service:
+      name: app
+      port:
+        number: 80
+`))
+	r := render(t, ingressTarget(goldenBase, map[string]string{"annotation_prefix": "haproxy.org/"}), newIndex(t, res, objs))
+	cfg := fileContent(r.Bundle, "haproxy.cfg")
+	for _, want := range []string{"  balance leastconn\n", "deny deny_status 403 unless { src 10.0.0.0/8 }", " proto h2\n"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("haproxy.cfg lacks %q:\n%s", want, cfg)
+		}
+	}
+	for _, e := range r.Errors {
+		if strings.Contains(e.Message, "annotation") {
+			t.Errorf("error %q", e.Message)
+		}
+	}
 }

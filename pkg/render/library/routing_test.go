@@ -1,8 +1,11 @@
 package library_test
 
 import (
+	"bufio"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -85,14 +88,33 @@ type request struct {
 	Cert string `json:"cert,omitempty"`
 	// Proto is the X-Forwarded-Proto the backend must receive.
 	Proto string `json:"proto,omitempty"`
+
+	// Headers are sent with the request; User and Password as basic
+	// authentication; Body is the length of a body of "x" sent.
+	Headers  map[string]string `json:"headers,omitempty"`
+	User     string            `json:"user,omitempty"`
+	Password string            `json:"password,omitempty"`
+	Body     int               `json:"body,omitempty"`
+	// ContentLength, when set, is sent as the Content-Length header of a
+	// request written by hand with a few bytes of body, and only the
+	// answer's status is checked.
+	ContentLength int64 `json:"content_length,omitempty"`
+	// Statuses are the statuses of the Repeat requests, in order (instead
+	// of Status).
+	Statuses []int `json:"statuses,omitempty"`
 	// URI is the request URI the backend must receive (default Path): the
-	// path as normalized by HAProxy.
+	// path as normalized by HAProxy, then rewritten.
 	URI string `json:"uri,omitempty"`
-	// Location is the Location header the answer must carry (redirects).
+	// BackendHeaders are headers the backend must receive, and HTTP the
+	// protocol it is reached with ("HTTP/1.1", "HTTP/2.0").
+	BackendHeaders map[string]string `json:"backend_headers,omitempty"`
+	HTTP           string            `json:"http,omitempty"`
+	// ResponseHeaders are headers the answer must have (a header given as
+	// "" must be absent).
+	ResponseHeaders map[string]string `json:"response_headers,omitempty"`
+	// Location is the Location header the answer must carry (redirects);
+	// {https_port} in it stands for the HTTPS listener's port.
 	Location string `json:"location,omitempty"`
-	// Headers are response headers the answer must carry with these
-	// values; an empty value means the header must be absent.
-	Headers map[string]string `json:"headers,omitempty"`
 
 	httpsPort int // the HTTPS listener's port, for {https_port} in Location
 }
@@ -113,6 +135,9 @@ type echo struct {
 	Host    string `json:"host"`
 	URI     string `json:"uri"`
 	Proto   string `json:"proto"` // X-Forwarded-Proto
+	HTTP    string `json:"http"`  // the protocol the endpoint was reached with
+	// Headers are the request headers the endpoint received.
+	Headers map[string]string `json:"headers"`
 }
 
 // check sends rq (Repeat times) to HAProxy on port and checks the answers.
@@ -138,14 +163,33 @@ func check(t *testing.T, rq request, port int) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if rq.ContentLength > 0 {
+		if got := rawStatus(t, addr, method, rq.Host, path, rq.ContentLength); got != want {
+			t.Fatalf("status %d, want %d", got, want)
+		}
+		return
+	}
 	seen := map[string]bool{}
 	for n := range max(rq.Repeat, 1) {
-		req, err := http.NewRequest(method, rq.scheme()+"://"+addr+path, nil)
+		var reqBody io.Reader
+		if rq.Body > 0 {
+			reqBody = strings.NewReader(strings.Repeat("x", rq.Body))
+		}
+		req, err := http.NewRequest(method, rq.scheme()+"://"+addr+path, reqBody)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p, _, _ := strings.Cut(path, "?"); !strings.HasPrefix(p, "//") {
 			req.URL.Opaque = p // sent as written: no dot segment or escape is touched
+		}
+		for k, v := range rq.Headers {
+			req.Header.Set(k, v)
+		}
+		if rq.User != "" {
+			req.SetBasicAuth(rq.User, rq.Password)
+		}
+		if n < len(rq.Statuses) {
+			want = rq.Statuses[n]
 		}
 		host := addr
 		if rq.Host != "" {
@@ -164,13 +208,13 @@ func check(t *testing.T, rq request, port int) {
 			t.Fatalf("request %d: status %d, want %d; body %q", n+1, resp.StatusCode, want, body)
 		}
 		if rq.Location != "" {
-			if got := resp.Header.Get("Location"); got != strings.ReplaceAll(rq.Location, "{https_port}", strconv.Itoa(rq.httpsPort)) {
-				t.Errorf("request %d: Location %q, want %q", n+1, got, rq.Location)
+			if got, want := resp.Header.Get("Location"), strings.ReplaceAll(rq.Location, "{https_port}", strconv.Itoa(rq.httpsPort)); got != want {
+				t.Errorf("request %d: Location %q, want %q", n+1, got, want)
 			}
 		}
-		for h, v := range rq.Headers {
-			if got := resp.Header.Get(h); got != v {
-				t.Errorf("request %d: header %s: %q, want %q", n+1, h, got, v)
+		for k, v := range rq.ResponseHeaders {
+			if got := resp.Header.Get(k); got != v {
+				t.Errorf("request %d: response header %s %q, want %q", n+1, k, got, v)
 			}
 		}
 		if rq.Cert != "" {
@@ -181,7 +225,7 @@ func check(t *testing.T, rq request, port int) {
 				t.Errorf("request %d: certificate %q, want %q", n+1, cn, rq.Cert)
 			}
 		}
-		if rq.Backend == "" {
+		if rq.Backend == "" || want != http.StatusOK {
 			continue
 		}
 		var e echo
@@ -204,6 +248,14 @@ func check(t *testing.T, rq request, port int) {
 		if e.Method != method || e.Host != host || e.URI != uri {
 			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", n+1, e.Method, e.Host, e.URI, method, host, uri)
 		}
+		for k, v := range rq.BackendHeaders {
+			if got := e.Headers[http.CanonicalHeaderKey(k)]; got != v {
+				t.Errorf("request %d: the endpoint got header %s %q, want %q", n+1, k, got, v)
+			}
+		}
+		if rq.HTTP != "" && e.HTTP != rq.HTTP {
+			t.Errorf("request %d: the endpoint was reached with %s, want %s", n+1, e.HTTP, rq.HTTP)
+		}
 		if rq.Proto != "" && e.Proto != rq.Proto {
 			t.Errorf("request %d: X-Forwarded-Proto %q, want %q", n+1, e.Proto, rq.Proto)
 		}
@@ -214,6 +266,27 @@ func check(t *testing.T, rq request, port int) {
 			t.Errorf("endpoints that answered: %v, want each of %v", got, rq.Addresses)
 		}
 	}
+}
+
+// rawStatus writes a request with the given Content-Length header and a
+// few bytes of body to addr and returns the status of the answer.
+func rawStatus(t *testing.T, addr, method, host, path string, contentLength int64) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\nxxxx", method, path, host, contentLength)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func cloneObjects(t *testing.T, objs []object) []object {
@@ -230,7 +303,9 @@ func cloneObjects(t *testing.T, objs []object) []object {
 // servers: each distinct endpoint IP address becomes its own loopback address
 // 127.0.0.<n>, each distinct target port a free port, and a server on
 // every such address and port answers with the Service, the original
-// address and the original port.
+// address and the original port. The endpoints of a slice labelled
+// test.weft.io/serving-secret serve TLS with the certificate and key of
+// that Secret of the fixture (same namespace).
 func startEndpoints(t *testing.T, objs []object) {
 	t.Helper()
 	addrs := map[string]string{} // fixture address -> loopback address
@@ -239,6 +314,7 @@ func startEndpoints(t *testing.T, objs []object) {
 	type endpoint struct {
 		service, addr string
 		port          int
+		cert          *tls.Certificate
 	}
 	var eps []endpoint
 	for _, o := range objs {
@@ -247,6 +323,11 @@ func startEndpoints(t *testing.T, objs []object) {
 		}
 		labels, _ := o.body["metadata"].(map[string]any)["labels"].(map[string]any)
 		service, _ := labels["kubernetes.io/service-name"].(string)
+		var cert *tls.Certificate
+		if name, ok := labels["test.weft.io/serving-secret"].(string); ok {
+			ns, _ := o.body["metadata"].(map[string]any)["namespace"].(string)
+			cert = servingSecret(t, objs, ns, name)
+		}
 		slicePorts, _ := o.body["ports"].([]any)
 		var origPorts []int
 		for _, p := range slicePorts {
@@ -276,7 +357,7 @@ func startEndpoints(t *testing.T, objs []object) {
 				}
 				as[i] = addrs[orig]
 				for _, port := range origPorts {
-					eps = append(eps, endpoint{service: service, addr: orig, port: port})
+					eps = append(eps, endpoint{service: service, addr: orig, port: port, cert: cert})
 				}
 			}
 		}
@@ -294,13 +375,54 @@ func startEndpoints(t *testing.T, objs []object) {
 		}
 		ep := ep
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			headers := map[string]string{}
+			for k := range r.Header {
+				headers[k] = r.Header.Get(k)
+			}
 			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(echo{Service: ep.service, Address: ep.addr, Port: ep.port,
-				Method: r.Method, Host: r.Host, URI: r.RequestURI, Proto: r.Header.Get("X-Forwarded-Proto")})
+				Method: r.Method, Host: r.Host, URI: r.RequestURI, Proto: r.Header.Get("X-Forwarded-Proto"),
+				HTTP: r.Proto, Headers: headers})
 		}), ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
+		// Endpoints speak HTTP/1.1 and HTTP/2 (h2c without TLS), for the
+		// backend-protocol annotation.
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+		if ep.cert != nil {
+			srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*ep.cert}}
+			srv.Protocols.SetHTTP2(true)
+			go srv.ServeTLS(ln, "", "")
+		} else {
+			go srv.Serve(ln)
+		}
 		t.Cleanup(func() { srv.Close() })
 	}
+}
+
+// servingSecret is the certificate and key of the kubernetes.io/tls Secret
+// namespace/name of objs.
+func servingSecret(t *testing.T, objs []object, namespace, name string) *tls.Certificate {
+	t.Helper()
+	for _, o := range objs {
+		meta, _ := o.body["metadata"].(map[string]any)
+		if o.typ != "secrets" || meta["namespace"] != namespace || meta["name"] != name {
+			continue
+		}
+		data, _ := o.body["data"].(map[string]any)
+		crt, err1 := base64.StdEncoding.DecodeString(fmt.Sprint(data["tls.crt"]))
+		key, err2 := base64.StdEncoding.DecodeString(fmt.Sprint(data["tls.key"]))
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatalf("secret %s/%s: %v", namespace, name, err)
+		}
+		cert, err := tls.X509KeyPair(crt, key)
+		if err != nil {
+			t.Fatalf("secret %s/%s: %v", namespace, name, err)
+		}
+		return &cert
+	}
+	t.Fatalf("no secret %s/%s in the fixture", namespace, name)
+	return nil
 }
 
 // freePort returns a TCP port that was free on 127.0.0.1.
