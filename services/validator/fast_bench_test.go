@@ -11,6 +11,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/render/engine"
 	"github.com/weftio/weft/pkg/render/index"
 	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/svc/gather"
@@ -93,6 +94,11 @@ func ingressBundles(b *testing.B, n, k int) (msg.Bundle, []msg.Bundle) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// As the renderer does: each index change marks the fragment entries
+	// it affects, so the next render redoes them.
+	ix.Observe(func(c index.Change) {
+		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
+	})
 	render := func() msg.Bundle {
 		res, err := tg.Render(context.Background(), ix.Stores(), nil)
 		if err != nil || len(res.Errors) > 0 {
