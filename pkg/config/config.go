@@ -256,6 +256,9 @@ type Target struct {
 	// IngressStatus publishes the instances' addresses on the Ingresses
 	// the target serves (see IngressStatus).
 	IngressStatus *IngressStatus `json:"ingress_status,omitempty"`
+	// GatewayStatus writes the rendered Gateway API status and the
+	// instances' addresses to the objects (see GatewayStatus).
+	GatewayStatus *GatewayStatus `json:"gateway_status,omitempty"`
 }
 
 // Fragment is a template rendered for every object of the watched type
@@ -642,6 +645,7 @@ func (c *Config) defaults() {
 			t.Validate.Timeout = Duration(DefaultValidateTimeout)
 		}
 		c.ingressStatusDefaults(&t)
+		c.gatewayStatusDefaults(&t)
 		c.Targets[name] = t
 	}
 	c.historyDefaults()
@@ -762,6 +766,7 @@ func (c *Config) check(ps *problems) {
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
 		c.checkIngressStatus(ps, name, c.Targets[name], classes)
+		c.checkGatewayStatus(ps, name, c.Targets[name])
 	}
 	c.checkPuller(ps)
 }
