@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/renderer"
 	"github.com/weftio/weft/services/validator"
@@ -36,7 +38,8 @@ var referenceGrants = schema.GroupVersionResource{Group: "gateway.networking.k8s
 // another namespace without a ReferenceGrant; NoMatchingParent for a
 // listener that does not exist); a ReferenceGrant makes the second route's
 // refs resolved; only the lease holder writes, and when it stops the other
-// replica takes over and keeps writing.
+// replica takes over and keeps writing; the NATS server, with the
+// generated permissions, refuses nothing.
 func TestGatewayStatus(t *testing.T) {
 	k := testkit.Kube(t)
 	k.InstallCRDs(t, filepath.Join("..", "..", "services", "watcher", "gwstatus", "testdata", "crds"))
@@ -82,12 +85,33 @@ targets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	bus := testkit.NATS(t)
-	venv := testkit.NewEnv(t, bus, "v")
+	// Every service on its own NATS user, as generated from the access
+	// table: the server must refuse nothing the watchers do.
+	keys := t.TempDir()
+	var conf bytes.Buffer
+	if err := run([]string{"nats-config", "--keys", keys}, &conf, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	srv := testkit.NATSServer(t, conf.String())
+	var errOut bytes.Buffer
+	if err := run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleProvisioner)}, &bytes.Buffer{}, &errOut); err != nil {
+		t.Fatalf("weft provision: %v\n%s", err, errOut.String())
+	}
+	var v violations
+	t.Cleanup(func() {
+		if s := v.String(); s != "" {
+			t.Errorf("the NATS server refused:\n%s", s)
+		}
+	})
+	bus := roleBus(t, srv.URL, keys, msg.RoleAdmin, &v)
+	venv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleValidator, &v), "v")
 	testkit.Run(t, func(ctx context.Context) error { return validator.Run(ctx, venv.Env, cfg) })
-	renv := testkit.NewEnv(t, bus, "r")
+	renv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleRenderer, &v), "r")
 	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, renv.Env, cfg) })
-	envs := []*testkit.Env{testkit.NewEnv(t, bus, "w1"), testkit.NewEnv(t, bus, "w2")}
+	envs := []*testkit.Env{
+		testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleWatcher, &v), "w1"),
+		testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleWatcher, &v), "w2"),
+	}
 	stops := make([]func(), len(envs))
 	for i, env := range envs {
 		stops[i] = testkit.Run(t, func(ctx context.Context) error { return watcher.Run(ctx, env.Env, cfg) })
