@@ -14,7 +14,8 @@
 //   - Conditions keep their lastTransitionTime while their status is
 //     unchanged; observedGeneration is the generation the render saw.
 //   - HTTPRoute status.parents entries of other controllers are kept; the
-//     entries of this controller are replaced by the render's.
+//     entries of this controller are replaced by the render's, and removed
+//     from the routes the render no longer lists.
 //   - An object that no longer exists is counted as missing, not written
 //     and not an error; any other failure is returned (joined) after every
 //     object was tried.
@@ -213,12 +214,42 @@ func (w *Writer) Write(ctx context.Context, st *Status) (Result, error) {
 			return gatewayStatus(u, g, now)
 		})
 	}
+	listed := map[string]bool{}
 	for _, r := range st.HTTPRoutes {
+		listed[r.Namespace+"/"+r.Name] = true
 		do(HTTPRoutes, r.Namespace, r.Name, func(u *unstructured.Unstructured) error {
 			return w.routeStatus(u, r, now)
 		})
 	}
+	// Routes the status no longer lists (they left this controller's
+	// Gateways) lose this controller's parents entries.
+	routes, err := w.Client.Resource(HTTPRoutes).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing httproutes: %w", err))
+	} else {
+		for _, u := range routes.Items {
+			if listed[u.GetNamespace()+"/"+u.GetName()] || !w.hasParents(&u) {
+				continue
+			}
+			gone := RouteStatus{Namespace: u.GetNamespace(), Name: u.GetName(), Generation: u.GetGeneration()}
+			do(HTTPRoutes, gone.Namespace, gone.Name, func(u *unstructured.Unstructured) error {
+				return w.routeStatus(u, gone, now)
+			})
+		}
+	}
 	return res, errors.Join(errs...)
+}
+
+// hasParents reports whether route has status.parents entries of this
+// controller.
+func (w *Writer) hasParents(route *unstructured.Unstructured) bool {
+	ps, _, _ := unstructured.NestedSlice(route.Object, "status", "parents")
+	for _, p := range ps {
+		if m, ok := p.(map[string]any); ok && m["controllerName"] == w.ControllerName {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Writer) now() metav1.Time {
