@@ -762,11 +762,11 @@ func (c *Config) check(ps *problems) {
 	}
 	c.checkSites(ps)
 	checkHistory(ps, path{"history"}, c.History, nil)
-	classes := map[string]string{}
+	classes, controllers := map[string]string{}, map[string]string{}
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
 		c.checkIngressStatus(ps, name, c.Targets[name], classes)
-		c.checkGatewayStatus(ps, name, c.Targets[name])
+		c.checkGatewayStatus(ps, name, c.Targets[name], controllers)
 	}
 	c.checkPuller(ps)
 }

@@ -64,16 +64,21 @@ func (c *Config) gatewayStatusDefaults(t *Target) {
 	t.GatewayStatus = &s
 }
 
-// checkGatewayStatus reports the problems of target name's gateway_status.
-func (c *Config) checkGatewayStatus(ps *problems, name string, t Target) {
+// checkGatewayStatus reports the problems of target name's gateway_status;
+// controllers maps each source and controller name to the first target
+// writing it (two would undo each other's route parents).
+func (c *Config) checkGatewayStatus(ps *problems, name string, t Target, controllers map[string]string) {
 	s := t.GatewayStatus
 	if s == nil {
 		return
 	}
 	f := path{"targets", name, "gateway_status"}
 	c.checkStatusSource(ps, f.k("source"), s.Source, "Gateway API objects")
-	if s.ControllerName == "" {
-		ps.add(f.k("controller_name"), "required")
+	key := s.Source + " " + s.ControllerName
+	if other, ok := controllers[key]; ok {
+		ps.add(f.k("controller_name"), "controller %q is written by target %q too: one target writes a controller's status", s.ControllerName, other)
+	} else {
+		controllers[key] = name
 	}
 	if s.Resync < 0 {
 		ps.add(f.k("resync"), "must not be negative")

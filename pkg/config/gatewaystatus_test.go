@@ -28,6 +28,12 @@ func TestGatewayStatus(t *testing.T) {
     gateway_status: {source: files}`, config.GatewayStatus{}, `targets.edge.gateway_status.source: "files" is a manifests source`},
 		{"two froms", `
     gateway_status: {from: {service: a/b, addresses: [192.0.2.1]}}`, config.GatewayStatus{}, "targets.edge.gateway_status.from: exactly one of service, pods and addresses"},
+		{"one controller, two targets", `
+    gateway_status: {}
+  other:
+    haproxy_config: {template: "global\n"}
+    deploy: {driver: files, dest: out2}
+    gateway_status: {}`, config.GatewayStatus{}, `targets.other.gateway_status.controller_name: controller "weft.io/gateway-controller" is written by target "edge" too`},
 		{"bad address", `
     gateway_status: {from: {addresses: ["not an address"]}}`, config.GatewayStatus{}, "targets.edge.gateway_status.from.addresses[0]"},
 	}
