@@ -201,9 +201,13 @@ targets:
 		holder = 1
 	}
 	standby := 1 - holder
-	if w := writes(holder); w == 0 {
-		t.Errorf("the lease holder counted no writes")
-	}
+	// the count follows the writes, whose results are already visible
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if w := writes(holder); w == 0 {
+			return fmt.Errorf("the lease holder counted no writes")
+		}
+		return nil
+	})
 	if w := writes(standby); w != 0 {
 		t.Errorf("the replica without the lease counted %v writes", w)
 	}
