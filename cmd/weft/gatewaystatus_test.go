@@ -38,7 +38,8 @@ var referenceGrants = schema.GroupVersionResource{Group: "gateway.networking.k8s
 // another namespace without a ReferenceGrant; NoMatchingParent for a
 // listener that does not exist); a ReferenceGrant makes the second route's
 // refs resolved; only the lease holder writes, and when it stops the other
-// replica takes over and keeps writing; the NATS server, with the
+// replica takes over, sets back a status changed behind weft's back and
+// keeps writing; the NATS server, with the
 // generated permissions, refuses nothing.
 func TestGatewayStatus(t *testing.T) {
 	k := testkit.Kube(t)
@@ -225,9 +226,24 @@ targets:
 	}
 	parentStatus("cross", "Accepted=True/Accepted", "ResolvedRefs=True/ResolvedRefs")
 
-	// The holder stops; the other replica takes the lease and writes the
-	// next change.
+	// A status changed behind weft's back is not looked at until the next
+	// bundle or resync; the replica taking over writes at once, setting it
+	// back. Then it writes the next change.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		u, err := dyn.Resource(gwstatus.GatewayClasses).Get(ctx, "weft", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		bogus := []any{map[string]any{"type": "Accepted", "status": "False", "reason": "Tampered", "message": "",
+			"lastTransitionTime": "2024-01-01T00:00:00Z"}}
+		if err := unstructured.SetNestedSlice(u.Object, bogus, "status", "conditions"); err != nil {
+			return err
+		}
+		_, err = dyn.Resource(gwstatus.GatewayClasses).UpdateStatus(ctx, u, metav1.UpdateOptions{})
+		return err
+	})
 	stops[holder]()
+	status("class after takeover", gwstatus.GatewayClasses, "", "weft", []string{"status", "conditions"}, "Accepted=True/Accepted")
 	before := writes(holder)
 	if err := dyn.Resource(referenceGrants).Namespace("data").Delete(ctx, "apps-to-db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
