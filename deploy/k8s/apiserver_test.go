@@ -44,8 +44,10 @@ func startAPIServer(t *testing.T) *apiServer {
 	k := testkit.Kube(t)
 	// The puller's CRDs and, so the monitoring component can be applied,
 	// minimal ServiceMonitor, PrometheusRule and cert-manager CRDs: the overlays' custom
-	// objects need them served before a dry run can accept them.
-	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml", "testdata/prometheusrule-crd.yaml", "testdata/cert-manager-crds.yaml")
+	// objects need them served before a dry run can accept them; the
+	// Gateway API's, whose status the watcher's role writes.
+	k.InstallCRDs(t, "crds", "testdata/servicemonitor-crd.yaml", "testdata/prometheusrule-crd.yaml", "testdata/cert-manager-crds.yaml",
+		"../../services/watcher/gwstatus/testdata/crds")
 	disc, err := discovery.NewDiscoveryClientForConfig(k.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -438,6 +440,26 @@ func testRBAC(t *testing.T, a *apiServer, builds map[string][]*unstructured.Unst
 			_, err = c.cs.NetworkingV1().Ingresses(appNS).Update(ctx, ing, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}},
+		// ... and the status of the Gateway API objects (gateway_status),
+		// whether or not their CRDs are installed
+		{"weft-watcher", "read Gateway API objects and update and patch their status", true, func(ctx context.Context, c as) error {
+			for _, r := range []string{"gatewayclasses", "gateways", "httproutes"} {
+				for _, v := range []string{"get", "list", "watch"} {
+					if err := accessReview(ctx, c, v, r, ""); err != nil {
+						return err
+					}
+				}
+				for _, v := range []string{"update", "patch"} {
+					if err := accessReview(ctx, c, v, r, "status"); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}},
+		{"weft-watcher", "update a gateway", false, func(ctx context.Context, c as) error {
+			return accessReview(ctx, c, "update", "gateways", "")
+		}},
 		{"weft-watcher", "update a service status", false, func(ctx context.Context, c as) error {
 			svc, err := a.Clientset.CoreV1().Services(appNS).Get(ctx, appService, metav1.GetOptions{})
 			if err != nil {
@@ -690,3 +712,21 @@ func (a *apiServer) watches(t *testing.T, sa, weftYAML string) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// accessReview asks the API server whether c may verb the Gateway API
+// resource (and subresource), as a Forbidden error when it may not.
+func accessReview(ctx context.Context, c as, verb, resource, subresource string) error {
+	r, err := c.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: appNS, Verb: verb, Group: "gateway.networking.k8s.io", Resource: resource, Subresource: subresource,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	if !r.Status.Allowed {
+		gr := schema.GroupResource{Group: "gateway.networking.k8s.io", Resource: resource + "/" + subresource}
+		return apierrors.NewForbidden(gr, "", fmt.Errorf("%s denied: %s", verb, r.Status.Reason))
+	}
+	return nil
+}

@@ -278,6 +278,9 @@ type Target struct {
 	// IngressStatus publishes the instances' addresses on the Ingresses
 	// the target serves (see IngressStatus).
 	IngressStatus *IngressStatus `json:"ingress_status,omitempty"`
+	// GatewayStatus writes the rendered Gateway API status and the
+	// instances' addresses to the objects (see GatewayStatus).
+	GatewayStatus *GatewayStatus `json:"gateway_status,omitempty"`
 
 	// seed marks the target of the seed form, whose Dataplane API
 	// credentials come from the environment (SeedUserEnv).
@@ -672,6 +675,7 @@ func (c *Config) defaults() {
 			t.Validate.Timeout = Duration(DefaultValidateTimeout)
 		}
 		c.ingressStatusDefaults(&t)
+		c.gatewayStatusDefaults(&t)
 		c.Targets[name] = t
 	}
 	c.historyDefaults()
@@ -801,10 +805,11 @@ func (c *Config) check(ps *problems) {
 	}
 	c.checkSites(ps)
 	checkHistory(ps, path{"history"}, c.History, nil)
-	classes := map[string]string{}
+	classes, controllers := map[string]string{}, map[string]string{}
 	for _, name := range sortedKeys(c.Targets) {
 		c.checkTarget(ps, name, c.Targets[name])
 		c.checkIngressStatus(ps, name, c.Targets[name], classes)
+		c.checkGatewayStatus(ps, name, c.Targets[name], controllers)
 	}
 	c.checkPuller(ps)
 }

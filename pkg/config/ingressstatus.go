@@ -28,6 +28,10 @@ type IngressStatus struct {
 	// spec.ingressClassName, or without one its annotation
 	// kubernetes.io/ingress.class, names it.
 	Class string `json:"class,omitempty"`
+	// Controller is the target's controller name (default:
+	// library_options.controller, else DefaultIngressController): every
+	// IngressClass whose spec.controller it is is the target's too.
+	Controller string `json:"controller,omitempty"`
 	// DefaultClass claims the Ingresses that name no class at all (the
 	// target's class is the cluster's default IngressClass).
 	DefaultClass bool `json:"default_class,omitempty"`
@@ -68,6 +72,7 @@ const (
 // Defaults of ingress_status.
 const (
 	DefaultIngressClass        = "weft"
+	DefaultIngressController   = "weft.io/ingress"
 	DefaultIngressStatusResync = 5 * time.Minute
 )
 
@@ -89,16 +94,14 @@ func (c *Config) ingressStatusDefaults(t *Target) {
 	if s.Class == "" {
 		s.Class = DefaultIngressClass
 	}
+	if s.Controller == "" {
+		s.Controller = t.LibraryOptions["controller"]
+	}
+	if s.Controller == "" {
+		s.Controller = DefaultIngressController
+	}
 	if s.Source == "" {
-		var kube []string
-		for _, src := range c.Sources {
-			if src.Type == SourceKubernetes {
-				kube = append(kube, src.Name)
-			}
-		}
-		if len(kube) == 1 {
-			s.Source = kube[0]
-		}
+		s.Source = c.onlyKubernetesSource()
 	}
 	if s.Resync == 0 {
 		s.Resync = Duration(DefaultIngressStatusResync)
@@ -120,14 +123,7 @@ func (c *Config) checkIngressStatus(ps *problems, name string, t Target, classes
 		return
 	}
 	f := path{"targets", name, "ingress_status"}
-	switch i := c.sourceIndex(s.Source); {
-	case s.Source == "":
-		ps.add(f.k("source"), "required: the kubernetes source whose API server holds the Ingresses (there is not exactly one)")
-	case i < 0:
-		ps.add(f.k("source"), "%q is not a source", s.Source)
-	case c.Sources[i].Type != SourceKubernetes:
-		ps.add(f.k("source"), "%q is a %s source, not a kubernetes source", s.Source, c.Sources[i].Type)
-	}
+	c.checkStatusSource(ps, f.k("source"), s.Source, "Ingresses")
 	if len(validation.IsDNS1123Subdomain(s.Class)) > 0 {
 		ps.add(f.k("class"), "%q is not an IngressClass name (a lowercase DNS subdomain)", s.Class)
 	} else if other, ok := classes[s.Class]; ok {
@@ -146,16 +142,48 @@ func (c *Config) checkIngressStatus(ps *problems, name string, t Target, classes
 	if s.Resync < 0 {
 		ps.add(f.k("resync"), "must not be negative")
 	}
-	from := f.k("from")
-	set := 0
-	if s.From.Service != "" {
-		set++
-		ns, n := s.From.ServiceName()
-		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Label(n)) > 0 || strings.Count(s.From.Service, "/") != 1 {
-			ps.add(from.k("service"), "must be <namespace>/<name> of a Service, got %q", s.From.Service)
+	checkStatusFrom(ps, f.k("from"), s.From)
+}
+
+// onlyKubernetesSource is the name of the only kubernetes source, "" when
+// there is not exactly one.
+func (c *Config) onlyKubernetesSource() string {
+	var kube []string
+	for _, src := range c.Sources {
+		if src.Type == SourceKubernetes {
+			kube = append(kube, src.Name)
 		}
 	}
-	if p := s.From.Pods; p != nil {
+	if len(kube) == 1 {
+		return kube[0]
+	}
+	return ""
+}
+
+// checkStatusSource reports a status writer's source that is not a
+// kubernetes source; what names the objects it writes.
+func (c *Config) checkStatusSource(ps *problems, p path, source, what string) {
+	switch i := c.sourceIndex(source); {
+	case source == "":
+		ps.add(p, "required: the kubernetes source whose API server holds the %s (there is not exactly one)", what)
+	case i < 0:
+		ps.add(p, "%q is not a source", source)
+	case c.Sources[i].Type != SourceKubernetes:
+		ps.add(p, "%q is a %s source, not a kubernetes source", source, c.Sources[i].Type)
+	}
+}
+
+// checkStatusFrom reports the problems of a status writer's from.
+func checkStatusFrom(ps *problems, from path, f IngressStatusFrom) {
+	set := 0
+	if f.Service != "" {
+		set++
+		ns, n := f.ServiceName()
+		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Label(n)) > 0 || strings.Count(f.Service, "/") != 1 {
+			ps.add(from.k("service"), "must be <namespace>/<name> of a Service, got %q", f.Service)
+		}
+	}
+	if p := f.Pods; p != nil {
 		set++
 		pf := from.k("pods")
 		if len(validation.IsDNS1123Label(p.Namespace)) > 0 {
@@ -170,12 +198,12 @@ func (c *Config) checkIngressStatus(ps *problems, name string, t Target, classes
 			ps.add(pf.k("address"), "must be %s or %s, got %q", PodHostIP, PodPodIP, p.Address)
 		}
 	}
-	if s.From.Addresses != nil {
+	if f.Addresses != nil {
 		set++
-		if len(s.From.Addresses) == 0 {
+		if len(f.Addresses) == 0 {
 			ps.add(from.k("addresses"), "required: at least one IP or DNS name")
 		}
-		for i, a := range s.From.Addresses {
+		for i, a := range f.Addresses {
 			if err := checkAddress(a); err != nil {
 				ps.add(from.k("addresses").i(i), "%v", err)
 			}

@@ -105,7 +105,7 @@ var configFollower = Access{
 func Accesses() []Access {
 	return []Access{
 		merge(Access{
-			Role: RoleWatcher, What: "weft-watcher: writes watched objects, announces them, answers fetches and resync triggers; with --config-map, activates configurations",
+			Role: RoleWatcher, What: "weft-watcher: writes watched objects, announces them, answers fetches and resync triggers; with --config-map, activates configurations; writes the Gateway API status of accepted bundles (it reads the status bucket and the bundles as a configuration follower)",
 			Publish:   []string{ChangeAll, SyncAll, DLQSubject("watcher")},
 			Serve:     []string{FetchSubject("*"), TriggerResyncAll},
 			Consumers: []Consumer{{Stream: KVStream(BucketResources), Name: "watcher-relay"}},
@@ -113,7 +113,7 @@ func Accesses() []Access {
 				{BucketResources, []string{">"}},
 				{BucketStatus, []string{SyncStatusKey("*", "*")}},
 				{BucketConfig, []string{ConfigKey}},
-				{BucketLeases, []string{IngressStatusLeaseKey("*")}},
+				{BucketLeases, []string{IngressStatusLeaseKey("*"), GatewayStatusLeaseKey("*")}},
 			},
 		}, configFollower),
 		merge(Access{

@@ -58,6 +58,10 @@ const HistoryPruneLease = "prune.history"
 // replica that writes the status of the Ingresses a target serves.
 func IngressStatusLeaseKey(target string) string { return "ingress-status." + target }
 
+// GatewayStatusLeaseKey is the leases-bucket key held by the watcher
+// replica that writes the Gateway API status of a target.
+func GatewayStatusLeaseKey(target string) string { return "gateway-status." + target }
+
 // LeaseSubject is the subject a leases-bucket key is stored under in the
 // bucket's stream: a lease renewed with a TTL of its own is published there.
 func LeaseSubject(key string) string { return "$KV." + BucketLeases + "." + key }

@@ -240,3 +240,79 @@ func waitStatus(t *testing.T, cs kubernetes.Interface, name string, want []netv1
 		return nil
 	})
 }
+
+// TestIngressStatusByController: the status writer selects the Ingresses
+// the ingress library serves: those of an IngressClass of the target's
+// controller (not only the class named by ingress_class), and those without
+// a class while one of the target's classes is the default; a class that
+// stops being the default has the classless Ingresses' status cleared.
+func TestIngressStatusByController(t *testing.T) {
+	k := testkit.Kube(t)
+	ctx := context.Background()
+	cs := k.Clientset
+	class := func(name, controller string) {
+		c := &netv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: netv1.IngressClassSpec{Controller: controller}}
+		if _, err := cs.NetworkingV1().IngressClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setDefault := func(name string, isDefault bool) {
+		t.Helper()
+		testkit.Eventually(t, 10*time.Second, func() error {
+			c, err := cs.NetworkingV1().IngressClasses().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			c.Annotations = nil
+			if isDefault {
+				c.Annotations = map[string]string{ingstatus.DefaultClassAnnotation: "true"}
+			}
+			_, err = cs.NetworkingV1().IngressClasses().Update(ctx, c, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	class("ctl-public", "example.com/weft")
+	class("ctl-nginx", "k8s.io/ingress-nginx")
+	createIngress(t, cs, "ctl-a", "ctl-public", nil)
+	// created while no class is the default: the API server leaves it
+	// without class (it gives the default class to new Ingresses)
+	createIngress(t, cs, "ctl-b", "", nil)
+	createIngress(t, cs, "ctl-c", "ctl-nginx", nil)
+	setDefault("ctl-public", true)
+
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+sources: [{name: k, type: kubernetes, kubeconfig: %s}]
+watched_resources:
+  ingresses: {api_version: networking.k8s.io/v1, kind: Ingress}
+targets:
+  edge:
+    haproxy_config: {template: "global\n"}
+    deploy: {driver: files, dest: out}
+    library_options: {controller: example.com/weft}
+    ingress_status:
+      resync: 1h
+      from: {addresses: [192.0.2.9]}
+`, k.Kubeconfig), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := testkit.NATS(t)
+	env := testkit.NewEnv(t, bus, "w")
+	testkit.Run(t, func(ctx context.Context) error { return watcher.Run(ctx, env.Env, cfg) })
+
+	want := []netv1.IngressLoadBalancerIngress{{IP: "192.0.2.9"}}
+	waitStatus(t, cs, "ctl-a", want)
+	waitStatus(t, cs, "ctl-b", want)
+	waitStatus(t, cs, "ctl-c", nil)
+
+	setDefault("ctl-public", false)
+	waitStatus(t, cs, "ctl-b", nil)
+	waitStatus(t, cs, "ctl-a", want)
+	ing, err := cs.NetworkingV1().Ingresses("default").Get(ctx, "ctl-c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ingstatus.WrittenBy(ing, ingstatus.FieldManager("edge")) {
+		t.Errorf("the Ingress of another controller's class was written by weft")
+	}
+}

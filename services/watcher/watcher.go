@@ -147,6 +147,9 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err := runIngressStatus(ctx, g, env, cfg); err != nil {
 		return err
 	}
+	if err := runGatewayStatus(ctx, g, env, cfg, status); err != nil {
+		return err
+	}
 	return g.Wait()
 }
 

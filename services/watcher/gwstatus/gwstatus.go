@@ -14,14 +14,30 @@
 //   - Conditions keep their lastTransitionTime while their status is
 //     unchanged; observedGeneration is the generation the render saw.
 //   - HTTPRoute status.parents entries of other controllers are kept; the
-//     entries of this controller are replaced by the render's.
+//     entries of this controller are replaced by the render's, and removed
+//     from the routes the render no longer lists.
 //   - An object that no longer exists is counted as missing, not written
 //     and not an error; any other failure is returned (joined) after every
 //     object was tried.
+//   - A Gateway's status.addresses are written only when its
+//     GatewayStatus.Addresses is not nil (WithAddresses sets them);
+//     otherwise they are left as they are.
 //
-// Not done yet: running a Writer from the watcher (a lease so that one
-// replica writes, reading the latest bundle of a target, its metrics and
-// the RBAC for the status subresources).
+// Contract of Run (weft.yaml: targets.<t>.gateway_status):
+//   - One replica writes: the holder of the lease gateway-status.<target>
+//     in weft-leases; a replica that stops releases it, one that dies
+//     loses it after LeaseTTL, and another takes over, writing at once.
+//   - The status written is the served bundle's: the pinned one while a
+//     rollback pins the target, else the newest accepted by validation
+//     (the validation status's lastGood), so that it describes what
+//     HAProxy serves, not a render that may still be refused. It is
+//     written when that changes, when the addresses change, and every
+//     resync (setting back what was changed behind weft's back).
+//   - A failed write, an unreadable bundle or addresses that cannot be read
+//     are logged, counted (weft_watcher_gateway_status_writes_total
+//     {result="failed"}) and retried with backoff; nothing is written from
+//     addresses that gave no answer. A bundle without a usable status file
+//     is logged and counted (result="invalid") once, and not retried.
 package gwstatus
 
 import (
@@ -78,6 +94,46 @@ type GatewayStatus struct {
 	Generation int64            `json:"generation"`
 	Conditions []Condition      `json:"conditions"`
 	Listeners  []ListenerStatus `json:"listeners"`
+	// Addresses are the Gateway's status.addresses; nil: not written (the
+	// library does not render them; WithAddresses sets them).
+	Addresses []Address `json:"addresses,omitempty"`
+}
+
+// Address is one entry of a Gateway's status.addresses.
+type Address struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Address types of the Gateway API.
+const (
+	AddressIP       = "IPAddress"
+	AddressHostname = "Hostname"
+)
+
+// ReasonAddressNotAssigned is the Programmed reason of a Gateway that has
+// no address.
+const ReasonAddressNotAssigned = "AddressNotAssigned"
+
+// WithAddresses returns a copy of st whose Gateways have the addresses
+// addrs, and whose Programmed condition agrees with them: a Gateway
+// without address is not programmed (AddressNotAssigned).
+func WithAddresses(st *Status, addrs []Address) *Status {
+	out := *st
+	out.Gateways = make([]GatewayStatus, len(st.Gateways))
+	for i, g := range st.Gateways {
+		g.Addresses = append([]Address{}, addrs...)
+		conds := make([]Condition, len(g.Conditions))
+		copy(conds, g.Conditions)
+		for j, c := range conds {
+			if c.Type == "Programmed" && c.Status == "True" && len(addrs) == 0 {
+				conds[j] = Condition{Type: c.Type, Status: "False", Reason: ReasonAddressNotAssigned}
+			}
+		}
+		g.Conditions = conds
+		out.Gateways[i] = g
+	}
+	return &out
 }
 
 // ListenerStatus is the status of one listener of a Gateway.
@@ -158,12 +214,42 @@ func (w *Writer) Write(ctx context.Context, st *Status) (Result, error) {
 			return gatewayStatus(u, g, now)
 		})
 	}
+	listed := map[string]bool{}
 	for _, r := range st.HTTPRoutes {
+		listed[r.Namespace+"/"+r.Name] = true
 		do(HTTPRoutes, r.Namespace, r.Name, func(u *unstructured.Unstructured) error {
 			return w.routeStatus(u, r, now)
 		})
 	}
+	// Routes the status no longer lists (they left this controller's
+	// Gateways) lose this controller's parents entries.
+	routes, err := w.Client.Resource(HTTPRoutes).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing httproutes: %w", err))
+	} else {
+		for _, u := range routes.Items {
+			if listed[u.GetNamespace()+"/"+u.GetName()] || !w.hasParents(&u) {
+				continue
+			}
+			gone := RouteStatus{Namespace: u.GetNamespace(), Name: u.GetName(), Generation: u.GetGeneration()}
+			do(HTTPRoutes, gone.Namespace, gone.Name, func(u *unstructured.Unstructured) error {
+				return w.routeStatus(u, gone, now)
+			})
+		}
+	}
 	return res, errors.Join(errs...)
+}
+
+// hasParents reports whether route has status.parents entries of this
+// controller.
+func (w *Writer) hasParents(route *unstructured.Unstructured) bool {
+	ps, _, _ := unstructured.NestedSlice(route.Object, "status", "parents")
+	for _, p := range ps {
+		if m, ok := p.(map[string]any); ok && m["controllerName"] == w.ControllerName {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Writer) now() metav1.Time {
@@ -219,6 +305,15 @@ func gatewayStatus(u *unstructured.Unstructured, g GatewayStatus, now metav1.Tim
 	old, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	if err := unstructured.SetNestedSlice(u.Object, conditions(old, g.Conditions, g.Generation, now), "status", "conditions"); err != nil {
 		return err
+	}
+	if g.Addresses != nil {
+		addrs := make([]any, 0, len(g.Addresses))
+		for _, a := range g.Addresses {
+			addrs = append(addrs, map[string]any{"type": a.Type, "value": a.Value})
+		}
+		if err := unstructured.SetNestedSlice(u.Object, addrs, "status", "addresses"); err != nil {
+			return err
+		}
 	}
 	oldListeners, _, _ := unstructured.NestedSlice(u.Object, "status", "listeners")
 	listeners := make([]any, 0, len(g.Listeners))

@@ -154,6 +154,23 @@ func TestWrite(t *testing.T) {
 	if parents[0]["controllerName"] != "example.com/other" {
 		t.Errorf("the other controller's entry is gone: %v", parents)
 	}
+
+	// A route the status no longer lists loses this controller's entries,
+	// and keeps the other controller's.
+	var kept []gwstatus.RouteStatus
+	for _, r := range st.HTTPRoutes {
+		if r.Name != "https" {
+			kept = append(kept, r)
+		}
+	}
+	st.HTTPRoutes = kept
+	if res, err := w.Write(ctx, st); err != nil || res.Written != 1 {
+		t.Fatalf("write without the route: %+v, %v", res, err)
+	}
+	parents = routeParents(ctx, t, client, "https")
+	if len(parents) != 1 || parents[0]["controllerName"] != "example.com/other" {
+		t.Errorf("route parents after it left: %v, want the other controller's only", parents)
+	}
 }
 
 // createGatewayObjects creates the Gateway API objects of the fixture.

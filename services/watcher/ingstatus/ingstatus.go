@@ -13,10 +13,13 @@
 //     informers' caches, and writes only the statuses that differ from
 //     what they should be. A write that fails is counted, logged and
 //     retried with backoff; a conflict is looked at again.
-//   - An Ingress is the target's when spec.ingressClassName names its
-//     class, or, without one, the annotation kubernetes.io/ingress.class
-//     does, or, with neither, when the target claims the default class.
-//     Those get the addresses. Ingresses of another class are never
+//   - An Ingress is the target's as the ingress library selects it (see
+//     Claims): its spec.ingressClassName, or without one its annotation
+//     kubernetes.io/ingress.class, is the target's class or names an
+//     IngressClass of the target's controller; with neither, a class of
+//     the target is the cluster's default (or default_class says so).
+//     Those get the addresses; a change of an IngressClass is looked at
+//     as a change of the Ingresses. Ingresses of another class are never
 //     written, except to clear the status this target wrote on an Ingress
 //     that left its class: what the target wrote is recorded by the API
 //     server itself, as the field manager FieldManager(target) owning
@@ -165,8 +168,8 @@ type writer struct {
 	poke chan struct{}
 
 	ingresses cache.Indexer
-	services  cache.Indexer // from.service: the one Service
-	pods      cache.Indexer // from.pods: the instance Pods
+	classes   cache.Indexer
+	addrs     *AddressSource
 
 	// wrote is what this writer wrote on each Ingress, until the cache
 	// shows a version newer than the one written on: a cache that has not
@@ -204,29 +207,21 @@ func (w *writer) run(ctx context.Context) {
 		return
 	}
 	synced = append(synced, ing.HasSynced)
-	from := w.o.Spec.From
-	var factories = []informers.SharedInformerFactory{all}
-	switch {
-	case from.Service != "":
-		ns, name := from.ServiceName()
-		f := informers.NewSharedInformerFactoryWithOptions(w.o.Client, resync, informers.WithNamespace(ns),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
-		inf := f.Core().V1().Services().Informer()
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			w.log.ErrorContext(ctx, "ingress status: watching the Service", "err", err)
-			return
-		}
-		w.services, synced, factories = inf.GetIndexer(), append(synced, inf.HasSynced), append(factories, f)
-	case from.Pods != nil:
-		f := informers.NewSharedInformerFactoryWithOptions(w.o.Client, resync, informers.WithNamespace(from.Pods.Namespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = from.Pods.Selector }))
-		inf := f.Core().V1().Pods().Informer()
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			w.log.ErrorContext(ctx, "ingress status: watching the instance Pods", "err", err)
-			return
-		}
-		w.pods, synced, factories = inf.GetIndexer(), append(synced, inf.HasSynced), append(factories, f)
+	cls := all.Networking().V1().IngressClasses().Informer()
+	w.classes = cls.GetIndexer()
+	if _, err := cls.AddEventHandler(handler); err != nil {
+		w.log.ErrorContext(ctx, "ingress status: watching IngressClasses", "err", err)
+		return
 	}
+	synced = append(synced, cls.HasSynced)
+	addrs, err := WatchAddresses(w.o.Client, w.o.Spec.From, resync, w.wake)
+	if err != nil {
+		w.log.ErrorContext(ctx, "ingress status", "err", err)
+		return
+	}
+	w.addrs = addrs
+	synced = append(synced, addrs.Synced...)
+	factories := append([]informers.SharedInformerFactory{all}, addrs.Factories...)
 	for _, f := range factories {
 		f.Start(ctx.Done())
 		defer f.Shutdown()
@@ -274,7 +269,7 @@ func (w *writer) loop(ctx context.Context, resync time.Duration) {
 // reconcile writes every Ingress status that differs from what it should
 // be, and returns the first reason to look again.
 func (w *writer) reconcile(ctx context.Context) error {
-	want, err := w.addresses()
+	want, err := w.addrs.Addresses()
 	if err != nil {
 		w.log.ErrorContext(ctx, "ingress status: cannot read the instances' addresses; statuses left as they are", "err", err)
 		return err
@@ -282,6 +277,12 @@ func (w *writer) reconcile(ctx context.Context) error {
 	manager := FieldManager(w.o.Target)
 	var errs []error
 	seen := map[types.UID]bool{}
+	var classes []*netv1.IngressClass
+	for _, obj := range w.classes.List() {
+		if c, ok := obj.(*netv1.IngressClass); ok {
+			classes = append(classes, c)
+		}
+	}
 	defer func() { maps.DeleteFunc(w.wrote, func(uid types.UID, _ written) bool { return !seen[uid] }) }()
 	for _, obj := range w.ingresses.List() {
 		ing, ok := obj.(*netv1.Ingress)
@@ -295,7 +296,7 @@ func (w *writer) reconcile(ctx context.Context) error {
 		} else {
 			delete(w.wrote, ing.UID)
 		}
-		mine := Claims(w.o.Spec, ing)
+		mine := Claims(w.o.Spec, classes, ing)
 		var next []netv1.IngressLoadBalancerIngress
 		switch {
 		case mine:
@@ -346,43 +347,46 @@ func (w *writer) write(ctx context.Context, ing *netv1.Ingress, next []netv1.Ing
 	}
 }
 
-// addresses returns what the class's Ingresses should show.
-func (w *writer) addresses() ([]netv1.IngressLoadBalancerIngress, error) {
-	from := w.o.Spec.From
-	switch {
-	case from.Service != "":
-		ns, name := from.ServiceName()
-		obj, ok, err := w.services.GetByKey(ns + "/" + name)
-		if err != nil || !ok {
-			return nil, fmt.Errorf("%w: Service %s not found", ErrAddresses, from.Service)
+// DefaultClassAnnotation marks the cluster's default IngressClass.
+const DefaultClassAnnotation = "ingressclass.kubernetes.io/is-default-class"
+
+// Claims reports whether ing is served by the target of spec, as the
+// ingress library selects (pkg/render/library/ingress, "IngressClass"),
+// given the cluster's IngressClasses. A class name is the target's when
+// it is spec.Class (whether or not that class exists) or names an
+// existing class whose spec.controller is spec.Controller. An Ingress is
+// claimed when its spec.ingressClassName is the target's; without one,
+// when its annotation kubernetes.io/ingress.class is; with neither, when
+// a class of the target is marked default, or spec.DefaultClass says so.
+func Claims(spec config.IngressStatus, classes []*netv1.IngressClass, ing *netv1.Ingress) bool {
+	name := ""
+	if c := ing.Spec.IngressClassName; c != nil {
+		name = *c
+	}
+	if name == "" {
+		name = ing.Annotations[LegacyClassAnnotation]
+	}
+	if name != "" {
+		if name == spec.Class {
+			return true
 		}
-		svc := obj.(*corev1.Service)
-		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			return nil, fmt.Errorf("%w: Service %s is of type %s, not LoadBalancer", ErrAddresses, from.Service, svc.Spec.Type)
-		}
-		return FromService(svc), nil
-	case from.Pods != nil:
-		var pods []*corev1.Pod
-		for _, obj := range w.pods.List() {
-			if p, ok := obj.(*corev1.Pod); ok {
-				pods = append(pods, p)
+		for _, c := range classes {
+			if c.Name == name && spec.Controller != "" && c.Spec.Controller == spec.Controller {
+				return true
 			}
 		}
-		return FromPods(pods, from.Pods.Address), nil
-	default:
-		return FromAddresses(from.Addresses), nil
+		return false
 	}
-}
-
-// Claims reports whether ing belongs to the class spec serves.
-func Claims(spec config.IngressStatus, ing *netv1.Ingress) bool {
-	if c := ing.Spec.IngressClassName; c != nil && *c != "" {
-		return *c == spec.Class
+	if spec.DefaultClass {
+		return true
 	}
-	if c := ing.Annotations[LegacyClassAnnotation]; c != "" {
-		return c == spec.Class
+	for _, c := range classes {
+		ours := c.Name == spec.Class || (spec.Controller != "" && c.Spec.Controller == spec.Controller)
+		if ours && c.Annotations[DefaultClassAnnotation] == "true" {
+			return true
+		}
 	}
-	return spec.DefaultClass
+	return false
 }
 
 // WrittenBy reports whether manager owns ing's status.loadBalancer.ingress

@@ -3,6 +3,7 @@ package ingstatus_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,25 +39,52 @@ func TestClaims(t *testing.T) {
 		}
 		return i
 	}
-	weft := config.IngressStatus{Class: "weft"}
-	dflt := config.IngressStatus{Class: "weft", DefaultClass: true}
+	class := func(name, controller string, isDefault bool) *netv1.IngressClass {
+		c := &netv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: netv1.IngressClassSpec{Controller: controller}}
+		if isDefault {
+			c.Annotations = map[string]string{ingstatus.DefaultClassAnnotation: "true"}
+		}
+		return c
+	}
+	weft := config.IngressStatus{Class: "weft", Controller: "weft.io/ingress"}
+	dflt := config.IngressStatus{Class: "weft", Controller: "weft.io/ingress", DefaultClass: true}
+	none := []*netv1.IngressClass(nil)
+	classes := []*netv1.IngressClass{
+		class("weft", "example.com/other", false), // named by ingress_class: ours whatever its controller
+		class("public", "weft.io/ingress", false),
+		class("nginx", "k8s.io/ingress-nginx", false),
+	}
+	ourDefault := append(slices.Clone(classes), class("internal", "weft.io/ingress", true))
+	theirDefault := append(slices.Clone(classes), class("nginx-default", "k8s.io/ingress-nginx", true))
+	namedDefault := []*netv1.IngressClass{class("weft", "example.com/other", true)}
 	cases := []struct {
-		name string
-		spec config.IngressStatus
-		ing  *netv1.Ingress
-		want bool
+		name    string
+		spec    config.IngressStatus
+		classes []*netv1.IngressClass
+		ing     *netv1.Ingress
+		want    bool
 	}{
-		{"class named", weft, ing("weft", ""), true},
-		{"another class", weft, ing("nginx", ""), false},
-		{"ingressClassName wins over the annotation", weft, ing("nginx", "weft"), false},
-		{"annotation", weft, ing("", "weft"), true},
-		{"another annotation", dflt, ing("", "nginx"), false},
-		{"no class, not the default", weft, ing("", ""), false},
-		{"no class, the default", dflt, ing("", ""), true},
-		{"another class, default claimed", dflt, ing("nginx", ""), false},
+		{"class named", weft, none, ing("weft", ""), true},
+		{"another class", weft, none, ing("nginx", ""), false},
+		{"ingressClassName wins over the annotation", weft, none, ing("nginx", "weft"), false},
+		{"annotation", weft, none, ing("", "weft"), true},
+		{"another annotation", dflt, none, ing("", "nginx"), false},
+		{"no class, not the default", weft, none, ing("", ""), false},
+		{"no class, default_class", dflt, none, ing("", ""), true},
+		{"another class, default claimed", dflt, none, ing("nginx", ""), false},
+		{"a class of the controller", weft, classes, ing("public", ""), true},
+		{"a class of the controller by annotation", weft, classes, ing("", "public"), true},
+		{"a class of another controller", weft, classes, ing("nginx", ""), false},
+		{"a class that does not exist", weft, classes, ing("missing", ""), false},
+		{"the named class, another controller", weft, classes, ing("weft", ""), true},
+		{"no class, no default", weft, classes, ing("", ""), false},
+		{"no class, a class of the controller is default", weft, ourDefault, ing("", ""), true},
+		{"no class, the named class is default", weft, namedDefault, ing("", ""), true},
+		{"no class, another controller's class is default", weft, theirDefault, ing("", ""), false},
+		{"controller unset: by name only", config.IngressStatus{Class: "weft"}, classes, ing("public", ""), false},
 	}
 	for _, tc := range cases {
-		if got := ingstatus.Claims(tc.spec, tc.ing); got != tc.want {
+		if got := ingstatus.Claims(tc.spec, tc.classes, tc.ing); got != tc.want {
 			t.Errorf("%s: Claims = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -105,7 +133,7 @@ func TestPodsAndRefusedWrites(t *testing.T) {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "ingress-status"},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses", "ingressclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		},
 	}
