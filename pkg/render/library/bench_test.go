@@ -7,13 +7,14 @@ import (
 
 	"github.com/weftio/weft/pkg/render/engine"
 	"github.com/weftio/weft/pkg/render/index"
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 	"github.com/weftio/weft/pkg/render/target"
 )
 
 // benchObjects is n Ingresses of one host and three paths each, each with
 // its own Service and an EndpointSlice of four endpoints, and a TLS entry
 // for every tenth.
-func benchObjects(t testing.TB, n int) []object {
+func benchObjects(t testing.TB, n int) []librarytest.Object {
 	var docs string
 	for i := range n {
 		ns := fmt.Sprintf("ns%d", i%50)
@@ -52,15 +53,15 @@ endpoints:
   - addresses: ["10.%[4]d.%[5]d.4"]
 `, i, ns, tls, i/256, i%256)
 	}
-	return parseObjects(t, watched(t), []byte(docs))
+	return librarytest.ParseObjects(t, watched(t), []byte(docs))
 }
 
 // BenchmarkFullRender renders 1000 Ingresses from an empty fragment cache.
 func BenchmarkFullRender(b *testing.B) {
 	res := watched(b)
-	ix := newIndex(b, res, benchObjects(b, 1000))
+	ix := librarytest.NewIndex(b, res, benchObjects(b, 1000))
 	for b.Loop() {
-		tg, err := target.Compile("edge", ingressTarget(goldenBase, nil))
+		tg, err := target.Compile("edge", ingressTarget(librarytest.GoldenBase, nil))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -75,8 +76,8 @@ func BenchmarkFullRender(b *testing.B) {
 func BenchmarkEndpointChange(b *testing.B) {
 	res := watched(b)
 	objs := benchObjects(b, 1000)
-	ix := newIndex(b, res, objs)
-	tg, err := target.Compile("edge", ingressTarget(goldenBase, nil))
+	ix := librarytest.NewIndex(b, res, objs)
+	tg, err := target.Compile("edge", ingressTarget(librarytest.GoldenBase, nil))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -86,18 +87,18 @@ func BenchmarkEndpointChange(b *testing.B) {
 	if _, err := tg.Render(context.Background(), ix.Stores(), nil); err != nil {
 		b.Fatal(err)
 	}
-	var slice object
+	var slice librarytest.Object
 	for _, o := range objs {
-		if o.typ == "endpoints" && o.name == "svc7-1" {
+		if o.Type == "endpoints" && o.Name == "svc7-1" {
 			slice = o
 		}
 	}
 	rev := uint64(len(objs))
 	for b.Loop() {
 		rev++
-		body := roundTrip(b, slice.body)
+		body := librarytest.RoundTrip(b, slice.Body)
 		body["endpoints"] = append(body["endpoints"].([]any), map[string]any{"addresses": []any{fmt.Sprintf("10.99.%d.%d", rev/256%256, rev%256)}})
-		ix.Upsert("endpoints", objectID("endpoints", slice.ns, slice.name), rev, body)
+		ix.Upsert("endpoints", librarytest.ObjectID("endpoints", slice.Namespace, slice.Name), rev, body)
 		r, err := tg.Render(context.Background(), ix.Stores(), nil)
 		if err != nil {
 			b.Fatal(err)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/render/engine"
-	"github.com/weftio/weft/pkg/render/index"
 	"github.com/weftio/weft/pkg/render/library"
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 	"github.com/weftio/weft/pkg/render/target"
 )
 
@@ -120,7 +120,7 @@ func TestUserSectionsWin(t *testing.T) {
 		t.Errorf("%d certificate slots, want the default 64", n)
 	}
 
-	ix := newIndex(t, watched(t), parseObjects(t, watched(t), []byte(`
+	ix := librarytest.NewIndex(t, watched(t), librarytest.ParseObjects(t, watched(t), []byte(`
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: web, namespace: apps}
@@ -140,16 +140,16 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fileContent(res.Bundle, "haproxy.cfg")
+	cfg := librarytest.FileContent(res.Bundle, "haproxy.cfg")
 	for _, want := range []string{"timeout client 2s", "bind [::1]:8080\n", "backend ing_apps_web_web_80"} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("haproxy.cfg lacks %q:\n%s", want, cfg)
 		}
 	}
-	if got := fileContent(res.Bundle, "maps/extra.map"); got != "a b\n" {
+	if got := librarytest.FileContent(res.Bundle, "maps/extra.map"); got != "a b\n" {
 		t.Errorf("extra.map = %q", got)
 	}
-	if got := fileContent(res.Bundle, "files/ingress-crt-list"); got != "# no TLS\n" {
+	if got := librarytest.FileContent(res.Bundle, "files/ingress-crt-list"); got != "# no TLS\n" {
 		t.Errorf("crt-list = %q", got)
 	}
 }
@@ -172,9 +172,9 @@ backend ingress_default
 `
 	tc := ingressTarget("/etc/haproxy", map[string]string{"http_port": "8888"})
 	tc.HAProxyConfig = config.Template{Template: main}
-	ix := newIndex(t, watched(t), nil)
-	res := render(t, tc, ix)
-	cfg := fileContent(res.Bundle, "haproxy.cfg")
+	ix := librarytest.NewIndex(t, watched(t), nil)
+	res := librarytest.Render(t, tc, ix)
+	cfg := librarytest.FileContent(res.Bundle, "haproxy.cfg")
 	if !strings.Contains(cfg, "frontend mine\n  bind :8888\n") || !strings.Contains(cfg, "map_beg(/etc/haproxy/maps/ingress-prefix.map)") {
 		t.Fatalf("haproxy.cfg:\n%s", cfg)
 	}
@@ -193,29 +193,9 @@ backend ingress_default
 // Ingresses that use it, and an Ingress change only that Ingress's
 // entries.
 func TestIncremental(t *testing.T) {
-	res := watched(t)
-	var tls fixture
-	for _, f := range fixtures(t) {
-		if f.name == "tls" {
-			tls = f
-		}
-	}
-	ix := newIndex(t, res, tls.objects)
-	tg, err := target.Compile("edge", ingressTarget(goldenBase, tls.options))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix.Observe(func(c index.Change) {
-		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
-	})
-	renderOnce := func() target.Result {
-		t.Helper()
-		r, err := tg.Render(context.Background(), ix.Stores(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	tls := librarytest.Find(t, fixtures(t), "tls")
+	ix := librarytest.NewIndex(t, watched(t), tls.Objects)
+	renderOnce := librarytest.Incremental(t, ingressTarget(librarytest.GoldenBase, tls.Options), ix)
 	// Two fragments per Ingress: ingress (maps and backends) and
 	// ingress-tls (TLS entries).
 	const entries = 2 * 4
@@ -224,21 +204,15 @@ func TestIncremental(t *testing.T) {
 		t.Fatalf("first render: %d rendered, %d reused; want every entry of 2 fragments for 4 Ingresses rendered", first.FragmentsRendered, first.FragmentsReused)
 	}
 	rev := uint64(1000)
-	find := func(typ, ns, name string) map[string]any {
-		for _, o := range tls.objects {
-			if o.typ == typ && o.ns == ns && o.name == name {
-				return roundTrip(t, o.body)
-			}
-		}
-		t.Fatalf("no %s %s/%s in the fixture", typ, ns, name)
-		return nil
-	}
 	step := func(what string, typ, ns, name string, change func(map[string]any), wantRendered int, wantIn map[string]string) {
 		t.Helper()
-		obj := find(typ, ns, name)
+		obj := tls.Object(t, typ, ns, name)
+		if obj == nil {
+			t.Fatalf("no %s %s/%s in the fixture", typ, ns, name)
+		}
 		change(obj)
 		rev++
-		if !ix.Upsert(typ, objectID(typ, ns, name), rev, obj) {
+		if !ix.Upsert(typ, librarytest.ObjectID(typ, ns, name), rev, obj) {
 			t.Fatalf("%s: upsert ignored", what)
 		}
 		r := renderOnce()
@@ -246,7 +220,7 @@ func TestIncremental(t *testing.T) {
 			t.Errorf("%s: %d entries rendered, %d reused; want %d rendered", what, r.FragmentsRendered, r.FragmentsReused, wantRendered)
 		}
 		for p, want := range wantIn {
-			if got := fileContent(r.Bundle, p); !strings.Contains(got, want) {
+			if got := librarytest.FileContent(r.Bundle, p); !strings.Contains(got, want) {
 				t.Errorf("%s: %s lacks %q:\n%s", what, p, want, got)
 			}
 		}
@@ -267,7 +241,7 @@ func TestIncremental(t *testing.T) {
 // without services and endpoints the backends, are registered as errors.
 func TestMissingTypes(t *testing.T) {
 	res := watched(t)
-	objs := parseObjects(t, res, []byte(`
+	objs := librarytest.ParseObjects(t, res, []byte(`
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: web, namespace: apps}
@@ -281,7 +255,7 @@ spec:
           - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
 `))
 	only := map[string]config.Resource{"ingresses": res["ingresses"]}
-	r := render(t, ingressTarget(goldenBase, nil), newIndex(t, only, objs))
+	r := librarytest.Render(t, ingressTarget(librarytest.GoldenBase, nil), librarytest.NewIndex(t, only, objs))
 	var msgs []string
 	for _, e := range r.Errors {
 		msgs = append(msgs, e.Message)
@@ -292,8 +266,8 @@ spec:
 			t.Errorf("errors lack %q:\n%s", want, got)
 		}
 	}
-	if !strings.Contains(fileContent(r.Bundle, "maps/ingress-prefix.map"), "web.example/ ing_apps_web_web_80\n") {
-		t.Errorf("prefix map:\n%s", fileContent(r.Bundle, "maps/ingress-prefix.map"))
+	if !strings.Contains(librarytest.FileContent(r.Bundle, "maps/ingress-prefix.map"), "web.example/ ing_apps_web_web_80\n") {
+		t.Errorf("prefix map:\n%s", librarytest.FileContent(r.Bundle, "maps/ingress-prefix.map"))
 	}
 }
 
@@ -302,37 +276,20 @@ spec:
 // next oldest serves the path and its error goes; when it comes back
 // younger, it loses, and no map key is ever written twice.
 func TestConflictsIncremental(t *testing.T) {
-	res := watched(t)
-	var f fixture
-	for _, c := range fixtures(t) {
-		if c.name == "conflicts" {
-			f = c
-		}
+	f := librarytest.Find(t, fixtures(t), "conflicts")
+	ix := librarytest.NewIndex(t, watched(t), f.Objects)
+	renderOnce := librarytest.Incremental(t, ingressTarget(librarytest.GoldenBase, f.Options), ix)
+	old := f.Object(t, "ingresses", "apps", "z-old")
+	if old == nil {
+		t.Fatal("no ingresses apps/z-old in the fixture")
 	}
-	ix := newIndex(t, res, f.objects)
-	tg, err := target.Compile("edge", ingressTarget(goldenBase, f.options))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix.Observe(func(c index.Change) {
-		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
-	})
-	var old map[string]any
-	for _, o := range f.objects {
-		if o.typ == "ingresses" && o.name == "z-old" {
-			old = roundTrip(t, o.body)
-		}
-	}
-	oldID := objectID("ingresses", "apps", "z-old")
+	oldID := librarytest.ObjectID("ingresses", "apps", "z-old")
 	check := func(what, wantAPI string, wantErrFrom string) {
 		t.Helper()
-		r, err := tg.Render(context.Background(), ix.Stores(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := renderOnce()
 		for _, p := range []string{"maps/ingress-prefix.map", "maps/ingress-exact.map", "maps/ingress-default-backends.map", "maps/ingress-hosts.map"} {
 			seen := map[string]bool{}
-			for _, line := range strings.Split(fileContent(r.Bundle, p), "\n") {
+			for _, line := range strings.Split(librarytest.FileContent(r.Bundle, p), "\n") {
 				if line == "" || strings.HasPrefix(line, "#") {
 					continue
 				}
@@ -343,7 +300,7 @@ func TestConflictsIncremental(t *testing.T) {
 				seen[key] = true
 			}
 		}
-		if got := fileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ "+wantAPI+"\n") {
+		if got := librarytest.FileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ "+wantAPI+"\n") {
 			t.Errorf("%s: /api is not served by %s:\n%s", what, wantAPI, got)
 		}
 		var apiErr []string
@@ -356,15 +313,12 @@ func TestConflictsIncremental(t *testing.T) {
 			t.Errorf("%s: the /api conflict is registered against %v, want %s", what, apiErr, wantErrFrom)
 		}
 	}
-	check("both", "ing_apps_z-old_old_8080", objectID("ingresses", "apps", "a-new"))
+	check("both", "ing_apps_z-old_old_8080", librarytest.ObjectID("ingresses", "apps", "a-new"))
 	if !ix.Delete("ingresses", oldID, 1000) {
 		t.Fatal("delete ignored")
 	}
-	r, err := tg.Render(context.Background(), ix.Stores(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ ing_apps_a-new_new_8080\n") {
+	r := renderOnce()
+	if got := librarytest.FileContent(r.Bundle, "maps/ingress-prefix.map"); !strings.Contains(got, "app.example/api/ ing_apps_a-new_new_8080\n") {
 		t.Errorf("z-old deleted: /api is not served by a-new:\n%s", got)
 	}
 	for _, e := range r.Errors {
@@ -384,38 +338,16 @@ func TestConflictsIncremental(t *testing.T) {
 // basic-auth Secret or backend CA Secret renders that entry again, and
 // only it, and the bundle follows.
 func TestIncrementalAnnotationSecrets(t *testing.T) {
-	res := watched(t)
-	var ann fixture
-	for _, f := range fixtures(t) {
-		if f.name == "annotations" {
-			ann = f
-		}
-	}
-	ix := newIndex(t, res, ann.objects)
-	tg, err := target.Compile("edge", ingressTarget(goldenBase, ann.options))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix.Observe(func(c index.Change) {
-		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
-	})
-	renderOnce := func() target.Result {
-		t.Helper()
-		r, err := tg.Render(context.Background(), ix.Stores(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	ann := librarytest.Find(t, fixtures(t), "annotations")
+	ix := librarytest.NewIndex(t, watched(t), ann.Objects)
+	renderOnce := librarytest.Incremental(t, ingressTarget(librarytest.GoldenBase, ann.Options), ix)
 	entries := renderOnce().FragmentsRendered
 	secret := func(name string) map[string]any {
-		for _, o := range ann.objects {
-			if o.typ == "secrets" && o.name == name {
-				return roundTrip(t, o.body)
-			}
+		s := ann.Object(t, "secrets", "web", name)
+		if s == nil {
+			t.Fatalf("no secret %s in the fixture", name)
 		}
-		t.Fatalf("no secret %s in the fixture", name)
-		return nil
+		return s
 	}
 	otherCA := secret("other-ca")["data"].(map[string]any)["ca.crt"].(string)
 	otherPEM, err := base64.StdEncoding.DecodeString(otherCA)
@@ -433,14 +365,14 @@ func TestIncrementalAnnotationSecrets(t *testing.T) {
 	for i, c := range cases {
 		obj := secret(c.secret)
 		obj["data"].(map[string]any)[c.key] = c.value
-		if !ix.Upsert("secrets", objectID("secrets", "web", c.secret), uint64(1000+i), obj) {
+		if !ix.Upsert("secrets", librarytest.ObjectID("secrets", "web", c.secret), uint64(1000+i), obj) {
 			t.Fatalf("%s: upsert ignored", c.secret)
 		}
 		r := renderOnce()
 		if r.FragmentsRendered != 1 || r.FragmentsReused != entries-1 {
 			t.Errorf("%s changed: %d entries rendered, %d reused; want 1 rendered", c.secret, r.FragmentsRendered, r.FragmentsReused)
 		}
-		if got := fileContent(r.Bundle, c.file); !strings.Contains(got, c.want) {
+		if got := librarytest.FileContent(r.Bundle, c.file); !strings.Contains(got, c.want) {
 			t.Errorf("%s changed: %s lacks %q:\n%s", c.secret, c.file, c.want, got)
 		}
 	}
@@ -451,7 +383,7 @@ func TestIncrementalAnnotationSecrets(t *testing.T) {
 // besides ours, without registering them as unknown.
 func TestAnnotationPrefixIsAnotherSpelling(t *testing.T) {
 	res := watched(t)
-	objs := parseObjects(t, res, []byte(`apiVersion: networking.k8s.io/v1
+	objs := librarytest.ParseObjects(t, res, []byte(`apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: app
@@ -468,8 +400,8 @@ spec:
       port:
         number: 80
 `))
-	r := render(t, ingressTarget(goldenBase, map[string]string{"annotation_prefix": "haproxy.org/"}), newIndex(t, res, objs))
-	cfg := fileContent(r.Bundle, "haproxy.cfg")
+	r := librarytest.Render(t, ingressTarget(librarytest.GoldenBase, map[string]string{"annotation_prefix": "haproxy.org/"}), librarytest.NewIndex(t, res, objs))
+	cfg := librarytest.FileContent(r.Bundle, "haproxy.cfg")
 	for _, want := range []string{"  balance leastconn\n", "deny deny_status 403 unless { src 10.0.0.0/8 }", " proto h2\n"} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("haproxy.cfg lacks %q:\n%s", want, cfg)

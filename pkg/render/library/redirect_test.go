@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 )
 
 // TestRedirectDecision checks who decides an Ingress's HTTPS redirects:
@@ -63,7 +65,7 @@ func TestRedirectDecision(t *testing.T) {
 			if c.tls {
 				tls.WriteString("  tls:\n    - hosts: [app.example]\n      secretName: app-tls\n")
 			}
-			objs := parseObjects(t, res, []byte(`apiVersion: networking.k8s.io/v1
+			objs := librarytest.ParseObjects(t, res, []byte(`apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: app
@@ -81,9 +83,9 @@ metadata:
         paths:
           - {path: /any, pathType: Prefix, backend: {service: {name: any, port: {number: 80}}}}
 `))
-			r := render(t, ingressTarget(goldenBase, c.opts), newIndex(t, res, objs))
+			r := librarytest.Render(t, ingressTarget(librarytest.GoldenBase, c.opts), librarytest.NewIndex(t, res, objs))
 			var got []string
-			for _, line := range strings.Split(fileContent(r.Bundle, "maps/ingress-ssl-redirect.map"), "\n") {
+			for _, line := range strings.Split(librarytest.FileContent(r.Bundle, "maps/ingress-ssl-redirect.map"), "\n") {
 				if line != "" && !strings.HasPrefix(line, "#") {
 					got = append(got, line)
 				}

@@ -2,24 +2,19 @@ package library_test
 
 import (
 	"bufio"
-	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/weftio/weft/pkg/render/target"
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 	"github.com/weftio/weft/pkg/testkit"
 )
 
@@ -33,25 +28,25 @@ import (
 func TestRouting(t *testing.T) {
 	res := watched(t)
 	for _, f := range fixtures(t) {
-		if len(f.requests) == 0 {
+		if len(f.Requests) == 0 {
 			continue
 		}
-		t.Run(f.name, func(t *testing.T) {
-			objs := cloneObjects(t, f.objects)
-			startEndpoints(t, objs)
-			opts := maps.Clone(f.options)
+		t.Run(f.Name, func(t *testing.T) {
+			objs := librarytest.CloneObjects(t, f.Objects)
+			librarytest.StartEndpoints(t, objs)
+			opts := maps.Clone(f.Options)
 			if opts == nil {
 				opts = map[string]string{}
 			}
-			httpPort, httpsPort := freePort(t), freePort(t)
+			httpPort, httpsPort := testkit.FreePort(t), testkit.FreePort(t)
 			opts["bind_address"] = "127.0.0.1"
 			opts["http_port"] = strconv.Itoa(httpPort)
 			opts["https_port"] = strconv.Itoa(httpsPort)
 			dir := t.TempDir()
-			r := render(t, ingressTarget(dir, opts), newIndex(t, res, objs))
-			writeBundle(t, dir, r.Bundle)
-			startHAProxy(t, dir, httpPort)
-			for i, rq := range f.requests {
+			r := librarytest.Render(t, ingressTarget(dir, opts), librarytest.NewIndex(t, res, objs))
+			librarytest.WriteBundle(t, dir, r.Bundle)
+			librarytest.StartHAProxy(t, dir, httpPort)
+			for i, rq := range f.Requests {
 				port := httpPort
 				if rq.Scheme == "https" {
 					port = httpsPort
@@ -126,20 +121,6 @@ func (r request) scheme() string {
 	return r.Scheme
 }
 
-// echo is what an endpoint server answers.
-type echo struct {
-	Service string `json:"service"`
-	Address string `json:"address"` // the endpoint address in the fixture
-	Port    int    `json:"port"`    // the target port in the fixture
-	Method  string `json:"method"`
-	Host    string `json:"host"`
-	URI     string `json:"uri"`
-	Proto   string `json:"proto"` // X-Forwarded-Proto
-	HTTP    string `json:"http"`  // the protocol the endpoint was reached with
-	// Headers are the request headers the endpoint received.
-	Headers map[string]string `json:"headers"`
-}
-
 // check sends rq (Repeat times) to HAProxy on port and checks the answers.
 func check(t *testing.T, rq request, port int) {
 	path := rq.Path
@@ -154,14 +135,7 @@ func check(t *testing.T, rq request, port int) {
 	if want == 0 {
 		want = http.StatusOK
 	}
-	client := &http.Client{
-		Timeout: 10 * time.Second,
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			TLSClientConfig:   &tls.Config{ServerName: rq.SNI, InsecureSkipVerify: true}, // test certificates are self-signed
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	client := librarytest.Client(rq.SNI)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	if rq.ContentLength > 0 {
 		if got := rawStatus(t, addr, method, rq.Host, path, rq.ContentLength); got != want {
@@ -228,7 +202,7 @@ func check(t *testing.T, rq request, port int) {
 		if rq.Backend == "" || want != http.StatusOK {
 			continue
 		}
-		var e echo
+		var e librarytest.Echo
 		if err := json.Unmarshal(body, &e); err != nil {
 			t.Fatalf("request %d: answer is not from an endpoint: %q", n+1, body)
 		}
@@ -287,193 +261,4 @@ func rawStatus(t *testing.T, addr, method, host, path string, contentLength int6
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-func cloneObjects(t *testing.T, objs []object) []object {
-	t.Helper()
-	out := make([]object, len(objs))
-	for i, o := range objs {
-		o.body = roundTrip(t, o.body)
-		out[i] = o
-	}
-	return out
-}
-
-// startEndpoints rewrites the EndpointSlices of objs to point at local
-// servers: each distinct endpoint IP address becomes its own loopback address
-// 127.0.0.<n>, each distinct target port a free port, and a server on
-// every such address and port answers with the Service, the original
-// address and the original port. The endpoints of a slice labelled
-// test.weft.io/serving-secret serve TLS with the certificate and key of
-// that Secret of the fixture (same namespace).
-func startEndpoints(t *testing.T, objs []object) {
-	t.Helper()
-	addrs := map[string]string{} // fixture address -> loopback address
-	ports := map[int]int{}       // fixture port -> local port
-	owner := map[string]string{} // fixture address -> Service
-	type endpoint struct {
-		service, addr string
-		port          int
-		cert          *tls.Certificate
-	}
-	var eps []endpoint
-	for _, o := range objs {
-		if o.typ != "endpoints" {
-			continue
-		}
-		labels, _ := o.body["metadata"].(map[string]any)["labels"].(map[string]any)
-		service, _ := labels["kubernetes.io/service-name"].(string)
-		var cert *tls.Certificate
-		if name, ok := labels["test.weft.io/serving-secret"].(string); ok {
-			ns, _ := o.body["metadata"].(map[string]any)["namespace"].(string)
-			cert = servingSecret(t, objs, ns, name)
-		}
-		slicePorts, _ := o.body["ports"].([]any)
-		var origPorts []int
-		for _, p := range slicePorts {
-			pm := p.(map[string]any)
-			orig, _ := pm["port"].(int)
-			if _, ok := ports[orig]; !ok {
-				ports[orig] = freePort(t)
-			}
-			pm["port"] = ports[orig]
-			origPorts = append(origPorts, orig)
-		}
-		list, _ := o.body["endpoints"].([]any)
-		for _, ep := range list {
-			em := ep.(map[string]any)
-			as, _ := em["addresses"].([]any)
-			for i, a := range as {
-				orig := a.(string)
-				if net.ParseIP(orig) == nil {
-					continue // not an address the library may use
-				}
-				if s, ok := owner[orig]; ok && s != service {
-					t.Fatalf("address %s is an endpoint of both %s and %s", orig, s, service)
-				}
-				owner[orig] = service
-				if _, ok := addrs[orig]; !ok {
-					addrs[orig] = fmt.Sprintf("127.0.0.%d", len(addrs)+2)
-				}
-				as[i] = addrs[orig]
-				for _, port := range origPorts {
-					eps = append(eps, endpoint{service: service, addr: orig, port: port, cert: cert})
-				}
-			}
-		}
-	}
-	started := map[string]bool{}
-	for _, ep := range eps {
-		listen := net.JoinHostPort(addrs[ep.addr], strconv.Itoa(ports[ep.port]))
-		if started[listen] {
-			continue
-		}
-		started[listen] = true
-		ln, err := net.Listen("tcp", listen)
-		if err != nil {
-			t.Fatalf("endpoint %s:%d of %s: %v", ep.addr, ep.port, ep.service, err)
-		}
-		ep := ep
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			headers := map[string]string{}
-			for k := range r.Header {
-				headers[k] = r.Header.Get(k)
-			}
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(echo{Service: ep.service, Address: ep.addr, Port: ep.port,
-				Method: r.Method, Host: r.Host, URI: r.RequestURI, Proto: r.Header.Get("X-Forwarded-Proto"),
-				HTTP: r.Proto, Headers: headers})
-		}), ReadHeaderTimeout: 5 * time.Second}
-		// Endpoints speak HTTP/1.1 and HTTP/2 (h2c without TLS), for the
-		// backend-protocol annotation.
-		srv.Protocols = new(http.Protocols)
-		srv.Protocols.SetHTTP1(true)
-		srv.Protocols.SetUnencryptedHTTP2(true)
-		if ep.cert != nil {
-			srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*ep.cert}}
-			srv.Protocols.SetHTTP2(true)
-			go srv.ServeTLS(ln, "", "")
-		} else {
-			go srv.Serve(ln)
-		}
-		t.Cleanup(func() { srv.Close() })
-	}
-}
-
-// servingSecret is the certificate and key of the kubernetes.io/tls Secret
-// namespace/name of objs.
-func servingSecret(t *testing.T, objs []object, namespace, name string) *tls.Certificate {
-	t.Helper()
-	for _, o := range objs {
-		meta, _ := o.body["metadata"].(map[string]any)
-		if o.typ != "secrets" || meta["namespace"] != namespace || meta["name"] != name {
-			continue
-		}
-		data, _ := o.body["data"].(map[string]any)
-		crt, err1 := base64.StdEncoding.DecodeString(fmt.Sprint(data["tls.crt"]))
-		key, err2 := base64.StdEncoding.DecodeString(fmt.Sprint(data["tls.key"]))
-		if err := errors.Join(err1, err2); err != nil {
-			t.Fatalf("secret %s/%s: %v", namespace, name, err)
-		}
-		cert, err := tls.X509KeyPair(crt, key)
-		if err != nil {
-			t.Fatalf("secret %s/%s: %v", namespace, name, err)
-		}
-		return &cert
-	}
-	t.Fatalf("no secret %s/%s in the fixture", namespace, name)
-	return nil
-}
-
-// freePort returns a TCP port that was free on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// startHAProxy runs HAProxy in the foreground on the bundle in dir until
-// the test ends, and waits until it accepts connections on port.
-func startHAProxy(t *testing.T, dir string, port int) {
-	t.Helper()
-	out := &testkit.SyncBuffer{}
-	cmd := exec.Command(testkit.HAProxy(t), "-db", "-f", filepath.Join(dir, target.MainFile))
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("haproxy output:\n%s", out.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case <-done:
-			t.Fatalf("haproxy exited: %v\n%s", cmd.ProcessState, out.String())
-		default:
-		}
-		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("haproxy does not listen on port %d: %v\n%s", port, err, strings.TrimSpace(out.String()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -1,13 +1,10 @@
 package gateway_test
 
 import (
-	"os"
-	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 )
 
 // exampleDir is examples/gateway, which uses the library.
@@ -18,43 +15,18 @@ const exampleDir = "../../../../examples/gateway"
 // bundle passes haproxy -c; its watched resources must be the documented
 // ones.
 func TestExample(t *testing.T) {
-	cfg, err := config.Load(filepath.Join(exampleDir, "weft.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := watched(t)
-	for n, r := range want {
-		if r.Store == "" {
-			r.Store = config.StoreFull
-		}
-		want[n] = r
-	}
-	if !reflect.DeepEqual(cfg.WatchedResources, want) {
-		t.Errorf("the example's watched_resources differ from README.md's:\n%+v\n%+v", cfg.WatchedResources, want)
-	}
-	files, err := filepath.Glob(filepath.Join(exampleDir, "manifests", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("manifests: %v", err)
-	}
-	var objs []object
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, parseObjects(t, cfg.WatchedResources, data)...)
-	}
+	cfg, objs := librarytest.LoadExample(t, exampleDir, watched(t), "README.md")
 	tc := cfg.Targets["gateway"]
 	if tc.Library != "gateway" {
 		t.Fatalf("target gateway: library %q", tc.Library)
 	}
 	dir := t.TempDir()
 	tc.Base = dir
-	r := render(t, tc, newIndex(t, cfg.WatchedResources, objs))
+	r := librarytest.Render(t, tc, librarytest.NewIndex(t, cfg.WatchedResources, objs))
 	if len(r.Errors) > 0 {
 		t.Errorf("registered errors: %+v", r.Errors)
 	}
-	cfgText := fileContent(r.Bundle, "haproxy.cfg")
+	cfgText := librarytest.FileContent(r.Bundle, "haproxy.cfg")
 	for _, want := range []string{
 		"bind 127.0.0.1:18080\n", "bind 127.0.0.1:18443 ssl crt-list " + dir + "/files/gateway-crt-list\n",
 		"use_backend gw_shop_shop_r0m0 if { var(txn.host) -m str shop.example.com } { var(txn.gw_path) -m beg '/api/' }\n",
@@ -69,8 +41,8 @@ func TestExample(t *testing.T) {
 	if strings.Contains(cfgText, "18081") {
 		t.Error("the Gateway of the other class is served")
 	}
-	if got := fileContent(r.Bundle, "files/gateway-crt-list"); got != "gateway-tls-1.pem shop.example.com\n" {
+	if got := librarytest.FileContent(r.Bundle, "files/gateway-crt-list"); got != "gateway-tls-1.pem shop.example.com\n" {
 		t.Errorf("crt-list = %q", got)
 	}
-	haproxyCheck(t, dir, r.Bundle)
+	librarytest.HAProxyCheck(t, dir, r.Bundle)
 }

@@ -1,14 +1,10 @@
 package gateway_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
-	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/pkg/render/engine"
-	"github.com/weftio/weft/pkg/render/index"
-	"github.com/weftio/weft/pkg/render/target"
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 )
 
 // TestIncremental changes the objects an HTTPRoute's parse reads besides
@@ -17,65 +13,34 @@ import (
 // equals a render from scratch, that it shows the change, and that an
 // endpoint change reuses the entries of the routes that do not use it.
 func TestIncremental(t *testing.T) {
-	res := watched(t)
-	var fx fixture
-	for _, f := range fixtures(t) {
-		if f.name == "cross-namespace" {
-			fx = f
-		}
-	}
-	if fx.name == "" {
-		t.Fatal("no fixture cross-namespace")
-	}
-	ix := newIndex(t, res, fx.objects)
-	tg, err := target.Compile("edge", gatewayTarget(goldenBase, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix.Observe(func(c index.Change) {
-		tg.Invalidate([]engine.Change{{Type: c.Type, ID: c.ID, OldKeys: c.OldKeys, NewKeys: c.NewKeys}})
-	})
-	renderOnce := func() target.Result {
-		t.Helper()
-		r, err := tg.Render(context.Background(), ix.Stores(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	fx := librarytest.Find(t, fixtures(t), "cross-namespace")
+	ix := librarytest.NewIndex(t, watched(t), fx.Objects)
+	renderOnce := librarytest.Incremental(t, gatewayTarget(librarytest.GoldenBase, nil), ix)
 	first := renderOnce()
 	routes := first.FragmentsRendered
 	if routes == 0 || first.FragmentsReused != 0 {
 		t.Fatalf("first render: %d rendered, %d reused", first.FragmentsRendered, first.FragmentsReused)
 	}
 	rev := uint64(1000)
-	find := func(typ, ns, name string) map[string]any {
-		for _, o := range fx.objects {
-			if o.typ == typ && o.ns == ns && o.name == name {
-				return roundTrip(t, o.body)
-			}
-		}
-		return nil
-	}
 	step := func(what, typ, ns, name string, change func(map[string]any), wantIn string, wantReused bool) {
 		t.Helper()
-		obj := find(typ, ns, name)
+		obj := fx.Object(t, typ, ns, name)
 		if obj == nil {
 			obj = map[string]any{"metadata": map[string]any{"namespace": ns, "name": name}}
 		}
 		change(obj)
 		rev++
-		if !ix.Upsert(typ, msg.ResourceKey("test", typ, ns, name), rev, obj) {
+		if !ix.Upsert(typ, librarytest.ObjectID(typ, ns, name), rev, obj) {
 			t.Fatalf("%s: upsert ignored", what)
 		}
 		r := renderOnce()
-		fresh := render(t, gatewayTarget(goldenBase, nil), ix)
+		fresh := librarytest.Render(t, gatewayTarget(librarytest.GoldenBase, nil), ix)
 		for _, f := range fresh.Bundle.Files {
-			if got := fileContent(r.Bundle, f.Path); got != string(f.Content) {
+			if got := librarytest.FileContent(r.Bundle, f.Path); got != string(f.Content) {
 				t.Errorf("%s: %s rendered incrementally differs from a render from scratch:\n%s\n--- from scratch ---\n%s", what, f.Path, got, f.Content)
 			}
 		}
-		if !strings.Contains(fileContent(r.Bundle, "haproxy.cfg"), wantIn) {
+		if !strings.Contains(librarytest.FileContent(r.Bundle, "haproxy.cfg"), wantIn) {
 			t.Errorf("%s: haproxy.cfg lacks %q", what, wantIn)
 		}
 		if wantReused && r.FragmentsReused == 0 {

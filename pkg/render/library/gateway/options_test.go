@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weftio/weft/pkg/render/library/librarytest"
+
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/render/library"
 )
@@ -50,11 +52,11 @@ func TestOptions(t *testing.T) {
 func TestControllerName(t *testing.T) {
 	res := watched(t)
 	for _, f := range fixtures(t) {
-		if f.name != "simple" {
+		if f.Name != "simple" {
 			continue
 		}
-		r := render(t, gatewayTarget(goldenBase, map[string]string{"controller_name": "example.com/other"}), newIndex(t, res, f.objects))
-		cfg := fileContent(r.Bundle, "haproxy.cfg")
+		r := librarytest.Render(t, gatewayTarget(librarytest.GoldenBase, map[string]string{"controller_name": "example.com/other"}), librarytest.NewIndex(t, res, f.Objects))
+		cfg := librarytest.FileContent(r.Bundle, "haproxy.cfg")
 		if !strings.Contains(cfg, "frontend gw_8080") || strings.Contains(cfg, "frontend gw_80\n") || strings.Contains(cfg, "use_backend gw_infra_matching") {
 			t.Errorf("controller example.com/other: haproxy.cfg serves the other class's Gateway only?\n%s", cfg)
 		}

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,15 +8,12 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/weftio/weft/pkg/render/target"
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 	"github.com/weftio/weft/pkg/testkit"
 )
 
@@ -30,23 +26,23 @@ import (
 func TestRouting(t *testing.T) {
 	res := watched(t)
 	for _, f := range fixtures(t) {
-		if len(f.requests) == 0 {
+		if len(f.Requests) == 0 {
 			continue
 		}
-		t.Run(f.name, func(t *testing.T) {
-			objs := cloneObjects(t, f.objects)
-			startEndpoints(t, objs)
+		t.Run(f.Name, func(t *testing.T) {
+			objs := librarytest.CloneObjects(t, f.Objects)
+			librarytest.StartEndpoints(t, objs)
 			ports := rewritePorts(t, objs)
-			opts := maps.Clone(f.options)
+			opts := maps.Clone(f.Options)
 			if opts == nil {
 				opts = map[string]string{}
 			}
 			opts["bind_address"] = "127.0.0.1"
 			dir := t.TempDir()
-			r := render(t, gatewayTarget(dir, opts), newIndex(t, res, objs))
-			writeBundle(t, dir, r.Bundle)
+			r := librarytest.Render(t, gatewayTarget(dir, opts), librarytest.NewIndex(t, res, objs))
+			librarytest.WriteBundle(t, dir, r.Bundle)
 			var used []int
-			for i, rq := range f.requests {
+			for i, rq := range f.Requests {
 				port, ok := ports[rq.port()]
 				if !ok {
 					t.Fatalf("request %d: no listener on port %d", i+1, rq.port())
@@ -55,8 +51,8 @@ func TestRouting(t *testing.T) {
 					used = append(used, port)
 				}
 			}
-			startHAProxy(t, dir, used)
-			for i, rq := range f.requests {
+			librarytest.StartHAProxy(t, dir, used...)
+			for i, rq := range f.Requests {
 				port := ports[rq.port()]
 				t.Run(fmt.Sprintf("%d_%s_%s%s", i+1, rq.scheme(), rq.Host, rq.Path), func(t *testing.T) {
 					check(t, rq, port)
@@ -117,19 +113,6 @@ func (r request) port() int {
 	return 80
 }
 
-// echo is what an endpoint server answers.
-type echo struct {
-	Service string            `json:"service"`
-	Method  string            `json:"method"`
-	Host    string            `json:"host"`
-	URI     string            `json:"uri"`
-	Headers map[string]string `json:"headers"`
-}
-
-// echoResponseHeaders are set on every endpoint answer, for the response
-// header filters to change.
-var echoResponseHeaders = map[string]string{"X-Echo-Set": "original", "X-Echo-Remove": "original"}
-
 // check sends rq (Repeat times) to HAProxy on port and checks the answers.
 func check(t *testing.T, rq request, port int) {
 	path := rq.Path
@@ -144,14 +127,7 @@ func check(t *testing.T, rq request, port int) {
 	if want == 0 {
 		want = http.StatusOK
 	}
-	client := &http.Client{
-		Timeout: 10 * time.Second,
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			TLSClientConfig:   &tls.Config{ServerName: rq.SNI, InsecureSkipVerify: true}, // test certificates are self-signed
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	client := librarytest.Client(rq.SNI)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	counts := map[string]int{}
 	n := max(rq.Repeat, 1)
@@ -174,7 +150,7 @@ func check(t *testing.T, rq request, port int) {
 			t.Fatal(err)
 		}
 		if rq.Shares != nil {
-			var e echo
+			var e librarytest.Echo
 			if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &e) == nil {
 				counts[e.Service]++
 			} else {
@@ -207,7 +183,7 @@ func check(t *testing.T, rq request, port int) {
 		if rq.Backend == "" {
 			continue
 		}
-		var e echo
+		var e librarytest.Echo
 		if err := json.Unmarshal(body, &e); err != nil {
 			t.Fatalf("request %d: answer is not from an endpoint: %q", i+1, body)
 		}
@@ -243,32 +219,22 @@ func cmp(a, b string) string {
 	return b
 }
 
-func cloneObjects(t *testing.T, objs []object) []object {
-	t.Helper()
-	out := make([]object, len(objs))
-	for i, o := range objs {
-		o.body = roundTrip(t, o.body)
-		out[i] = o
-	}
-	return out
-}
-
 // rewritePorts gives every Gateway listener port of objs a free local port
 // (the same for the same fixture port), in the Gateways and in the port
 // fields of HTTPRoute parentRefs, and returns fixture port -> local port.
-func rewritePorts(t *testing.T, objs []object) map[int]int {
+func rewritePorts(t *testing.T, objs []librarytest.Object) map[int]int {
 	t.Helper()
 	ports := map[int]int{}
 	local := func(p int) int {
 		if _, ok := ports[p]; !ok {
-			ports[p] = freePort(t)
+			ports[p] = testkit.FreePort(t)
 		}
 		return ports[p]
 	}
 	for _, o := range objs {
-		spec, _ := o.body["spec"].(map[string]any)
+		spec, _ := o.Body["spec"].(map[string]any)
 		var items []any
-		switch o.typ {
+		switch o.Type {
 		case "gateways":
 			items, _ = spec["listeners"].([]any)
 		case "httproutes":
@@ -282,122 +248,4 @@ func rewritePorts(t *testing.T, objs []object) map[int]int {
 		}
 	}
 	return ports
-}
-
-// startEndpoints rewrites the EndpointSlices of objs to point at local
-// servers: each distinct endpoint IP address becomes its own loopback
-// address 127.0.0.<n>, each distinct target port a free port, and a
-// server on every such address and port answers with its Service and what
-// it received.
-func startEndpoints(t *testing.T, objs []object) {
-	t.Helper()
-	addrs := map[string]string{} // fixture address -> loopback address
-	ports := map[int]int{}       // fixture port -> local port
-	owner := map[string]string{} // fixture address -> Service
-	started := map[string]bool{}
-	for _, o := range objs {
-		if o.typ != "endpoints" {
-			continue
-		}
-		labels, _ := o.body["metadata"].(map[string]any)["labels"].(map[string]any)
-		service, _ := labels["kubernetes.io/service-name"].(string)
-		var local []int
-		slicePorts, _ := o.body["ports"].([]any)
-		for _, p := range slicePorts {
-			pm := p.(map[string]any)
-			orig, _ := pm["port"].(int)
-			if _, ok := ports[orig]; !ok {
-				ports[orig] = freePort(t)
-			}
-			pm["port"] = ports[orig]
-			local = append(local, ports[orig])
-		}
-		list, _ := o.body["endpoints"].([]any)
-		for _, ep := range list {
-			as, _ := ep.(map[string]any)["addresses"].([]any)
-			for i, a := range as {
-				orig := a.(string)
-				if net.ParseIP(orig) == nil {
-					continue // not an address the library may use
-				}
-				if s, ok := owner[orig]; ok && s != service {
-					t.Fatalf("address %s is an endpoint of both %s and %s", orig, s, service)
-				}
-				owner[orig] = service
-				if _, ok := addrs[orig]; !ok {
-					addrs[orig] = fmt.Sprintf("127.0.0.%d", len(addrs)+2)
-				}
-				as[i] = addrs[orig]
-				for _, port := range local {
-					listen := net.JoinHostPort(addrs[orig], strconv.Itoa(port))
-					if !started[listen] {
-						started[listen] = true
-						serveEcho(t, listen, service)
-					}
-				}
-			}
-		}
-	}
-}
-
-// serveEcho runs an endpoint server of service on listen until the test
-// ends.
-func serveEcho(t *testing.T, listen, service string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		t.Fatalf("endpoint %s of %s: %v", listen, service, err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		headers := map[string]string{}
-		for k, v := range r.Header {
-			headers[k] = strings.Join(v, ",")
-		}
-		for k, v := range echoResponseHeaders {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(echo{Service: service, Method: r.Method, Host: r.Host, URI: r.RequestURI, Headers: headers})
-	}), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-}
-
-// startHAProxy runs HAProxy in the foreground on the bundle in dir until
-// the test ends, and waits until it accepts connections on every port.
-func startHAProxy(t *testing.T, dir string, ports []int) {
-	t.Helper()
-	out := &testkit.SyncBuffer{}
-	cmd := exec.Command(testkit.HAProxy(t), "-db", "-f", filepath.Join(dir, target.MainFile))
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("haproxy output:\n%s", out.String())
-		}
-	})
-	for _, port := range ports {
-		testkit.Eventually(t, 20*time.Second, func() error {
-			select {
-			case <-done:
-				t.Fatalf("haproxy exited: %v\n%s", cmd.ProcessState, out.String())
-			default:
-			}
-			c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-			if err != nil {
-				return fmt.Errorf("haproxy does not listen on port %d: %w", port, err)
-			}
-			return c.Close()
-		})
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/weftio/weft/pkg/render/library/librarytest"
 )
 
 // status is files/gateway-status.json.
@@ -62,16 +64,16 @@ func conditionOf(cs []condition, typ string) condition {
 func TestStatusAgreesWithRouting(t *testing.T) {
 	res := watched(t)
 	for _, f := range fixtures(t) {
-		t.Run(f.name, func(t *testing.T) {
-			r := render(t, gatewayTarget(goldenBase, f.options), newIndex(t, res, f.objects))
+		t.Run(f.Name, func(t *testing.T) {
+			r := librarytest.Render(t, gatewayTarget(librarytest.GoldenBase, f.Options), librarytest.NewIndex(t, res, f.Objects))
 			var st status
-			if err := json.Unmarshal([]byte(fileContent(r.Bundle, "files/gateway-status.json")), &st); err != nil {
+			if err := json.Unmarshal([]byte(librarytest.FileContent(r.Bundle, "files/gateway-status.json")), &st); err != nil {
 				t.Fatalf("gateway-status.json: %v", err)
 			}
 			if len(st.GatewayClasses) == 0 {
 				t.Error("no GatewayClass in the status")
 			}
-			cfg := fileContent(r.Bundle, "haproxy.cfg")
+			cfg := librarytest.FileContent(r.Bundle, "haproxy.cfg")
 			for _, rt := range st.HTTPRoutes {
 				where := rt.Namespace + "/" + rt.Name
 				accepted := false
