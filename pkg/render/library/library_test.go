@@ -1,7 +1,6 @@
 package library_test
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
 	"slices"
@@ -132,14 +131,7 @@ spec:
         paths:
           - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
 `)))
-	tg, err := target.Compile("edge", tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tg.Render(context.Background(), ix.Stores(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := librarytest.Render(t, tc, ix)
 	cfg := librarytest.FileContent(res.Bundle, "haproxy.cfg")
 	for _, want := range []string{"timeout client 2s", "bind [::1]:8080\n", "backend ing_apps_web_web_80"} {
 		if !strings.Contains(cfg, want) {
