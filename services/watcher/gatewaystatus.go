@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -11,11 +10,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/pkg/kubeclient"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/services/watcher/gwstatus"
-	"github.com/weftio/weft/services/watcher/ingstatus"
+	"github.com/weftio/weft/services/watcher/statuslease"
 )
 
 // runGatewayStatus starts, on g, the Gateway API status writer of every
@@ -23,7 +21,7 @@ import (
 // kubernetes source.
 func runGatewayStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *config.Config, status jetstream.KeyValue) error {
 	var m *gwstatus.Metrics
-	var leases jetstream.KeyValue
+	var leases statuslease.Leases
 	var bundles *msg.BundleStore
 	for _, name := range cfg.TargetNames() {
 		spec := cfg.Targets[name].GatewayStatus
@@ -35,10 +33,7 @@ func runGatewayStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *
 			if m, err = gwstatus.NewMetrics(env.Registry, Service); err != nil {
 				return err
 			}
-			if err := msg.Open(ctx, "watcher: leases bucket", func(ctx context.Context) (err error) {
-				leases, err = env.JS.KeyValue(ctx, msg.BucketLeases)
-				return err
-			}); err != nil {
+			if leases, err = statusLeases(ctx, env); err != nil {
 				return err
 			}
 			bundles = msg.NewBundleStore(env.JS)
@@ -49,7 +44,7 @@ func runGatewayStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *
 		}
 		o := gwstatus.Options{
 			Target: name, Spec: *spec, Client: dyn, Kube: kube, Status: status, Bundles: bundles,
-			Leases: ingstatus.Leases{KV: leases, Pub: env.JS}, Owner: env.Replica, Log: env.Log, Metrics: m,
+			Leases: leases, Owner: env.Replica, Log: env.Log, Metrics: m,
 		}
 		g.Go(func() error {
 			defer closeAll()
@@ -62,20 +57,10 @@ func runGatewayStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *
 // gatewayClients are a dynamic and a typed client of the API server of
 // the kubernetes source named source, and what closes their connections.
 func gatewayClients(cfg *config.Config, source string) (dynamic.Interface, kubernetes.Interface, func(), error) {
-	i := slices.IndexFunc(cfg.Sources, func(s config.Source) bool { return s.Name == source })
-	if i < 0 {
-		return nil, nil, nil, fmt.Errorf("source %q not found", source)
-	}
-	src := cfg.Sources[i]
-	rc, err := kubeclient.RESTConfig(src.Kubeconfig, src.Context)
+	rc, httpClient, closeAll, err := statusConnections(cfg, source, "weft-watcher/gateway-status")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rc, httpClient, dialer, err := kubeclient.OwnConnections(rc, "weft-watcher/gateway-status")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	closeAll := func() { httpClient.CloseIdleConnections(); dialer.CloseAll() }
 	dyn, err := dynamic.NewForConfigAndClient(rc, httpClient)
 	if err != nil {
 		closeAll()

@@ -4,15 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/pkg/kubeclient"
-	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/services/watcher/ingstatus"
+	"github.com/weftio/weft/services/watcher/statuslease"
 )
 
 // runIngressStatus starts, on g, the status writer of every target with
@@ -20,7 +18,7 @@ import (
 // kubernetes source.
 func runIngressStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *config.Config) error {
 	var m *ingstatus.Metrics
-	var leases jetstream.KeyValue
+	var leases statuslease.Leases
 	for _, name := range cfg.TargetNames() {
 		spec := cfg.Targets[name].IngressStatus
 		if spec == nil {
@@ -31,10 +29,7 @@ func runIngressStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *
 			if m, err = ingstatus.NewMetrics(env.Registry, Service); err != nil {
 				return err
 			}
-			if err := msg.Open(ctx, "watcher: leases bucket", func(ctx context.Context) (err error) {
-				leases, err = env.JS.KeyValue(ctx, msg.BucketLeases)
-				return err
-			}); err != nil {
+			if leases, err = statusLeases(ctx, env); err != nil {
 				return err
 			}
 		}
@@ -44,7 +39,7 @@ func runIngressStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *
 		}
 		o := ingstatus.Options{
 			Target: name, Spec: *spec, Client: client, Owner: env.Replica, Log: env.Log, Metrics: m,
-			Leases: ingstatus.Leases{KV: leases, Pub: env.JS},
+			Leases: leases,
 		}
 		g.Go(func() error {
 			defer closeAll()
@@ -57,24 +52,14 @@ func runIngressStatus(ctx context.Context, g *errgroup.Group, env svc.Env, cfg *
 // ingressClient is a client of the API server of the kubernetes source
 // named source, and what closes its connections.
 func ingressClient(cfg *config.Config, source string) (kubernetes.Interface, func(), error) {
-	for _, src := range cfg.Sources {
-		if src.Name != source {
-			continue
-		}
-		rc, err := kubeclient.RESTConfig(src.Kubeconfig, src.Context)
-		if err != nil {
-			return nil, nil, err
-		}
-		rc, httpClient, dialer, err := kubeclient.OwnConnections(rc, "weft-watcher/ingress-status")
-		if err != nil {
-			return nil, nil, err
-		}
-		client, err := kubernetes.NewForConfigAndClient(rc, httpClient)
-		if err != nil {
-			dialer.CloseAll()
-			return nil, nil, err
-		}
-		return client, func() { httpClient.CloseIdleConnections(); dialer.CloseAll() }, nil
+	rc, httpClient, closeAll, err := statusConnections(cfg, source, "weft-watcher/ingress-status")
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, nil, fmt.Errorf("source %q not found", source)
+	client, err := kubernetes.NewForConfigAndClient(rc, httpClient)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return client, closeAll, nil
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/pkg/svc/lease"
 	"github.com/weftio/weft/services/watcher/ingstatus"
+	"github.com/weftio/weft/services/watcher/statuslease"
 )
 
 // StatusFile is the bundle file the gateway library renders the status in.
@@ -26,12 +26,6 @@ const StatusFile = "files/gateway-status.json"
 // LeaseTTL is how long the gateway-status lease outlives its holder's
 // last renewal: how soon another replica takes over from a dead one.
 const LeaseTTL = 5 * time.Second
-
-// Retry bounds of a failed write or an unreadable bundle or address source.
-const (
-	RetryMin = time.Second
-	RetryMax = 30 * time.Second
-)
 
 // Results of writing one object (the result label of the writes metric).
 const (
@@ -72,7 +66,7 @@ type Options struct {
 	// pin); Bundles the store of the bundles they name.
 	Status  jetstream.KeyValue
 	Bundles *msg.BundleStore
-	Leases  ingstatus.Leases
+	Leases  statuslease.Leases
 	Owner   string // this replica, unique among replicas
 	Log     *slog.Logger
 	Metrics *Metrics
@@ -87,41 +81,14 @@ func Run(ctx context.Context, o Options) error {
 	if o.Spec.From != nil && o.Kube == nil {
 		return errors.New("gateway status: from needs a kubernetes client")
 	}
-	key := msg.GatewayStatusLeaseKey(o.Target)
-	l, err := lease.New(o.Leases.KV, key, o.Owner, LeaseTTL, lease.WithKeyTTL(o.Leases.Pub, msg.LeaseSubject(key)))
-	if err != nil {
-		return fmt.Errorf("gateway status %s: %w", o.Target, err)
-	}
 	log := o.Log.With("target", o.Target)
-	var (
-		mu     sync.Mutex
-		cancel context.CancelFunc
-		wg     sync.WaitGroup
-	)
-	stop := func() {
-		mu.Lock()
-		if cancel != nil {
-			cancel()
-			cancel = nil
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
-	defer stop()
-	return l.Run(ctx, nil, func(held bool) {
-		if !held {
-			log.InfoContext(ctx, "gateway status lease lost; no longer writing")
-			stop()
-			return
-		}
-		log.InfoContext(ctx, "gateway status lease taken; writing the served bundle's Gateway API status")
-		mu.Lock()
-		var wctx context.Context
-		wctx, cancel = context.WithCancel(ctx)
-		mu.Unlock()
+	return statuslease.Run(ctx, statuslease.Holder{
+		Leases: o.Leases, Target: o.Target, Key: msg.GatewayStatusLeaseKey(o.Target), Owner: o.Owner, TTL: LeaseTTL,
+		What: "gateway status", Doing: "writing the served bundle's Gateway API status", Log: log,
+	}, func(ctx context.Context) {
 		r := &runner{o: o, log: log, poke: make(chan struct{}, 1),
 			w: &Writer{Client: o.Client, ControllerName: o.Spec.ControllerName}}
-		wg.Go(func() { r.run(wctx) })
+		r.run(ctx)
 	})
 }
 
@@ -173,7 +140,9 @@ func (r *runner) run(ctx context.Context) {
 		r.follow(ctx)
 	}()
 	defer func() { <-watchDone }()
-	r.loop(ctx)
+	statuslease.Loop(ctx, r.poke, r.o.Spec.Resync.D(), r.reconcile, func(err error, retryIn time.Duration) {
+		r.log.WarnContext(ctx, "gateway status not in place; trying again", "err", err, "retry_in", retryIn)
+	})
 }
 
 // follow watches the target's validation status and pin, keeping served
@@ -196,7 +165,7 @@ func (r *runner) follow(ctx context.Context) {
 			}
 			err = errors.New("watch ended")
 		}
-		backoff = min(max(backoff*2, RetryMin), RetryMax)
+		backoff = statuslease.Backoff(backoff)
 		r.log.WarnContext(ctx, "gateway status: watching the target's status; watching again", "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
@@ -240,40 +209,6 @@ func (r *runner) see(ctx context.Context, e jetstream.KeyValueEntry) {
 	if served != r.served {
 		r.served = served
 		r.wake()
-	}
-}
-
-// loop writes on every poke, every resync and after a failure with
-// backoff, until ctx is done.
-func (r *runner) loop(ctx context.Context) {
-	backoff := time.Duration(0)
-	retry := time.NewTimer(0) // the first look, at once
-	defer retry.Stop()
-	var tick <-chan time.Time
-	if d := r.o.Spec.Resync.D(); d > 0 {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.poke:
-		case <-tick:
-		case <-retry.C:
-		}
-		err := r.reconcile(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			backoff = 0
-			continue
-		}
-		backoff = min(max(backoff*2, RetryMin), RetryMax)
-		retry.Reset(backoff)
-		r.log.WarnContext(ctx, "gateway status not in place; trying again", "err", err, "retry_in", backoff)
 	}
 }
 

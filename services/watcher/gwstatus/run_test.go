@@ -17,7 +17,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/watcher/gwstatus"
-	"github.com/weftio/weft/services/watcher/ingstatus"
+	"github.com/weftio/weft/services/watcher/statuslease"
 )
 
 func TestWithAddresses(t *testing.T) {
@@ -157,7 +157,7 @@ func TestRunServedBundle(t *testing.T) {
 		Spec: config.GatewayStatus{ControllerName: controller, Resync: config.Duration(time.Hour),
 			From: &config.IngressStatusFrom{Service: "lb/haproxy"}},
 		Client: dyn, Kube: cs, Status: status, Bundles: bundles,
-		Leases: ingstatus.Leases{KV: leases, Pub: bus.JS}, Owner: "w1",
+		Leases: statuslease.Leases{KV: leases, Pub: bus.JS}, Owner: "w1",
 		Log: env.Log, Metrics: m,
 	}
 	testkit.Run(t, func(ctx context.Context) error { return gwstatus.Run(ctx, o) })

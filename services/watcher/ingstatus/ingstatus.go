@@ -39,7 +39,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,18 +53,12 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/pkg/svc/lease"
+	"github.com/weftio/weft/services/watcher/statuslease"
 )
 
 // LeaseTTL is how long the ingress-status lease outlives its holder's
 // last renewal: how soon another replica takes over from a dead one.
 const LeaseTTL = 5 * time.Second
-
-// Retry bounds of a failed write or an unreadable address source.
-const (
-	RetryMin = time.Second
-	RetryMax = 30 * time.Second
-)
 
 // LegacyClassAnnotation names an Ingress's class before ingressClassName.
 const LegacyClassAnnotation = "kubernetes.io/ingress.class"
@@ -101,18 +94,12 @@ func NewMetrics(reg prometheus.Registerer, service string) (*Metrics, error) {
 	return m, nil
 }
 
-// Leases is the leases bucket and the publisher of key-TTL renewals.
-type Leases struct {
-	KV  lease.KV
-	Pub lease.Publisher
-}
-
 // Options configure the writer of one target.
 type Options struct {
 	Target  string
 	Spec    config.IngressStatus
 	Client  kubernetes.Interface
-	Leases  Leases
+	Leases  statuslease.Leases
 	Owner   string // this replica, unique among replicas
 	Log     *slog.Logger
 	Metrics *Metrics
@@ -124,40 +111,13 @@ func Run(ctx context.Context, o Options) error {
 	if o.Client == nil || o.Log == nil || o.Metrics == nil {
 		return errors.New("ingress status: client, logger and metrics are required")
 	}
-	key := msg.IngressStatusLeaseKey(o.Target)
-	l, err := lease.New(o.Leases.KV, key, o.Owner, LeaseTTL, lease.WithKeyTTL(o.Leases.Pub, msg.LeaseSubject(key)))
-	if err != nil {
-		return fmt.Errorf("ingress status %s: %w", o.Target, err)
-	}
 	log := o.Log.With("target", o.Target, "class", o.Spec.Class)
-	var (
-		mu     sync.Mutex
-		cancel context.CancelFunc
-		wg     sync.WaitGroup
-	)
-	stop := func() {
-		mu.Lock()
-		if cancel != nil {
-			cancel()
-			cancel = nil
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
-	defer stop()
-	return l.Run(ctx, nil, func(held bool) {
-		if !held {
-			log.InfoContext(ctx, "ingress status lease lost; no longer writing")
-			stop()
-			return
-		}
-		log.InfoContext(ctx, "ingress status lease taken; writing the statuses of the class")
-		mu.Lock()
-		var wctx context.Context
-		wctx, cancel = context.WithCancel(ctx)
-		mu.Unlock()
+	return statuslease.Run(ctx, statuslease.Holder{
+		Leases: o.Leases, Target: o.Target, Key: msg.IngressStatusLeaseKey(o.Target), Owner: o.Owner, TTL: LeaseTTL,
+		What: "ingress status", Doing: "writing the statuses of the class", Log: log,
+	}, func(ctx context.Context) {
 		w := &writer{o: o, log: log, poke: make(chan struct{}, 1), wrote: map[types.UID]written{}}
-		wg.Go(func() { w.run(wctx) })
+		w.run(ctx)
 	})
 }
 
@@ -229,41 +189,9 @@ func (w *writer) run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
-	w.loop(ctx, resync)
-}
-
-// loop reconciles on every poke, every resync and after a failure with
-// backoff, until ctx is done.
-func (w *writer) loop(ctx context.Context, resync time.Duration) {
-	backoff := time.Duration(0)
-	retry := time.NewTimer(0) // the first look, at once
-	defer retry.Stop()
-	var tick <-chan time.Time
-	if resync > 0 {
-		t := time.NewTicker(resync)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.poke:
-		case <-tick:
-		case <-retry.C:
-		}
-		err := w.reconcile(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			backoff = 0
-			continue
-		}
-		backoff = min(max(backoff*2, RetryMin), RetryMax)
-		retry.Reset(backoff)
-		w.log.WarnContext(ctx, "ingress status not in place; looking again", "err", err, "retry_in", backoff)
-	}
+	statuslease.Loop(ctx, w.poke, resync, w.reconcile, func(err error, retryIn time.Duration) {
+		w.log.WarnContext(ctx, "ingress status not in place; looking again", "err", err, "retry_in", retryIn)
+	})
 }
 
 // reconcile writes every Ingress status that differs from what it should

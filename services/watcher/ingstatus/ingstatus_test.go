@@ -22,6 +22,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/watcher/ingstatus"
+	"github.com/weftio/weft/services/watcher/statuslease"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
@@ -181,7 +182,7 @@ func TestPodsAndRefusedWrites(t *testing.T) {
 	}
 	o := ingstatus.Options{
 		Target: "edge", Client: writer, Owner: "w1", Log: env.Log, Metrics: m,
-		Leases: ingstatus.Leases{KV: leases, Pub: nc.JS},
+		Leases: statuslease.Leases{KV: leases, Pub: nc.JS},
 		Spec: config.IngressStatus{Class: "weft", Resync: config.Duration(time.Hour),
 			From: config.IngressStatusFrom{Pods: &config.IngressStatusPods{Namespace: "default", Selector: "app=haproxy", Address: config.PodHostIP}}},
 	}
@@ -293,7 +294,7 @@ func TestTakeoverAfterHolderDies(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := ingstatus.Options{Target: "edge", Spec: spec, Client: cs, Owner: name, Log: env.Log, Metrics: m,
-			Leases: ingstatus.Leases{KV: leases, Pub: js}}
+			Leases: statuslease.Leases{KV: leases, Pub: js}}
 		return &replica{env: env, nc: nc, stop: testkit.Run(t, func(ctx context.Context) error { return ingstatus.Run(ctx, o) })}
 	}
 	writes := func(r *replica) float64 { return result(t, r.env.Registry, ingstatus.ResultWritten) }
