@@ -3,14 +3,12 @@
 package files
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +33,7 @@ func TestReloadCmdKeepsLongLivedConnections(t *testing.T) {
 	}
 	haproxyBin := testkit.HAProxy(t)
 	dest := t.TempDir()
-	port := freeLoopbackPort(t)
+	port := testkit.FreePort(t)
 	config := func(out *testkit.WSEcho, deploy int) []File {
 		var b strings.Builder
 		fmt.Fprintf(&b, `global
@@ -88,61 +86,13 @@ backend be_ws
 		t.Fatal(err)
 	}
 
-	type client struct {
-		conn    *testkit.WSConn
-		backend string
-		dropped string
-	}
-	var clients []*client
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	dial := func() {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		c, err := testkit.DialWS(ctx, addr, "ws.example", "/chat")
-		if err != nil {
-			t.Fatalf("connection %d: %v", len(clients), err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		got, err := c.Echo("hello", 10*time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: %v", len(clients), err)
-		}
-		name, _, _ := strings.Cut(got, ":")
-		clients = append(clients, &client{conn: c, backend: name})
-	}
+	ws := testkit.NewWSFleet(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), "ws.example", "/chat")
 	for range conns {
-		dial()
-	}
-	check := func(step string) int {
-		var wg sync.WaitGroup
-		for i, c := range clients {
-			if c.dropped != "" {
-				continue
-			}
-			wg.Go(func() {
-				msg := fmt.Sprintf("%s #%d", step, i)
-				got, err := c.conn.Echo(msg, 10*time.Second)
-				switch {
-				case err != nil:
-					c.dropped = fmt.Sprintf("after %s: %v", step, err)
-				case got != c.backend+":"+msg:
-					c.dropped = fmt.Sprintf("after %s: answer %q, want %q", step, got, c.backend+":"+msg)
-				}
-			})
-		}
-		wg.Wait()
-		n := 0
-		for _, c := range clients {
-			if c.dropped != "" {
-				n++
-			}
-		}
-		return n
+		ws.Dial()
 	}
 
 	for i := range *longlivedDeploys {
-		dial()
+		ws.Dial()
 		before, err := h.Proc(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -163,32 +113,10 @@ backend be_ws
 			}
 			return nil
 		})
-		if n := check(fmt.Sprintf("deploy %d", i)); n != 0 {
-			for j, c := range clients {
-				if c.dropped != "" {
-					t.Errorf("connection %d to %s dropped %s", j, c.backend, c.dropped)
-				}
-			}
-			t.Fatalf("%d of %d connections dropped by reload_cmd deploys", n, len(clients))
+		if n := ws.Check(fmt.Sprintf("deploy %d", i)); n != 0 {
+			ws.ReportDropped()
+			t.Fatalf("%d of %d connections dropped by reload_cmd deploys", n, ws.Len())
 		}
 	}
-	perBackend := map[string]int{}
-	for _, c := range clients {
-		perBackend[c.backend]++
-	}
-	for _, e := range echoes {
-		if e.Open() != perBackend[e.Name] {
-			t.Errorf("backend %s holds %d connections, want %d", e.Name, e.Open(), perBackend[e.Name])
-		}
-	}
-}
-
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	ws.CheckBackends(echoes)
 }

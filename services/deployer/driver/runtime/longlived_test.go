@@ -3,7 +3,6 @@
 package runtime
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,13 +39,6 @@ func wsSlots(active []*testkit.WSEcho, slots, weight int, extra ...string) []str
 		}
 	}
 	return lines
-}
-
-// wsClient is one held connection and the backend that answered it first.
-type wsClient struct {
-	conn    *testkit.WSConn
-	backend string
-	dropped string // why it stopped answering, "" while it answers
 }
 
 // TestLongLivedConnectionsSurviveDeploys holds 100 WebSocket connections
@@ -82,65 +72,17 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 		return wsSpec(base, echoes, 1)
 	})
 
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(r.httpPort))
-	var clients []*wsClient
-	dial := func() {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		c, err := testkit.DialWS(ctx, addr, "ws.example", "/chat")
-		if err != nil {
-			t.Fatalf("connection %d: %v", len(clients), err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		got, err := c.Echo("hello", 10*time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: %v", len(clients), err)
-		}
-		name, _, _ := strings.Cut(got, ":")
-		clients = append(clients, &wsClient{conn: c, backend: name})
-	}
+	ws := testkit.NewWSFleet(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(r.httpPort)), "ws.example", "/chat")
 	for range conns {
-		dial()
+		ws.Dial()
 	}
-	perBackend := map[string]int{}
-	for _, c := range clients {
-		perBackend[c.backend]++
-	}
+	perBackend := ws.PerBackend()
 	for _, e := range echoes {
 		if perBackend[e.Name] == 0 {
 			t.Fatalf("connections per backend %v: %s has none, so its removal would test nothing", perBackend, e.Name)
 		}
 	}
 
-	// check makes every connection send a message and expect its echo
-	// from its backend; it returns the connections dropped so far.
-	check := func(step string) int {
-		var wg sync.WaitGroup
-		for i, c := range clients {
-			if c.dropped != "" {
-				continue
-			}
-			wg.Go(func() {
-				msg := fmt.Sprintf("%s #%d", step, i)
-				got, err := c.conn.Echo(msg, 10*time.Second)
-				switch {
-				case err != nil:
-					c.dropped = fmt.Sprintf("after %s: %v", step, err)
-				case got != c.backend+":"+msg:
-					c.dropped = fmt.Sprintf("after %s: answer %q, want %q", step, got, c.backend+":"+msg)
-				}
-			})
-		}
-		wg.Wait()
-		n := 0
-		for _, c := range clients {
-			if c.dropped != "" {
-				n++
-			}
-		}
-		return n
-	}
 	// Keep-alive HTTP clients, one connection each: runtime and map
 	// deploys leave their connection open; a reload closes an idle one
 	// (the previous worker stops), which the client replaces without
@@ -150,7 +92,7 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 		keepAlive[i] = newKeepAliveClient(t, fmt.Sprintf("http://127.0.0.1:%d/", r.httpPort), "app.example")
 		keepAlive[i].get(t, "start")
 	}
-	if n := check("start"); n != 0 {
+	if n := ws.Check("start"); n != 0 {
 		t.Fatalf("%d connections dropped before any deploy", n)
 	}
 
@@ -173,7 +115,7 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 			case "reload":
 				// The worker about to be replaced holds a connection
 				// too, as it does when clients keep connecting.
-				dial()
+				ws.Dial()
 				// Even deploys change the structure; odd ones only a
 				// weight that HAProxy refuses to change at runtime
 				// (be_static balances with a static algorithm), so
@@ -200,13 +142,9 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 					t.Fatalf("keep-alive client %d: after %s its connection is from %s, was %s: the connection was closed", j, step, local, c.first)
 				}
 			}
-			if n := check(step); n != 0 {
-				for j, c := range clients {
-					if c.dropped != "" {
-						t.Errorf("connection %d to %s dropped %s", j, c.backend, c.dropped)
-					}
-				}
-				t.Fatalf("%d of %d connections dropped by %s deploys (ops %v)", n, len(clients), kind, res.RuntimeOps)
+			if n := ws.Check(step); n != 0 {
+				ws.ReportDropped()
+				t.Fatalf("%d of %d connections dropped by %s deploys (ops %v)", n, ws.Len(), kind, res.RuntimeOps)
 			}
 		}
 	}
@@ -216,17 +154,9 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 	if len(removed) != len(echoes) {
 		t.Errorf("backends removed at some point: %v, want all %d", removed, len(echoes))
 	}
-	perBackend = map[string]int{}
-	for _, c := range clients {
-		perBackend[c.backend]++
-	}
-	for _, e := range echoes {
-		if e.Open() != perBackend[e.Name] {
-			t.Errorf("backend %s holds %d connections, want %d", e.Name, e.Open(), perBackend[e.Name])
-		}
-	}
+	ws.CheckBackends(echoes)
 	// New connections reach the current configuration.
-	dial()
+	ws.Dial()
 }
 
 // keepAliveClient sends requests over one keep-alive connection at a time.
