@@ -15,17 +15,7 @@ const exampleDir = "../../../../examples/gateway"
 // bundle passes haproxy -c; its watched resources must be the documented
 // ones.
 func TestExample(t *testing.T) {
-	cfg, objs := librarytest.LoadExample(t, exampleDir, watched(t), "README.md")
-	tc := cfg.Targets["gateway"]
-	if tc.Library != "gateway" {
-		t.Fatalf("target gateway: library %q", tc.Library)
-	}
-	dir := t.TempDir()
-	tc.Base = dir
-	r := librarytest.Render(t, tc, librarytest.NewIndex(t, cfg.WatchedResources, objs))
-	if len(r.Errors) > 0 {
-		t.Errorf("registered errors: %+v", r.Errors)
-	}
+	r, dir := librarytest.RenderExample(t, exampleDir, "gateway", watched(t), "README.md")
 	cfgText := librarytest.FileContent(r.Bundle, "haproxy.cfg")
 	for _, want := range []string{
 		"bind 127.0.0.1:18080\n", "bind 127.0.0.1:18443 ssl crt-list " + dir + "/files/gateway-crt-list\n",

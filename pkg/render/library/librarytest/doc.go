@@ -15,6 +15,8 @@
 //     checked with the real `haproxy -c`.
 //   - Golden: a fixture's bundle compared with its golden/ files, which
 //     the caller's -update flag rewrites.
+//   - RenderExample: an example of the repository rendered as `weft
+//     render` would, its watched resources checked against the README.
 //   - Incremental: a compiled target whose cache follows an index's
 //     changes, rendered again on demand.
 //   - StartEndpoints, StartHAProxy and Client: the traffic runner of the

@@ -7,13 +7,16 @@ import (
 	"testing"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/render/target"
 )
 
-// LoadExample loads the example in dir as `weft render` would: its
-// weft.yaml, whose watched_resources must be documented (those of the
-// README readme, with config.Load's defaults), and the objects of its
-// manifests/*.yaml.
-func LoadExample(t testing.TB, dir string, documented map[string]config.Resource, readme string) (*config.Config, []Object) {
+// RenderExample renders the target named library of the example in dir
+// as `weft render` would, for a temporary base, which it returns: the
+// example's weft.yaml must use the library there, its watched_resources
+// must be documented (those of the README readme, with config.Load's
+// defaults), and the render over the objects of its manifests/*.yaml must
+// register no errors.
+func RenderExample(t testing.TB, dir, library string, documented map[string]config.Resource, readme string) (target.Result, string) {
 	t.Helper()
 	cfg, err := config.Load(filepath.Join(dir, "weft.yaml"))
 	if err != nil {
@@ -41,5 +44,14 @@ func LoadExample(t testing.TB, dir string, documented map[string]config.Resource
 		}
 		objs = append(objs, ParseObjects(t, cfg.WatchedResources, data)...)
 	}
-	return cfg, objs
+	tc := cfg.Targets[library]
+	if tc.Library != library {
+		t.Fatalf("target %s: library %q", library, tc.Library)
+	}
+	tc.Base = t.TempDir()
+	r := Render(t, tc, NewIndex(t, cfg.WatchedResources, objs))
+	if len(r.Errors) > 0 {
+		t.Errorf("registered errors: %+v", r.Errors)
+	}
+	return r, tc.Base
 }
