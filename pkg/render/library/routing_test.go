@@ -52,7 +52,7 @@ func TestRouting(t *testing.T) {
 					port = httpsPort
 				}
 				rq.httpsPort = httpsPort
-				t.Run(fmt.Sprintf("%d_%s_%s%s", i+1, rq.scheme(), rq.Host, rq.Path), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%d_%s_%s%s", i+1, rq.URLScheme(), rq.Host, rq.Path), func(t *testing.T) {
 					check(t, rq, port)
 				})
 			}
@@ -63,33 +63,21 @@ func TestRouting(t *testing.T) {
 // request is one line of a fixture's requests.yaml: a request the routing
 // test sends to the running HAProxy and what must answer it.
 type request struct {
-	Method string `json:"method,omitempty"` // default GET
-	Scheme string `json:"scheme,omitempty"` // http (default) or https
-	Host   string `json:"host"`             // the Host header ("": the address)
-	Path   string `json:"path,omitempty"`   // default "/"
-	SNI    string `json:"sni,omitempty"`    // https: the server name sent (none when empty)
-	// Backend is the Service that must answer (status 200); without it,
-	// Status is the status HAProxy must answer with.
-	Backend string `json:"backend,omitempty"`
-	Status  int    `json:"status,omitempty"`
+	librarytest.Request
 	// Port is the target port (as in the EndpointSlice) that must answer.
 	Port int `json:"port,omitempty"`
 	// Addresses are the endpoint addresses allowed to answer; with
 	// AllAddresses, each of them must answer one of the Repeat requests.
 	Addresses    []string `json:"addresses,omitempty"`
 	AllAddresses bool     `json:"all_addresses,omitempty"`
-	Repeat       int      `json:"repeat,omitempty"`
-	// Cert is the common name of the certificate HAProxy must present.
-	Cert string `json:"cert,omitempty"`
 	// Proto is the X-Forwarded-Proto the backend must receive.
 	Proto string `json:"proto,omitempty"`
 
-	// Headers are sent with the request; User and Password as basic
-	// authentication; Body is the length of a body of "x" sent.
-	Headers  map[string]string `json:"headers,omitempty"`
-	User     string            `json:"user,omitempty"`
-	Password string            `json:"password,omitempty"`
-	Body     int               `json:"body,omitempty"`
+	// User and Password are sent as basic authentication; Body is the
+	// length of a body of "x" sent.
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
+	Body     int    `json:"body,omitempty"`
 	// ContentLength, when set, is sent as the Content-Length header of a
 	// request written by hand with a few bytes of body, and only the
 	// answer's status is checked.
@@ -100,10 +88,9 @@ type request struct {
 	// URI is the request URI the backend must receive (default Path): the
 	// path as normalized by HAProxy, then rewritten.
 	URI string `json:"uri,omitempty"`
-	// BackendHeaders are headers the backend must receive, and HTTP the
-	// protocol it is reached with ("HTTP/1.1", "HTTP/2.0").
-	BackendHeaders map[string]string `json:"backend_headers,omitempty"`
-	HTTP           string            `json:"http,omitempty"`
+	// HTTP is the protocol the backend is reached with ("HTTP/1.1",
+	// "HTTP/2.0").
+	HTTP string `json:"http,omitempty"`
 	// ResponseHeaders are headers the answer must have (a header given as
 	// "" must be absent).
 	ResponseHeaders map[string]string `json:"response_headers,omitempty"`
@@ -114,27 +101,9 @@ type request struct {
 	httpsPort int // the HTTPS listener's port, for {https_port} in Location
 }
 
-func (r request) scheme() string {
-	if r.Scheme == "" {
-		return "http"
-	}
-	return r.Scheme
-}
-
 // check sends rq (Repeat times) to HAProxy on port and checks the answers.
 func check(t *testing.T, rq request, port int) {
-	path := rq.Path
-	if path == "" {
-		path = "/"
-	}
-	method := rq.Method
-	if method == "" {
-		method = http.MethodGet
-	}
-	want := rq.Status
-	if want == 0 {
-		want = http.StatusOK
-	}
+	method, path, want := rq.Defaults()
 	client := librarytest.Client(rq.SNI)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	if rq.ContentLength > 0 {
@@ -149,7 +118,7 @@ func check(t *testing.T, rq request, port int) {
 		if rq.Body > 0 {
 			reqBody = strings.NewReader(strings.Repeat("x", rq.Body))
 		}
-		req, err := http.NewRequest(method, rq.scheme()+"://"+addr+path, reqBody)
+		req, err := http.NewRequest(method, rq.URLScheme()+"://"+addr+path, reqBody)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,14 +160,7 @@ func check(t *testing.T, rq request, port int) {
 				t.Errorf("request %d: response header %s %q, want %q", n+1, k, got, v)
 			}
 		}
-		if rq.Cert != "" {
-			if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
-				t.Fatalf("request %d: no TLS certificate", n+1)
-			}
-			if cn := resp.TLS.PeerCertificates[0].Subject.CommonName; cn != rq.Cert {
-				t.Errorf("request %d: certificate %q, want %q", n+1, cn, rq.Cert)
-			}
-		}
+		rq.CheckCert(t, n+1, resp)
 		if rq.Backend == "" || want != http.StatusOK {
 			continue
 		}
@@ -222,11 +184,7 @@ func check(t *testing.T, rq request, port int) {
 		if e.Method != method || e.Host != host || e.URI != uri {
 			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", n+1, e.Method, e.Host, e.URI, method, host, uri)
 		}
-		for k, v := range rq.BackendHeaders {
-			if got := e.Headers[http.CanonicalHeaderKey(k)]; got != v {
-				t.Errorf("request %d: the endpoint got header %s %q, want %q", n+1, k, got, v)
-			}
-		}
+		rq.CheckBackendHeaders(t, n+1, e)
 		if rq.HTTP != "" && e.HTTP != rq.HTTP {
 			t.Errorf("request %d: the endpoint was reached with %s, want %s", n+1, e.HTTP, rq.HTTP)
 		}

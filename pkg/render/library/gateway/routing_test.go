@@ -54,7 +54,7 @@ func TestRouting(t *testing.T) {
 			librarytest.StartHAProxy(t, dir, used...)
 			for i, rq := range f.Requests {
 				port := ports[rq.port()]
-				t.Run(fmt.Sprintf("%d_%s_%s%s", i+1, rq.scheme(), rq.Host, rq.Path), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%d_%s_%s%s", i+1, rq.URLScheme(), rq.Host, rq.Path), func(t *testing.T) {
 					check(t, rq, port)
 				})
 			}
@@ -65,49 +65,28 @@ func TestRouting(t *testing.T) {
 // request is one item of a fixture's requests.yaml: a request the routing
 // test sends to the running HAProxy and what must answer it.
 type request struct {
-	Method  string            `json:"method,omitempty"`  // default GET
-	Scheme  string            `json:"scheme,omitempty"`  // http (default) or https
-	Port    int               `json:"port,omitempty"`    // the listener port in the fixture (default 80, or 443 for https)
-	Host    string            `json:"host"`              // the Host header
-	Path    string            `json:"path,omitempty"`    // the request URI, default "/"
-	Headers map[string]string `json:"headers,omitempty"` // request headers
-	SNI     string            `json:"sni,omitempty"`     // https: the server name sent (none when empty)
+	librarytest.Request
+	Port int `json:"port,omitempty"` // the listener port in the fixture (default 80, or 443 for https)
 
-	// Backend is the Service that must answer (status 200); without it,
-	// Status is the status HAProxy must answer with.
-	Backend string `json:"backend,omitempty"`
-	Status  int    `json:"status,omitempty"`
 	// BackendURI and BackendHost are what the backend must receive
-	// (default the request's); BackendHeaders the request headers it must
-	// receive ("" for a header it must not receive).
-	BackendURI     string            `json:"backend_uri,omitempty"`
-	BackendHost    string            `json:"backend_host,omitempty"`
-	BackendHeaders map[string]string `json:"backend_headers,omitempty"`
+	// (default the request's).
+	BackendURI  string `json:"backend_uri,omitempty"`
+	BackendHost string `json:"backend_host,omitempty"`
 	// ResponseHeaders are the headers of the answer ("" for absent).
 	ResponseHeaders map[string]string `json:"response_headers,omitempty"`
 	// Location is the redirect target; "{port}" in it stands for ":" and
 	// the local port of the request's listener.
 	Location string `json:"location,omitempty"`
-	// Cert is the common name of the certificate HAProxy must present.
-	Cert string `json:"cert,omitempty"`
 	// With Shares, Repeat requests are sent and each Service must answer
 	// its share of them (within 0.1).
-	Repeat int                `json:"repeat,omitempty"`
 	Shares map[string]float64 `json:"shares,omitempty"`
-}
-
-func (r request) scheme() string {
-	if r.Scheme == "" {
-		return "http"
-	}
-	return r.Scheme
 }
 
 func (r request) port() int {
 	switch {
 	case r.Port != 0:
 		return r.Port
-	case r.scheme() == "https":
+	case r.URLScheme() == "https":
 		return 443
 	}
 	return 80
@@ -115,24 +94,13 @@ func (r request) port() int {
 
 // check sends rq (Repeat times) to HAProxy on port and checks the answers.
 func check(t *testing.T, rq request, port int) {
-	path := rq.Path
-	if path == "" {
-		path = "/"
-	}
-	method := rq.Method
-	if method == "" {
-		method = http.MethodGet
-	}
-	want := rq.Status
-	if want == 0 {
-		want = http.StatusOK
-	}
+	method, path, want := rq.Defaults()
 	client := librarytest.Client(rq.SNI)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	counts := map[string]int{}
 	n := max(rq.Repeat, 1)
 	for i := range n {
-		req, err := http.NewRequest(method, rq.scheme()+"://"+addr+path, nil)
+		req, err := http.NewRequest(method, rq.URLScheme()+"://"+addr+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,14 +140,7 @@ func check(t *testing.T, rq request, port int) {
 				t.Errorf("response header %s: %q, want %q", k, got, v)
 			}
 		}
-		if rq.Cert != "" {
-			if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
-				t.Fatalf("request %d: no TLS certificate", i+1)
-			}
-			if cn := resp.TLS.PeerCertificates[0].Subject.CommonName; cn != rq.Cert {
-				t.Errorf("request %d: certificate %q, want %q", i+1, cn, rq.Cert)
-			}
-		}
+		rq.CheckCert(t, i+1, resp)
 		if rq.Backend == "" {
 			continue
 		}
@@ -194,11 +155,7 @@ func check(t *testing.T, rq request, port int) {
 		if e.Method != method || e.Host != wantHost || e.URI != wantURI {
 			t.Errorf("request %d: the endpoint got %s %s %s, want %s %s %s", i+1, e.Method, e.Host, e.URI, method, wantHost, wantURI)
 		}
-		for k, v := range rq.BackendHeaders {
-			if got := e.Headers[http.CanonicalHeaderKey(k)]; got != v {
-				t.Errorf("request %d: the endpoint got header %s %q, want %q", i+1, k, got, v)
-			}
-		}
+		rq.CheckBackendHeaders(t, i+1, e)
 	}
 	for svc, share := range rq.Shares {
 		if got := float64(counts[svc]) / float64(n); math.Abs(got-share) > 0.1 {
