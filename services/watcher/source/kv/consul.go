@@ -257,25 +257,10 @@ func (s *consulSource) Run(ctx context.Context, sink source.Sink) error {
 	tick := time.NewTicker(s.rescan)
 	defer tick.Stop()
 	for {
-		idx, err := s.list(ctx, c, rep)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
-				return nil
-			}
-			continue
-		}
-		bo.reset()
-		if err := s.follow(ctx, c, rep, idx, tick.C); err != nil && ctx.Err() == nil {
-			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
-				return nil
-			}
-		}
-		if ctx.Err() != nil {
+		var idx []uint64
+		if !listThenFollow(ctx, sink, &bo,
+			func() (err error) { idx, err = s.list(ctx, c, rep); return err },
+			func() error { return s.follow(ctx, c, rep, idx, tick.C) }) {
 			return nil
 		}
 	}

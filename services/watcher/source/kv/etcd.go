@@ -3,7 +3,6 @@ package kv
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -39,20 +38,9 @@ type etcdRange struct {
 }
 
 func newEtcd(b base, src config.Source, o options) (*etcdSource, error) {
-	if len(src.Endpoints) == 0 {
-		return nil, fmt.Errorf("%w: endpoints are required", ErrConfig)
-	}
-	for _, ep := range src.Endpoints {
-		if strings.TrimSpace(ep) == "" {
-			return nil, fmt.Errorf("%w: an endpoint is empty", ErrConfig)
-		}
-	}
-	pass, err := secret("password", src.PasswordEnv, src.PasswordFile, o.environ)
+	pass, err := endpointsAndPassword(src, o.environ)
 	if err != nil {
 		return nil, err
-	}
-	if (src.Username == "") != (pass == "") {
-		return nil, fmt.Errorf("%w: username and password_env go together", ErrConfig)
 	}
 	return &etcdSource{base: b, endpoints: src.Endpoints, user: src.Username, pass: pass}, nil
 }
@@ -121,28 +109,15 @@ func (s *etcdSource) Run(ctx context.Context, sink source.Sink) error {
 				continue
 			}
 		}
-		rev, err := s.list(ctx, client, rep)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
-				return nil
-			}
-			continue
-		}
-		bo.reset()
-		if s.afterList != nil {
-			s.afterList()
-		}
-		if err := s.follow(ctx, client, rep, rev, tick.C); err != nil && ctx.Err() == nil {
-			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
-				return nil
-			}
-		}
-		if ctx.Err() != nil {
+		var rev int64
+		if !listThenFollow(ctx, sink, &bo,
+			func() (err error) { rev, err = s.list(ctx, client, rep); return err },
+			func() error {
+				if s.afterList != nil {
+					s.afterList()
+				}
+				return s.follow(ctx, client, rep, rev, tick.C)
+			}) {
 			return nil
 		}
 	}

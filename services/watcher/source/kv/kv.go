@@ -235,6 +235,51 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.cur = 0 }
 
+// listThenFollow is one turn of the loop of a source that lists, then
+// follows changes from the listing: a failure of list or follow is
+// reported to sink and waited out with bo, a list that succeeds resets
+// bo. It reports whether the source goes on (ctx has not ended).
+func listThenFollow(ctx context.Context, sink source.Sink, bo *backoff, list, follow func() error) bool {
+	err := list()
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		sink.Problem(ctx, err)
+		return sleep(ctx, bo.next())
+	}
+	bo.reset()
+	if err := follow(); err != nil && ctx.Err() == nil {
+		sink.Problem(ctx, err)
+		if !sleep(ctx, bo.next()) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// endpointsAndPassword checks the endpoints of a source with a list of
+// servers (etcd, zookeeper) and reads its password (password_env or
+// password_file), which goes with its username.
+func endpointsAndPassword(src config.Source, environ func() []string) (string, error) {
+	if len(src.Endpoints) == 0 {
+		return "", fmt.Errorf("%w: endpoints are required", ErrConfig)
+	}
+	for _, ep := range src.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			return "", fmt.Errorf("%w: an endpoint is empty", ErrConfig)
+		}
+	}
+	pass, err := secret("password", src.PasswordEnv, src.PasswordFile, environ)
+	if err != nil {
+		return "", err
+	}
+	if (src.Username == "") != (pass == "") {
+		return "", fmt.Errorf("%w: username and password_env or password_file go together", ErrConfig)
+	}
+	return pass, nil
+}
+
 // sleep waits d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -32,20 +32,9 @@ type zookeeperSource struct {
 }
 
 func newZookeeper(b base, src config.Source, o options) (*zookeeperSource, error) {
-	if len(src.Endpoints) == 0 {
-		return nil, fmt.Errorf("%w: endpoints are required", ErrConfig)
-	}
-	for _, ep := range src.Endpoints {
-		if strings.TrimSpace(ep) == "" {
-			return nil, fmt.Errorf("%w: an endpoint is empty", ErrConfig)
-		}
-	}
-	pass, err := secret("password", src.PasswordEnv, src.PasswordFile, o.environ)
+	pass, err := endpointsAndPassword(src, o.environ)
 	if err != nil {
 		return nil, err
-	}
-	if (src.Username == "") != (pass == "") {
-		return nil, fmt.Errorf("%w: username and password_env or password_file go together", ErrConfig)
 	}
 	if strings.Contains(src.Username, ":") {
 		return nil, fmt.Errorf("%w: a digest username cannot hold ':'", ErrConfig)
@@ -280,25 +269,9 @@ func (s *zookeeperSource) Run(ctx context.Context, sink source.Sink) error {
 		for _, ev := range q.take() {
 			t.fired(ev)
 		}
-		err := s.list(ctx, t, rep)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
-				return nil
-			}
-			continue
-		}
-		bo.reset()
-		if err := s.follow(ctx, t, rep, q, tick.C); err != nil && ctx.Err() == nil {
-			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
-				return nil
-			}
-		}
-		if ctx.Err() != nil {
+		if !listThenFollow(ctx, sink, &bo,
+			func() error { return s.list(ctx, t, rep) },
+			func() error { return s.follow(ctx, t, rep, q, tick.C) }) {
 			return nil
 		}
 	}
