@@ -16,38 +16,15 @@ export GONOSUMDB=${GONOSUMDB:+$GONOSUMDB,}github.com/hashicorp/consul-awsauth
 
 version=$(go list -m -f '{{.Version}}' github.com/hashicorp/consul)
 dir=${1:-${WEFT_CACHE:-$HOME/.cache/weft}/consul/$version}
-stamp="$dir/.built"
 want="consul $version"
+bins=(consul)
 
-complete() {
-	[[ -f $stamp && "$(cat "$stamp")" == "$want" && -x $dir/consul ]]
-}
-
-if complete; then
-	echo "$dir"
-	exit 0
-fi
-
-mkdir -p "$dir"
-# One build at a time per DIR: a second caller waits and then finds the
-# binary in place.
-exec 9>"$dir/.lock"
-if command -v flock >/dev/null; then
-	flock 9
-fi
-if complete; then
-	echo "$dir"
-	exit 0
-fi
-
-tmp=$(mktemp -d "$dir/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source-path=SCRIPTDIR source=../lib/cachedbuild.sh
+source "$here/../lib/cachedbuild.sh"
+cached_build_start
 
 echo "building consul $version into $dir" >&2
-start=$SECONDS
 go build -trimpath -ldflags "-s -w" -o "$tmp/consul" github.com/hashicorp/consul
-mv -f "$tmp/consul" "$dir/consul"
-echo "$want" >"$stamp"
-echo "built in $((SECONDS - start))s" >&2
+cached_build_finish
 "$dir/consul" version >&2
 echo "$dir"

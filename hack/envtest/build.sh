@@ -15,34 +15,12 @@ export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
 kube_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd_version=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 dir=${1:-${WEFT_CACHE:-$HOME/.cache/weft}/envtest/$kube_version}
-stamp="$dir/.built"
 want="kube-apiserver $kube_version etcd $etcd_version kube-controller-manager $kube_version"
 bins=(kube-apiserver etcd kube-controller-manager)
 
-complete() {
-	[[ -f $stamp && "$(cat "$stamp")" == "$want" ]] || return 1
-	local b
-	for b in "${bins[@]}"; do
-		[[ -x $dir/$b ]] || return 1
-	done
-}
-
-if complete; then
-	echo "$dir"
-	exit 0
-fi
-
-mkdir -p "$dir"
-# One build at a time per DIR: a second caller waits and then finds the
-# binaries in place.
-exec 9>"$dir/.lock"
-if command -v flock >/dev/null; then
-	flock 9
-fi
-if complete; then
-	echo "$dir"
-	exit 0
-fi
+# shellcheck source-path=SCRIPTDIR source=../lib/cachedbuild.sh
+source "$here/../lib/cachedbuild.sh"
+cached_build_start
 
 minor=${kube_version#v1.}
 minor=${minor%%.*}
@@ -52,11 +30,7 @@ ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
 ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
 ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 
-tmp=$(mktemp -d "$dir/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
 echo "building kube-apiserver, kube-controller-manager $kube_version and etcd $etcd_version into $dir" >&2
-start=$SECONDS
 # One go build for all three shares the compilation of their common packages.
 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
 	k8s.io/kubernetes/cmd/kube-apiserver \
@@ -64,10 +38,6 @@ go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
 	go.etcd.io/etcd/server/v3
 # go names the etcd binary after its package path's last element.
 mv "$tmp/server" "$tmp/etcd"
-for b in "${bins[@]}"; do
-	mv -f "$tmp/$b" "$dir/$b"
-done
-echo "$want" >"$stamp"
-echo "built in $((SECONDS - start))s" >&2
+cached_build_finish
 "$dir/kube-apiserver" --version >&2
 echo "$dir"

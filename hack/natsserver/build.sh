@@ -13,38 +13,15 @@ export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
 
 version=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
 dir=${1:-${WEFT_CACHE:-$HOME/.cache/weft}/nats-server/$version}
-stamp="$dir/.built"
 want="nats-server $version"
+bins=(nats-server)
 
-complete() {
-	[[ -f $stamp && "$(cat "$stamp")" == "$want" && -x $dir/nats-server ]]
-}
-
-if complete; then
-	echo "$dir"
-	exit 0
-fi
-
-mkdir -p "$dir"
-# One build at a time per DIR: a second caller waits and then finds the
-# binary in place.
-exec 9>"$dir/.lock"
-if command -v flock >/dev/null; then
-	flock 9
-fi
-if complete; then
-	echo "$dir"
-	exit 0
-fi
-
-tmp=$(mktemp -d "$dir/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source-path=SCRIPTDIR source=../lib/cachedbuild.sh
+source "$here/../lib/cachedbuild.sh"
+cached_build_start
 
 echo "building nats-server $version into $dir" >&2
-start=$SECONDS
 go build -trimpath -ldflags "-s -w" -o "$tmp/nats-server" github.com/nats-io/nats-server/v2
-mv -f "$tmp/nats-server" "$dir/nats-server"
-echo "$want" >"$stamp"
-echo "built in $((SECONDS - start))s" >&2
+cached_build_finish
 "$dir/nats-server" --version >&2
 echo "$dir"
