@@ -138,15 +138,7 @@ func check(t *testing.T, rq request, port int) {
 		if rq.Host != "" {
 			req.Host, host = rq.Host, rq.Host
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("request %d: %v", n+1, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp, body := librarytest.Send(t, client, req, n+1)
 		if resp.StatusCode != want {
 			t.Fatalf("request %d: status %d, want %d; body %q", n+1, resp.StatusCode, want, body)
 		}

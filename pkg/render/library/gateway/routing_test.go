@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"net"
@@ -108,15 +107,7 @@ func check(t *testing.T, rq request, port int) {
 		for k, v := range rq.Headers {
 			req.Header.Set(k, v)
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("request %d: %v", i+1, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp, body := librarytest.Send(t, client, req, i+1)
 		if rq.Shares != nil {
 			var e librarytest.Echo
 			if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &e) == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -201,6 +202,22 @@ func StartHAProxy(t testing.TB, dir string, ports ...int) {
 			return c.Close()
 		})
 	}
+}
+
+// Send sends req, request n of a test, with client and returns the
+// answer and its body.
+func Send(t testing.TB, client *http.Client, req *http.Request, n int) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("request %d: %v", n, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
 }
 
 // Client is the HTTP client requests are sent to HAProxy with: no
