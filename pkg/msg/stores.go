@@ -396,3 +396,23 @@ func IsDuplicateInProcess(err error) bool {
 }
 
 const errDuplicateInProcess jetstream.ErrorCode = 10158
+
+// FilteredWatcher is what Watch needs of a bucket.
+type FilteredWatcher interface {
+	WatchFiltered(ctx context.Context, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
+}
+
+// Watch is kv.WatchFiltered(ctx, keys, opts...) asked again while
+// JetStream does not answer (a NATS node lost, streams electing their
+// leaders) until ctx is done, as Open does; a bucket that does not exist
+// is final. The watch lives as long as ctx; each try is bounded by the
+// client's request timeout.
+func Watch(ctx context.Context, kv FilteredWatcher, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	var w jetstream.KeyWatcher
+	err := Open(ctx, "watch "+strings.Join(keys, " "), func(context.Context) error {
+		var err error
+		w, err = kv.WatchFiltered(ctx, keys, opts...)
+		return err
+	})
+	return w, err
+}

@@ -293,18 +293,18 @@ func (w watches) stop() {
 func (d *deployer) openWatches(ctx context.Context) (watches, error) {
 	var w watches
 	var err error
-	if w.pins, err = d.status.Watch(ctx, pinKeys, jetstream.UpdatesOnly()); err != nil {
+	if w.pins, err = msg.Watch(ctx, d.status, []string{pinKeys}, jetstream.UpdatesOnly()); err != nil {
 		return w, fmt.Errorf("deployer: watch the pins: %w", err)
 	}
 	if d.env.Site == "" && len(d.cfg.Sites) > 0 {
 		// From the start: the deploys recorded while no hub deployer ran.
-		if w.deploys, err = d.status.Watch(ctx, siteDeploys); err != nil {
+		if w.deploys, err = msg.Watch(ctx, d.status, []string{siteDeploys}); err != nil {
 			w.stop()
 			return w, fmt.Errorf("deployer: watch the sites' deploy statuses: %w", err)
 		}
 	}
 	if d.env.Site != "" {
-		if w.accepted, err = d.status.Watch(ctx, acceptedKeys, jetstream.UpdatesOnly()); err != nil {
+		if w.accepted, err = msg.Watch(ctx, d.status, []string{acceptedKeys}, jetstream.UpdatesOnly()); err != nil {
 			w.stop()
 			return w, fmt.Errorf("deployer: watch the validation statuses: %w", err)
 		}

@@ -88,7 +88,7 @@ func (p *podFollower) watch(ctx context.Context) error {
 		return err
 	}
 	// The watch lives as long as ctx: not inside Open, whose tries end.
-	w, err := kv.Watch(ctx, "*."+p.deploy.Pods.Type+".>")
+	w, err := msg.Watch(ctx, kv, []string{"*." + p.deploy.Pods.Type + ".>"})
 	if err != nil {
 		return fmt.Errorf("watch pods of %s: %w", p.target, err)
 	}

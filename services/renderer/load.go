@@ -50,7 +50,7 @@ func (r *renderer) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renderer: load: %w", err)
 	}
-	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := msg.Watch(ctx, r.kv, []string{jetstream.AllKeys}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("renderer: load: %w", err)
 	}

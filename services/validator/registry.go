@@ -83,7 +83,7 @@ func (r *registry) follow(ctx context.Context, kv jetstream.KeyValue, log *slog.
 }
 
 func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.Watch(ctx, msg.KindHeartbeatPrefix+">")
+	w, err := msg.Watch(ctx, kv, []string{msg.KindHeartbeatPrefix + ">"})
 	if err != nil {
 		return fmt.Errorf("validator: watch heartbeats: %w", err)
 	}

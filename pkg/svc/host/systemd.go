@@ -52,7 +52,7 @@ func notifySystemd(ctx context.Context, env svc.Env, n *sdnotify.Notifier, site 
 		}
 		kv, err = env.JS.KeyValue(ctx, msg.BucketStatus)
 	}
-	w, err := kv.Watch(ctx, "deploy.>", jetstream.IgnoreDeletes())
+	w, err := msg.Watch(ctx, kv, []string{"deploy.>"}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("systemd notify: watch %s: %w", msg.BucketStatus, err)
 	}

@@ -183,7 +183,7 @@ func Watch(ctx context.Context, env svc.Env, dir string) (<-chan *config.Config,
 	if err != nil {
 		return nil, fmt.Errorf("liveconfig: %w", err)
 	}
-	w, err := kv.Watch(ctx, msg.ConfigKey, jetstream.IgnoreDeletes())
+	w, err := msg.Watch(ctx, kv, []string{msg.ConfigKey}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("liveconfig: %w", err)
 	}

@@ -65,7 +65,7 @@ func (o objects) list(ctx context.Context, typ string) ([]map[string]any, error)
 // the values they hold now), not a request per key: reading 200 Nodes, or
 // 200 nodes' pull status, costs the round trips of reading 2.
 func lastValues(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
-	w, err := kv.WatchFiltered(ctx, []string{filter})
+	w, err := msg.Watch(ctx, kv, []string{filter})
 	if err != nil {
 		return nil, err
 	}

@@ -217,7 +217,7 @@ func ownerImage(j *batchv1.Job) string {
 // cut short is an error, never a shorter list: a Job missing from it
 // would pass for one gone.
 func (o objects) scan(ctx context.Context, typ string) (out []map[string]any, bad []error, err error) {
-	w, err := o.kv.WatchFiltered(ctx, []string{msg.ResourcePrefix(o.source, typ) + "*.*"}, jetstream.IgnoreDeletes())
+	w, err := msg.Watch(ctx, o.kv, []string{msg.ResourcePrefix(o.source, typ) + "*.*"}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s: %w", typ, err)
 	}

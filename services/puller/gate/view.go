@@ -163,7 +163,7 @@ func (v *View) watch(ctx context.Context) error {
 	}
 	// The watch lives as long as ctx: a context of one try of msg.Open
 	// would end it as soon as the try returns.
-	w, err := kv.WatchFiltered(ctx, filters)
+	w, err := msg.Watch(ctx, kv, filters)
 	if err != nil {
 		return fmt.Errorf("watch the resources bucket: %w", err)
 	}

@@ -123,7 +123,7 @@ func (s *Store) load(ctx context.Context) error {
 	for i, t := range s.types {
 		filters[i] = msg.ResourcePrefix(s.source, t) + ">"
 	}
-	w, err := s.kv.WatchFiltered(ctx, filters, jetstream.IgnoreDeletes())
+	w, err := msg.Watch(ctx, s.kv, filters, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("store: watch %s: %w", s.source, err)
 	}

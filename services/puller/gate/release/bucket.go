@@ -87,7 +87,7 @@ func (s BucketState) each(ctx context.Context, filter string, f func(key string,
 	if err != nil {
 		return fmt.Errorf("resources bucket: %w", err)
 	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	w, err := msg.Watch(ctx, kv, []string{filter}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("read %s from the resources bucket: %w", filter, err)
 	}
