@@ -476,3 +476,22 @@ func (n *clusterNode) stop() {
 	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
 	<-n.done
 }
+
+// WaitStreams waits, through b, until each named stream answers (has a
+// leader): after a node is killed or restarted the streams it led elect
+// new leaders, and a test's own reads and writes wait for them.
+func (c *Cluster) WaitStreams(t testing.TB, b *Bus, names ...string) {
+	t.Helper()
+	Eventually(t, time.Minute, func() error {
+		for _, name := range names {
+			s, err := b.JS.Stream(context.Background(), name)
+			if err != nil {
+				return fmt.Errorf("stream %s: %w", name, err)
+			}
+			if _, err := s.Info(context.Background()); err != nil {
+				return fmt.Errorf("stream %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+}

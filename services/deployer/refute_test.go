@@ -37,18 +37,7 @@ func TestRefutationRollsBack(t *testing.T) {
 					t.Fatal(err)
 				}
 				// The test's own writes wait for the streams' new leaders.
-				testkit.Eventually(t, time.Minute, func() error {
-					for _, name := range []string{msg.StreamValidated, "KV_" + msg.BucketStatus} {
-						s, err := test.JS.Stream(context.Background(), name)
-						if err != nil {
-							return err
-						}
-						if _, err := s.Info(context.Background()); err != nil {
-							return fmt.Errorf("stream %s: %w", name, err)
-						}
-					}
-					return nil
-				})
+				nc.WaitStreams(t, test, msg.StreamValidated, msg.StreamDeploys, "KV_"+msg.BucketStatus)
 			}
 		}},
 	} {

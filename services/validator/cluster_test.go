@@ -79,6 +79,7 @@ func TestFastPathOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop1()
+	nc.WaitStreams(t, f.bus, msg.StreamValidated, msg.StreamRenders, "KV_"+msg.BucketStatus)
 
 	var full atomic.Int64
 	second := validator.WithPendingSweep(validator.WithCheckerWrap(validator.Options{}, func(c kind.Checker) kind.Checker {
@@ -118,6 +119,7 @@ func TestFastPathOnACluster(t *testing.T) {
 	if err := nc.Restart(0); err != nil {
 		t.Fatal(err)
 	}
+	nc.WaitStreams(t, f.bus, msg.StreamValidated, msg.StreamRenders, "KV_"+msg.BucketStatus)
 	before := full.Load()
 	b4 := bundle(t, withServer("127.0.0.1:8082"), "a.example.com b\n")
 	if v := f.submit(b4); !v.OK || v.Provisional {

@@ -42,9 +42,12 @@ func withServer(addr string) string {
 func (f *fixture) lastVerdict(what string, ok func(msg.Validated) bool) msg.Validated {
 	f.t.Helper()
 	ctx := context.Background()
-	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
 	var v msg.Validated
 	testkit.Eventually(f.t, 30*time.Second, func() error {
+		stream, err := f.bus.JS.Stream(ctx, msg.StreamValidated)
+		if err != nil {
+			return err
+		}
 		m, err := stream.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge"))
 		if err != nil {
 			return err
@@ -66,7 +69,10 @@ func (f *fixture) lastVerdict(what string, ok func(msg.Validated) bool) msg.Vali
 func (f *fixture) earlierVerdict(ver uint64) msg.Validated {
 	f.t.Helper()
 	ctx := context.Background()
-	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	stream, err := f.bus.JS.Stream(ctx, msg.StreamValidated)
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	last, err := stream.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge"))
 	if err != nil {
 		f.t.Fatal(err)
@@ -89,9 +95,12 @@ func (f *fixture) earlierVerdict(ver uint64) msg.Validated {
 func (f *fixture) status(what string, ok func(msg.ValidationStatus) bool) msg.ValidationStatus {
 	f.t.Helper()
 	ctx := context.Background()
-	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
 	var st msg.ValidationStatus
 	testkit.Eventually(f.t, 30*time.Second, func() error {
+		kv, err := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+		if err != nil {
+			return err
+		}
 		st = msg.ValidationStatus{}
 		if _, err := msg.LoadStatus(ctx, kv, msg.ValidationStatusKey("edge"), &st); err != nil {
 			return err

@@ -127,7 +127,10 @@ func (f *fixture) publish(b msg.Bundle) uint64 {
 	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
 		f.t.Fatal(err)
 	}
-	status, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	status, err := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	var rs msg.RenderStatus
 	rev, err := msg.LoadStatus(ctx, status, msg.RenderStatusKey("edge"), &rs)
 	if err != nil {
@@ -144,9 +147,12 @@ func (f *fixture) publish(b msg.Bundle) uint64 {
 func (f *fixture) verdict(ver uint64) msg.Validated {
 	f.t.Helper()
 	ctx := context.Background()
-	stream, _ := f.bus.JS.Stream(ctx, msg.StreamValidated)
 	var v msg.Validated
 	testkit.Eventually(f.t, 20*time.Second, func() error {
+		stream, err := f.bus.JS.Stream(ctx, msg.StreamValidated)
+		if err != nil {
+			return err
+		}
 		m, err := stream.GetLastMsgForSubject(ctx, msg.ValidatedSubject("edge"))
 		if err != nil {
 			return err
