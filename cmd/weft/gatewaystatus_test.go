@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/renderer"
 	"github.com/weftio/weft/services/validator"
@@ -88,30 +86,15 @@ targets:
 	}
 	// Every service on its own NATS user, as generated from the access
 	// table: the server must refuse nothing the watchers do.
-	keys := t.TempDir()
-	var conf bytes.Buffer
-	if err := run([]string{"nats-config", "--keys", keys}, &conf, &bytes.Buffer{}); err != nil {
-		t.Fatal(err)
-	}
-	srv := testkit.NATSServer(t, conf.String())
-	var errOut bytes.Buffer
-	if err := run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleProvisioner)}, &bytes.Buffer{}, &errOut); err != nil {
-		t.Fatalf("weft provision: %v\n%s", err, errOut.String())
-	}
-	var v violations
-	t.Cleanup(func() {
-		if s := v.String(); s != "" {
-			t.Errorf("the NATS server refused:\n%s", s)
-		}
-	})
-	bus := roleBus(t, srv.URL, keys, msg.RoleAdmin, &v)
-	venv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleValidator, &v), "v")
+	url, keys, v := usersServer(t)
+	bus := roleBus(t, url, keys, msg.RoleAdmin, v)
+	venv := testkit.NewEnv(t, roleBus(t, url, keys, msg.RoleValidator, v), "v")
 	testkit.Run(t, func(ctx context.Context) error { return validator.Run(ctx, venv.Env, cfg) })
-	renv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleRenderer, &v), "r")
+	renv := testkit.NewEnv(t, roleBus(t, url, keys, msg.RoleRenderer, v), "r")
 	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, renv.Env, cfg) })
 	envs := []*testkit.Env{
-		testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleWatcher, &v), "w1"),
-		testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleWatcher, &v), "w2"),
+		testkit.NewEnv(t, roleBus(t, url, keys, msg.RoleWatcher, v), "w1"),
+		testkit.NewEnv(t, roleBus(t, url, keys, msg.RoleWatcher, v), "w2"),
 	}
 	stops := make([]func(), len(envs))
 	for i, env := range envs {

@@ -240,3 +240,28 @@ func TestUpRequiresUsers(t *testing.T) {
 		t.Fatalf("weft exited with %v", err)
 	}
 }
+
+// usersServer is a real nats-server whose users are what `weft
+// nats-config` generates (their seeds in keys), provisioned by `weft
+// provision` with the provisioner's key. Every refusal it sends to a
+// roleBus of v fails the test when it ends.
+func usersServer(t *testing.T) (url, keys string, v *violations) {
+	t.Helper()
+	keys = t.TempDir()
+	var conf bytes.Buffer
+	if err := run([]string{"nats-config", "--keys", keys}, &conf, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	srv := testkit.NATSServer(t, conf.String())
+	var errOut bytes.Buffer
+	if err := run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleProvisioner)}, &bytes.Buffer{}, &errOut); err != nil {
+		t.Fatalf("weft provision: %v\n%s", err, errOut.String())
+	}
+	v = &violations{}
+	t.Cleanup(func() {
+		if s := v.String(); s != "" {
+			t.Errorf("the NATS server refused:\n%s", s)
+		}
+	})
+	return srv.URL, keys, v
+}

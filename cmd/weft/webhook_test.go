@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
-	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/deployer"
 	"github.com/weftio/weft/services/renderer"
@@ -99,30 +97,15 @@ func TestValidationWebhookOnAPIServer(t *testing.T) {
 	cfg := webhookConfig(t, k.Kubeconfig, dir, config.FailurePolicyFail)
 	// Every service on its own NATS user, as generated from the access
 	// table: the server must refuse nothing the dry runs do.
-	keys := t.TempDir()
-	var conf bytes.Buffer
-	if err := run([]string{"nats-config", "--keys", keys}, &conf, &bytes.Buffer{}); err != nil {
-		t.Fatal(err)
-	}
-	srv := testkit.NATSServer(t, conf.String())
-	var errOut bytes.Buffer
-	if err := run([]string{"provision", "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(keys, msg.RoleProvisioner)}, &bytes.Buffer{}, &errOut); err != nil {
-		t.Fatalf("weft provision: %v\n%s", err, errOut.String())
-	}
-	var v violations
-	t.Cleanup(func() {
-		if s := v.String(); s != "" {
-			t.Errorf("the NATS server refused:\n%s", s)
-		}
-	})
-	bus := roleBus(t, srv.URL, keys, msg.RoleAdmin, &v)
-	wenv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleWatcher, &v), "wh")
+	url, keys, v := usersServer(t)
+	bus := roleBus(t, url, keys, msg.RoleAdmin, v)
+	wenv := testkit.NewEnv(t, roleBus(t, url, keys, msg.RoleWatcher, v), "wh")
 	testkit.Run(t, func(ctx context.Context) error { return watcher.Run(ctx, wenv.Env, cfg) })
-	denv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleDeployer, &v), "wh")
+	denv := testkit.NewEnv(t, roleBus(t, url, keys, msg.RoleDeployer, v), "wh")
 	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, denv.Env, cfg) })
-	venv := testkit.NewEnv(t, roleBus(t, srv.URL, keys, msg.RoleValidator, &v), "wh-validator")
+	venv := testkit.NewEnv(t, roleBus(t, url, keys, msg.RoleValidator, v), "wh-validator")
 	stopValidator := testkit.Run(t, func(ctx context.Context) error { return validator.Run(ctx, venv.Env, cfg) })
-	rbus := roleBus(t, srv.URL, keys, msg.RoleRenderer, &v)
+	rbus := roleBus(t, url, keys, msg.RoleRenderer, v)
 	renv := testkit.NewEnv(t, rbus, "wh-renderer")
 	opts := renderer.Options{WebhookListen: wh.Addr, WebhookCert: wh.CertFile, WebhookKey: wh.KeyFile}
 	stopRenderer := testkit.Run(t, func(ctx context.Context) error { return opts.Run(ctx, renv.Env, cfg) })
