@@ -36,6 +36,33 @@ import (
 // host is served (the last run's), for go tool pprof -sample_index=inuse_space.
 var heapProfile = flag.String("scale-heap-profile", "", "write a heap profile here once every host is served")
 
+// changesProfile names a file to which benchScaleChanges writes a CPU
+// profile of its timed changes only (the initial load left out), for go
+// tool pprof; not with -cpuprofile, which holds the one CPU profiler.
+var changesProfile = flag.String("scale-cpu-profile", "", "write a CPU profile of the timed changes (not the initial load) here")
+
+// startChangesProfile starts the profile -scale-cpu-profile asks for and
+// returns its stop.
+func startChangesProfile(b *testing.B) func() {
+	if *changesProfile == "" {
+		return func() {}
+	}
+	f, err := os.Create(*changesProfile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
 // scaleLogs, when set, keeps the services' logs of a scale benchmark (the
 // stage times are read from them) in that file.
 var scaleLogs = flag.String("scale-logs", "", "write the services' logs of each scale benchmark to this file")
@@ -141,6 +168,7 @@ func benchScaleChanges(b *testing.B, change func(b *testing.B, s *scaleStack, k 
 					lat          []time.Duration
 					starts, ends []time.Time
 				)
+				stopProfile := startChangesProfile(b)
 				for k := 0; b.Loop(); k++ {
 					start := time.Now()
 					host, want, check := change(b, s, k)
@@ -151,6 +179,7 @@ func benchScaleChanges(b *testing.B, change func(b *testing.B, s *scaleStack, k 
 						check()
 					}
 				}
+				stopProfile()
 				reportLatency(b, lat, s.reloads(b)-before)
 				reportStages(b, s, starts, ends)
 			})

@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -107,8 +108,12 @@ func isChunkHash(s string) bool {
 	if len(s) != 2*sha256.Size {
 		return false
 	}
-	_, err := hex.DecodeString(s)
-	return err == nil
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // StoredSubject is the subject of the description of the object name in
@@ -131,6 +136,10 @@ const (
 	// DefaultWrittenChunks bounds how many chunks a BundleStore remembers
 	// having stored.
 	DefaultWrittenChunks = 1 << 16
+	// manifestCacheRefs bounds the chunk references of the decoded
+	// manifests a BundleStore keeps (about 80 bytes each): a bundle of
+	// 10 MB has some 7,000.
+	manifestCacheRefs = 1 << 17
 	// storeStateEvery: how long the store's first and last sequence, read
 	// from the stream, are taken as current.
 	storeStateEvery = time.Second
@@ -143,16 +152,26 @@ const (
 // BundleStoreOption configures a BundleStore.
 type BundleStoreOption func(*BundleStore)
 
-// WithChunkCache bounds the bytes of chunks kept after reading them (0:
-// none kept). By default the bound is DefaultChunkCache or, once a bundle
-// larger than that was read, one and a half times the largest bundle read:
-// a cache smaller than the bundle read again and again would keep none of
-// it.
+// WithChunkCache bounds the bytes of chunks kept after reading them, and
+// apart the bytes of the bundles last loaded (0: none kept). By default
+// the bound is DefaultChunkCache or, once a bundle larger than that was
+// read, one and a half times the largest bundle read: a cache smaller than
+// the bundle read again and again would keep none of it; bundles loaded
+// are kept up to twice the largest.
 func WithChunkCache(bytes int) BundleStoreOption {
 	return func(s *BundleStore) {
 		s.cache = newLRU[string, []byte](bytes, func(b []byte) int { return len(b) })
+		s.loaded = newLRU[string, Bundle](bytes, bundleSize)
 		s.cacheFixed = true
 	}
+}
+
+func bundleSize(b Bundle) int {
+	n := 0
+	for _, f := range b.Files {
+		n += len(f.Content)
+	}
+	return n
 }
 
 // BundleStore stores bundles and candidate configurations in ObjectBundles
@@ -182,11 +201,29 @@ type BundleStore struct {
 	cache      *lru[string, []byte]
 	cacheFixed bool // WithChunkCache: the cache does not grow with bundles
 	written    *lru[string, placement]
+	// manifests holds decoded manifests by the chunks of their content
+	// (contentKey): read-only once in.
+	manifests *lru[string, BundleManifest]
+	// loaded holds the bundles loaded last (the largest twice over), by
+	// the chunks of their manifest: read-only once in. A fleet's orders
+	// load one bundle once.
+	loaded *lru[string, Bundle]
 
 	mu     sync.Mutex
 	stream jetstream.Stream
 	obs    jetstream.ObjectStore
 	state  storeState
+	// cut holds, by target, how the files of the last bundle put for it
+	// were cut, so the next put cuts and hashes only what changed.
+	cut map[string]map[string]cutFile
+}
+
+// cutFile is a file's content as PutBundle cut it: the end and hash of
+// each chunk.
+type cutFile struct {
+	content []byte
+	ends    []int
+	refs    []string
 }
 
 // placement is where and when a chunk was written.
@@ -209,6 +246,15 @@ func NewBundleStore(js jetstream.JetStream, opts ...BundleStoreOption) *BundleSt
 	s := &BundleStore{js: js}
 	s.cache = newLRU[string, []byte](DefaultChunkCache, func(b []byte) int { return len(b) })
 	s.written = newLRU[string, placement](DefaultWrittenChunks, func(placement) int { return 1 })
+	s.manifests = newLRU[string, BundleManifest](manifestCacheRefs, func(m BundleManifest) int {
+		n := 1
+		for _, f := range m.Files {
+			n += len(f.Chunks)
+		}
+		return n
+	})
+	s.cut = map[string]map[string]cutFile{}
+	s.loaded = newLRU[string, Bundle](0, bundleSize)
 	for _, o := range opts {
 		o(s)
 	}
@@ -225,18 +271,64 @@ func (s *BundleStore) PutBundle(ctx context.Context, name string, b Bundle) erro
 	if name == "" {
 		name = b.Hash
 	}
+	s.mu.Lock()
+	prev := s.cut[b.Target]
+	s.mu.Unlock()
+	next := make(map[string]cutFile, len(b.Files)+1)
 	chunks := map[string][]byte{}
 	m := BundleManifest{Target: b.Target, Base: b.Base, Main: b.Main, Hash: b.Hash, Files: make([]ManifestFile, len(b.Files))}
 	for i, f := range b.Files {
-		m.Files[i] = ManifestFile{Path: f.Path, Kind: f.Kind, Name: f.Name, Size: len(f.Content), Chunks: addChunks(chunks, f.Content)}
+		c := cutAgain(prev[f.Path], f.Content)
+		next[f.Path] = c.add(chunks)
+		m.Files[i] = ManifestFile{Path: f.Path, Kind: f.Kind, Name: f.Name, Size: len(f.Content), Chunks: c.refs}
 	}
 	// One chunk reference a line, so the manifest's own chunks are
-	// shared by manifests that differ by a few references.
+	// shared by manifests that differ by a few references. The manifest
+	// is kept under a key no file path has.
 	data, err := encodeIndented(m)
 	if err != nil {
 		return err
 	}
-	return s.put(ctx, StoredObject{Name: name, Kind: StoredBundle, Size: len(data), Chunks: addChunks(chunks, data)}, chunks)
+	const manifestKey = ""
+	mc := cutAgain(prev[manifestKey], data)
+	next[manifestKey] = mc.add(chunks)
+	s.mu.Lock()
+	s.cut[b.Target] = next
+	s.mu.Unlock()
+	return s.put(ctx, StoredObject{Name: name, Kind: StoredBundle, Size: len(data), Chunks: mc.refs}, chunks)
+}
+
+// cutAgain cuts data into chunks (ChunkEnds) and hashes them, taking the
+// cuts and hashes of the chunks it shares with prev (the same file as
+// last cut) from prev: only what changed is cut and hashed.
+func cutAgain(prev cutFile, data []byte) cutFile {
+	if prev.ends != nil && bytes.Equal(prev.content, data) {
+		prev.content = data
+		return prev
+	}
+	ends, same := rechunk(prev.content, prev.ends, data)
+	c := cutFile{content: data, ends: ends, refs: make([]string, len(ends))}
+	start := 0
+	for i, end := range ends {
+		if j := same[i]; j >= 0 {
+			c.refs[i] = prev.refs[j]
+		} else {
+			sum := sha256.Sum256(data[start:end])
+			c.refs[i] = hex.EncodeToString(sum[:])
+		}
+		start = end
+	}
+	return c
+}
+
+// add adds c's chunks to chunks by hash and returns c.
+func (c cutFile) add(chunks map[string][]byte) cutFile {
+	start := 0
+	for i, end := range c.ends {
+		chunks[c.refs[i]] = c.content[start:end]
+		start = end
+	}
+	return c
 }
 
 // PutConfig stores the candidate configuration c under ConfigObject.
@@ -469,7 +561,8 @@ func (s *BundleStore) streamOf(ctx context.Context) (jetstream.Stream, error) {
 
 // LoadBundle reads the bundle stored under name (its hash, or a dry run's
 // name) and checks that it is consistent. Errors wrap ErrNotStored,
-// ErrChunkMissing, ErrChunkCorrupt or a decoding error.
+// ErrChunkMissing, ErrChunkCorrupt or a decoding error. The files'
+// content may be shared with other loads of the same bundle: read it only.
 func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, error) {
 	obj, whole, err := s.describe(ctx, name, StoredBundle)
 	if err != nil {
@@ -480,6 +573,11 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 		if err != nil {
 			return Bundle{}, fmt.Errorf("bundle %s: %w", name, err)
 		}
+		return b, nil
+	}
+	key := contentKey(obj.Chunks)
+	if b, ok := s.loaded.get(key); ok {
+		b.Files = slices.Clone(b.Files)
 		return b, nil
 	}
 	m, err := s.manifest(ctx, obj)
@@ -494,6 +592,7 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 	}
 	if !s.cacheFixed {
 		s.cache.atLeast(size + size/2)
+		s.loaded.atLeast(2 * size)
 	}
 	chunks, err := s.chunks(ctx, refs)
 	if err != nil {
@@ -510,6 +609,8 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 	if err := b.Consistent(); err != nil {
 		return Bundle{}, fmt.Errorf("bundle %s: %w", name, err)
 	}
+	s.loaded.put(key, b)
+	b.Files = slices.Clone(b.Files)
 	return b, nil
 }
 
@@ -531,8 +632,14 @@ func (s *BundleStore) LoadConfig(ctx context.Context, hash string) (Config, erro
 	return c, nil
 }
 
-// manifest reads the manifest a bundle's description names.
+// manifest reads the manifest a bundle's description names, decoded once
+// for every description that names the same chunks. The manifest is
+// shared: read it only.
 func (s *BundleStore) manifest(ctx context.Context, obj StoredObject) (BundleManifest, error) {
+	key := contentKey(obj.Chunks)
+	if m, ok := s.manifests.get(key); ok {
+		return m, nil
+	}
 	var m BundleManifest
 	data, err := s.content(ctx, obj)
 	if err != nil {
@@ -541,7 +648,19 @@ func (s *BundleStore) manifest(ctx context.Context, obj StoredObject) (BundleMan
 	if err := decodeIndented(data, &m); err != nil {
 		return m, fmt.Errorf("bundle %s: %w", obj.Name, err)
 	}
+	s.manifests.put(key, m)
 	return m, nil
+}
+
+// contentKey names the content that is the chunks refs in order: each is
+// the SHA-256 of its bytes, checked when read, so equal keys are equal
+// content.
+func contentKey(refs []string) string {
+	h := sha256.New()
+	for _, r := range refs {
+		h.Write([]byte(r))
+	}
+	return string(h.Sum(nil))
 }
 
 // content reads the content of obj from its chunks.

@@ -396,3 +396,120 @@ func TestBundleStoreHashMismatch(t *testing.T) {
 func newStores(js jetstream.JetStream) (*msg.BundleStore, *msg.BundleStore) {
 	return msg.NewBundleStore(js), msg.NewBundleStore(js)
 }
+
+// A store that puts a target's bundles one after another cuts and hashes
+// only what changed since the last (rechunk): each bundle it puts is
+// described exactly as a store that never put one describes it, and loads
+// whole, through edits anywhere in the file, files added and emptied.
+func TestBundleStorePutAfterPut(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	str, err := js.Stream(ctx, msg.ObjectStream(msg.ObjectBundles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	description := func(name string) []byte {
+		t.Helper()
+		m, err := str.GetLastMsgForSubject(ctx, msg.StoredSubject(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Data
+	}
+	withFiles := func(b msg.Bundle, files ...msg.BundleFile) msg.Bundle {
+		t.Helper()
+		nb, err := msg.NewBundle(b.Target, b.Base, b.Main, append(slices.Clone(b.Files), files...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nb
+	}
+	edited := func(b msg.Bundle, at float64, repl string) msg.Bundle {
+		t.Helper()
+		cfg := b.Files[1].Content
+		s, e := lineAt(cfg, int(at*float64(len(cfg)-1)))
+		files := slices.Clone(b.Files)
+		files[1].Content = splice(cfg, s, e, repl)
+		nb, err := msg.NewBundle(b.Target, b.Base, b.Main, files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nb
+	}
+	base := storedBundle(t, "web", 3000, 0)
+	steps := []struct {
+		name string
+		b    msg.Bundle
+	}{
+		{"first", base},
+		{"a line in the middle", storedBundle(t, "web", 3000, 7)},
+		{"another line in the middle", storedBundle(t, "web", 3000, 8)},
+		{"the first line", edited(base, 0, "global # edited\n")},
+		{"the last line", edited(base, 1, "  server s9 192.0.2.1:80\n")},
+		{"lines inserted", edited(base, 0.3, string(configText(40)))},
+		{"a file added", withFiles(base, msg.BundleFile{Path: "maps/path.map", Kind: msg.FileMap, Content: []byte("/a be_a\n")})},
+		{"the same again", base},
+		{"fewer backends", storedBundle(t, "web", 2000, 0)},
+	}
+	w := msg.NewBundleStore(js)
+	for _, st := range steps {
+		if err := w.PutBundle(ctx, "", st.b); err != nil {
+			t.Fatal(err)
+		}
+		after := description(st.b.Hash)
+		got, err := msg.NewBundleStore(js).LoadBundle(ctx, st.b.Hash)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		equalBundles(t, got, st.b)
+		if err := msg.NewBundleStore(js).PutBundle(ctx, "", st.b); err != nil {
+			t.Fatal(err)
+		}
+		if fresh := description(st.b.Hash); !bytes.Equal(after, fresh) {
+			t.Errorf("%s: described as\n%s\nby the store that put the bundles before it, as\n%s\nby a new store", st.name, after, fresh)
+		}
+	}
+}
+
+// A store loads a bundle it loaded before from memory (a fleet's orders
+// name one bundle), yet still by its name's current description: a name
+// deleted or stored again is read as it is now.
+func TestBundleStoreLoadsAgain(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	a, b := storedBundle(t, "web", 500, 0), storedBundle(t, "web", 500, 3)
+	w, r := newStores(js)
+	for _, x := range []msg.Bundle{a, b} {
+		if err := w.PutBundle(ctx, "", x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := r.LoadBundle(ctx, a.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Files[0] = msg.BundleFile{Path: "changed-by-the-caller"}
+	again, err := r.LoadBundle(ctx, a.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalBundles(t, again, a)
+	// A dry run's name, loaded, then stored again with another bundle.
+	name := msg.DryRunObjectName("again")
+	for _, x := range []msg.Bundle{a, b} {
+		if err := w.PutBundle(ctx, name, x); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.LoadBundle(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalBundles(t, got, x)
+	}
+	if err := w.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadBundle(ctx, name); !errors.Is(err, msg.ErrNotStored) {
+		t.Fatalf("deleted, loaded again: %v, want ErrNotStored", err)
+	}
+}

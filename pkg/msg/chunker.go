@@ -1,6 +1,10 @@
 package msg
 
-import "math/bits"
+import (
+	"bytes"
+	"math/bits"
+	"slices"
+)
 
 // Content-defined chunking of stored files (BundleStore). A file is cut
 // into chunks at line ends chosen by a rolling hash of the bytes before
@@ -87,4 +91,76 @@ func nextCut(data []byte) int {
 		return lastLine
 	}
 	return limit
+}
+
+// rechunk cuts data as ChunkEnds does, given old and its chunk ends
+// (oldEnds, from ChunkEnds or rechunk): it reads only around where data
+// differs from old. same[i] is the index of the chunk of old whose bytes
+// chunk i of data has (it was not cut again), or -1 for a chunk cut anew.
+//
+// A chunk of old is kept at the front while every byte its cut read lies
+// in the prefix old and data share: a cut reads at most ChunkMax bytes
+// from the chunk's start, and nothing after it. Past the change, cutting
+// resumes on data until a cut lands, inside the suffix both share, on the
+// offset where a chunk of old starts: cuts depend on the bytes from a
+// chunk's start on only, so every later chunk is old's, moved.
+func rechunk(old []byte, oldEnds []int, data []byte) (ends, same []int) {
+	p := commonPrefix(old, data)
+	q := commonSuffix(old[p:], data[p:])
+	delta := len(data) - len(old)
+	start := 0
+	for i, e := range oldEnds {
+		if start+ChunkMax > p {
+			break
+		}
+		ends, same = append(ends, e), append(same, i)
+		start = e
+	}
+	for start < len(data) {
+		start += nextCut(data[start:])
+		ends, same = append(ends, start), append(same, -1)
+		if start >= len(data) || start < len(data)-q {
+			continue
+		}
+		// data[start:] equals old[start-delta:]: where a chunk of old
+		// starts there, the rest are old's.
+		j, found := slices.BinarySearch(oldEnds, start-delta)
+		if !found || start-delta >= len(old) {
+			continue
+		}
+		for k := j + 1; k < len(oldEnds); k++ {
+			ends, same = append(ends, oldEnds[k]+delta), append(same, k)
+		}
+		break
+	}
+	return ends, same
+}
+
+// commonPrefix returns how many bytes a and b share at the front.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	// Compare in blocks first: bytes.Equal is far faster than a loop.
+	const block = 4096
+	i := 0
+	for i+block <= n && bytes.Equal(a[i:i+block], b[i:i+block]) {
+		i += block
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// commonSuffix returns how many bytes a and b share at the back.
+func commonSuffix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const block = 4096
+	i := 0
+	for i+block <= n && bytes.Equal(a[len(a)-i-block:len(a)-i], b[len(b)-i-block:len(b)-i]) {
+		i += block
+	}
+	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
+		i++
+	}
+	return i
 }

@@ -152,6 +152,7 @@ func (d *Driver) Reloads(ctx context.Context) (int, error) {
 
 // plan is what an Apply has to do.
 type plan struct {
+	hash  func(path string, content []byte) string // d.hashes.of
 	files []File
 	// changed are the indices of the files whose content on disk differs
 	// or is missing, sorted by path with the main file last.
@@ -167,7 +168,7 @@ type plan struct {
 }
 
 func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
-	p := &plan{files: files, old: map[string][]byte{}}
+	p := &plan{hash: d.hashes.of, files: files, old: map[string][]byte{}}
 	inBundle := make(map[string]bool, len(files))
 	for i, f := range files {
 		inBundle[f.Path] = true
@@ -175,7 +176,7 @@ func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if h, owned := m.Files[f.Path]; owned && (!exists || hashOf(disk) != h) {
+		if h, owned := m.Files[f.Path]; owned && (!exists || d.hashes.of(f.Path, disk) != h) {
 			p.drifted = append(p.drifted, f.Path)
 		}
 		if exists && bytes.Equal(disk, f.Content) {
@@ -238,7 +239,7 @@ func (p *plan) nextManifest(m manifest) manifest {
 		}
 	}
 	for _, f := range p.files {
-		next.Files[f.Path] = hashOf(f.Content)
+		next.Files[f.Path] = p.hash(f.Path, f.Content)
 	}
 	next.Pending = ""
 	return next
@@ -442,7 +443,7 @@ func (d *Driver) applyReload(ctx context.Context, root *os.Root, p *plan, m mani
 	// The new files are owned before they are written, so that an
 	// interruption never leaves a file the driver does not know about.
 	for _, i := range p.changed {
-		next.Files[p.files[i].Path] = hashOf(p.files[i].Content)
+		next.Files[p.files[i].Path] = d.hashes.of(p.files[i].Path, p.files[i].Content)
 	}
 	if err := d.writeManifest(root, next); err != nil {
 		return err

@@ -163,6 +163,7 @@ type Driver struct {
 	master sockClient
 	admin  sockClient
 	sem    chan struct{}
+	hashes hashMemo
 }
 
 // New validates opts, fills in the defaults and returns a Driver.

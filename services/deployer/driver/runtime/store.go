@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/weftio/weft/services/deployer/driver/internal/bundlepath"
@@ -67,6 +69,38 @@ func ancestors(p string) []string { return bundlepath.Ancestors(p) }
 func hashOf(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
+}
+
+// hashMemo remembers the last content hashed for each path with its hash
+// (hashOf), so the file written last and read back from disk to look for
+// drift is compared, not hashed again: on a large haproxy.cfg, hashing
+// costs several times a compare. The content is held as given: read only.
+type hashMemo struct {
+	mu   sync.Mutex
+	last map[string]hashed
+}
+
+type hashed struct {
+	content []byte
+	hash    string
+}
+
+// of returns hashOf(content), remembered under path.
+func (h *hashMemo) of(path string, content []byte) string {
+	h.mu.Lock()
+	last, ok := h.last[path]
+	h.mu.Unlock()
+	if ok && bytes.Equal(last.content, content) {
+		return last.hash
+	}
+	sum := hashOf(content)
+	h.mu.Lock()
+	if h.last == nil {
+		h.last = map[string]hashed{}
+	}
+	h.last[path] = hashed{content: content, hash: sum}
+	h.mu.Unlock()
+	return sum
 }
 
 // manifest records what the driver owns in Dir and what it believes HAProxy
