@@ -233,6 +233,11 @@ type ValidateRequest struct {
 	// may answer provisionally (ValidateReply.Provisional) instead of
 	// checking it whole. Empty: every kind checks the whole bundle.
 	Base string `json:"base,omitempty"`
+	// Confirm marks the whole check that follows a provisional acceptance
+	// (the second verdict): the bundle is deployed already, so a kind
+	// runs it behind the checks a deploy waits for (haproxy -c at a low
+	// CPU priority).
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // DryRunObjectName is the object store name of the bundle of one dry run

@@ -18,6 +18,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/svc/gather"
 	"github.com/weftio/weft/services/validator/fastpath"
+	"github.com/weftio/weft/services/validator/haproxycheck"
 	"github.com/weftio/weft/services/validator/kind"
 )
 
@@ -112,6 +113,9 @@ func (v *validator) cachedBundle(ctx context.Context, target, hash string) (msg.
 // the request names a base and c proves the bundle from its differences,
 // else by c's whole check.
 func (v *validator) checkBundle(ctx context.Context, c kind.Checker, req msg.ValidateRequest) (problems []msg.Problem, provisional bool, err error) {
+	if req.Confirm {
+		ctx = haproxycheck.Behind(ctx)
+	}
 	p, fast := c.(prover)
 	if !fast || req.Base == "" || req.DryRunObject != "" || req.Base == req.BundleHash {
 		b, err := v.bundle(ctx, req.BundleObject())
@@ -278,7 +282,7 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 		return err
 	}
 	res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(j.target),
-		msg.ValidateRequest{Target: j.target, Version: j.version, BundleHash: j.hash}, kinds, tc.Validate.Timeout.D())
+		msg.ValidateRequest{Target: j.target, Version: j.version, BundleHash: j.hash, Confirm: true}, kinds, tc.Validate.Timeout.D())
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
 	}

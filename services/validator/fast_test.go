@@ -12,6 +12,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/services/validator"
+	"github.com/weftio/weft/services/validator/haproxycheck"
 	"github.com/weftio/weft/services/validator/kind"
 )
 
@@ -22,10 +23,14 @@ type disagreeing struct {
 	kind.HAProxyChecker
 	refuse string
 	full   *atomic.Int64 // whole checks run
+	behind *atomic.Int64 // of them, marked to run behind the rest
 }
 
 func (d disagreeing) Check(ctx context.Context, b msg.Bundle) ([]msg.Problem, error) {
 	d.full.Add(1)
+	if d.behind != nil && haproxycheck.IsBehind(ctx) {
+		d.behind.Add(1)
+	}
 	for _, f := range b.Files {
 		if f.Path == b.Main && strings.Contains(string(f.Content), d.refuse) {
 			return []msg.Problem{{File: f.Path, Severity: "error", Message: "refused: " + d.refuse}}, nil
@@ -121,10 +126,10 @@ func (f *fixture) status(what string, ok func(msg.ValidationStatus) bool) msg.Va
 // whole; once one is fully accepted, the fast path is taken again.
 func TestFastPath(t *testing.T) {
 	testkit.HAProxy(t)
-	var full atomic.Int64
+	var full, behind atomic.Int64
 	wrap := func(c kind.Checker) kind.Checker {
 		if h, ok := c.(kind.HAProxyChecker); ok {
-			return disagreeing{HAProxyChecker: h, refuse: "10.66.66.66", full: &full}
+			return disagreeing{HAProxyChecker: h, refuse: "10.66.66.66", full: &full, behind: &behind}
 		}
 		return c
 	}
@@ -135,6 +140,9 @@ func TestFastPath(t *testing.T) {
 	if v := f.submit(b1); !v.OK || v.Provisional {
 		t.Fatalf("first bundle: ok=%v provisional=%v (%s); want a whole check's acceptance", v.OK, v.Provisional, v.Reason)
 	}
+	if n := behind.Load(); n != 0 {
+		t.Fatalf("the first bundle's check, which its deploy waits for, was run behind (%d)", n)
+	}
 	f.status("with v1 as the last fully accepted bundle", func(st msg.ValidationStatus) bool { return st.LastFull == b1.Hash })
 
 	b2 := bundle(t, withServer("127.0.0.1:8081 weight 10"), "a.example.com b\nc.example.com b\n")
@@ -144,6 +152,9 @@ func TestFastPath(t *testing.T) {
 	st := f.status("confirmed (LastFull v2)", func(st msg.ValidationStatus) bool { return st.LastFull == b2.Hash && st.Pending == "" })
 	if st.LastFullVersion != 2 || st.LastGood != b2.Hash || st.FullOnly {
 		t.Fatalf("status after the confirmation = %+v", st)
+	}
+	if n := behind.Load(); n != 1 {
+		t.Fatalf("%d whole checks ran behind the rest; want 1, the confirmation of v2 (deployed already)", n)
 	}
 	testkit.Eventually(t, 10*time.Second, func() error {
 		if n := f.sum("weft_validator_fast_total", labels("confirmed")); n != 1 {

@@ -246,7 +246,13 @@ func (c *Checker) run(ctx context.Context, dir, cfg string, aliases []string) ([
 	setProcessGroup(cmd)
 	cmd.WaitDelay = 2 * time.Second
 
-	runErr := cmd.Run()
+	runErr := cmd.Start()
+	if runErr == nil {
+		if IsBehind(ctx) {
+			lowerPriority(cmd.Process.Pid)
+		}
+		runErr = cmd.Wait()
+	}
 	if runErr != nil && runCtx.Err() != nil {
 		return nil, fmt.Errorf("haproxycheck: haproxy -c stopped: %w", context.Cause(runCtx))
 	}
@@ -443,3 +449,17 @@ func (w *cappedBuffer) Write(p []byte) (int, error) {
 
 func (w *cappedBuffer) Bytes() []byte  { return w.buf.Bytes() }
 func (w *cappedBuffer) String() string { return w.buf.String() }
+
+type behindKey struct{}
+
+// Behind marks ctx for checks that nothing waits for (the whole check after
+// a provisional acceptance, its bundle deployed already): their haproxy
+// runs at BehindNice, so it takes the CPU the checks a deploy waits for
+// leave idle.
+func Behind(ctx context.Context) context.Context { return context.WithValue(ctx, behindKey{}, true) }
+
+// IsBehind reports whether ctx is marked Behind.
+func IsBehind(ctx context.Context) bool { v, _ := ctx.Value(behindKey{}).(bool); return v }
+
+// BehindNice is the nice value of haproxy in a check marked Behind.
+const BehindNice = 10

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -707,4 +708,47 @@ func TestCheckDefaultTempDir(t *testing.T) {
 		}
 	}
 	assertNoTempDirs(t, tmp)
+}
+
+// A check marked Behind runs haproxy at BehindNice, one not marked at the
+// validator's own priority; both with the real haproxy's verdict (the
+// wrapper notes its nice value, then runs it).
+func TestCheckBehindRunsNiced(t *testing.T) {
+	real, _ := newTestChecker(t)
+	dir := t.TempDir()
+	own, err := exec.Command("nice").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"behind", Behind(context.Background()), strconv.Itoa(BehindNice)},
+		{"waited for", context.Background(), strings.TrimSpace(string(own))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			noted := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".nice")
+			bin := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".sh")
+			// The priority is set once haproxy has started: wait a moment
+			// before reading it.
+			script := fmt.Sprintf("#!/bin/sh\nsleep 0.5\nnice > %q\nexec %q \"$@\"\n", noted, real.Binary())
+			if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c, _ := newTestChecker(t, WithBinary(bin))
+			got, err := c.Check(tc.ctx, loadBundle(t, "valid"), testMain, testBase)
+			if err != nil {
+				t.Fatalf("check: %v; problems:%s", err, dump(got))
+			}
+			data, err := os.ReadFile(noted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.TrimSpace(string(data)); n != tc.want {
+				t.Errorf("haproxy ran at nice %s, want %s", n, tc.want)
+			}
+		})
+	}
 }

@@ -22,3 +22,10 @@ func setProcessGroup(cmd *exec.Cmd) {
 		return err
 	}
 }
+
+// lowerPriority sets the nice value of process pid to BehindNice. Raising
+// a nice value needs no privilege; where it fails the check runs at the
+// priority it has.
+func lowerPriority(pid int) {
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, pid, BehindNice)
+}

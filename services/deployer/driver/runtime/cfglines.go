@@ -14,10 +14,10 @@ import (
 // lines, conditional blocks anywhere); diffConfigParsed then decides, with
 // its exact explanation. When ok, its answer is diffConfigParsed's.
 func diffConfigLines(oldB, newB []byte) (changes []serverChange, ok bool, err error) {
-	if conditional(oldB) || conditional(newB) {
+	start, endOld, endNew := middle(oldB, newB)
+	if inEither(oldB, newB, start, endOld, endNew, conditional) {
 		return nil, false, nil
 	}
-	start, endOld, endNew := middle(oldB, newB)
 	oldM, newM := splitLines(oldB[start:endOld]), splitLines(newB[start:endNew])
 	if len(oldM) != len(newM) {
 		return nil, false, nil
@@ -61,7 +61,7 @@ func diffConfigLines(oldB, newB []byte) (changes []serverChange, ok bool, err er
 			return nil, true, structuref("%s: line %d %q changed", sectionName(cur), num, nl)
 		}
 		if defaultsTouch == nil {
-			t := serverDefaultsSet(oldB) || serverDefaultsSet(newB)
+			t := inEither(oldB, newB, start, endOld, endNew, serverDefaultsSet)
 			defaultsTouch = &t
 		}
 		ch, err := diffServer(cur.name, ol, nl, *defaultsTouch)
@@ -108,19 +108,12 @@ func conditional(b []byte) bool {
 // to a line start: a[start:endA] and b[start:endB] are the whole lines that
 // differ (both empty when a and b are equal).
 func middle(a, b []byte) (start, endA, endB int) {
-	n := min(len(a), len(b))
-	p := 0
-	for p < n && a[p] == b[p] {
-		p++
-	}
+	p := commonPrefix(a, b)
 	if p == len(a) && p == len(b) {
 		return p, p, p
 	}
 	start = bytes.LastIndexByte(a[:p], '\n') + 1
-	s := 0
-	for s < n-start && a[len(a)-1-s] == b[len(b)-1-s] {
-		s++
-	}
+	s := commonSuffix(a[start:], b[start:])
 	endA, endB = len(a)-s, len(b)-s
 	// Move the ends on, in step (what follows them is the same in both),
 	// until both are at a line start or at the end.
@@ -132,6 +125,41 @@ func middle(a, b []byte) (start, endA, endB int) {
 }
 
 func lineStart(b []byte, i int) bool { return i == 0 || b[i-1] == '\n' }
+
+// inEither reports whether any line of a or of b has what has reports of
+// a run of whole lines, given that a and b differ only in a[start:endA]
+// and b[start:endB] (middle): the lines they share are read once.
+func inEither(a, b []byte, start, endA, endB int, has func([]byte) bool) bool {
+	return has(b[:start]) || has(a[start:endA]) || has(b[start:endB]) || has(b[endB:])
+}
+
+// commonPrefix returns how many bytes a and b share at the front.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const block = 4096 // bytes.Equal on blocks is far faster than a loop
+	i := 0
+	for i+block <= n && bytes.Equal(a[i:i+block], b[i:i+block]) {
+		i += block
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// commonSuffix returns how many bytes a and b share at the back.
+func commonSuffix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const block = 4096
+	i := 0
+	for i+block <= n && bytes.Equal(a[len(a)-i-block:len(a)-i], b[len(b)-i-block:len(b)-i]) {
+		i += block
+	}
+	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
+		i++
+	}
+	return i
+}
 
 // splitLines splits b into lines without their line feeds (an empty b has
 // no lines; a last line without a line feed is a line).
@@ -149,14 +177,21 @@ func splitLines(b []byte) [][]byte {
 // serverDefaultsSet is touchesServerDefaults on a file's default-server
 // lines alone.
 func serverDefaultsSet(b []byte) bool {
-	if !bytes.Contains(b, []byte("default-server")) {
-		return false
-	}
+	key := []byte("default-server")
 	var c config
-	for line := range bytes.Lines(b) {
-		if words := splitWords(string(bytes.TrimRight(line, "\n"))); len(words) > 0 && words[0] == "default-server" {
+	for {
+		i := bytes.Index(b, key)
+		if i < 0 {
+			return touchesServerDefaults(c)
+		}
+		start := bytes.LastIndexByte(b[:i], '\n') + 1
+		end := len(b)
+		if n := bytes.IndexByte(b[i:], '\n'); n >= 0 {
+			end = i + n
+		}
+		if words := splitWords(string(b[start:end])); len(words) > 0 && words[0] == "default-server" {
 			c.sections = append(c.sections, section{lines: []cfgLine{{words: words}}})
 		}
+		b = b[end:]
 	}
-	return touchesServerDefaults(c)
 }
