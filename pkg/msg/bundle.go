@@ -26,6 +26,34 @@ type BundleFile struct {
 	Kind    string `json:"kind"`
 	Name    string `json:"name"`
 	Content []byte `json:"content"`
+	// cut is how Content was cut into chunks and hashed, when known (a
+	// Cutter's, a loaded bundle's): it stands for the content it was made
+	// for only (the same bytes in memory), and is made anew otherwise.
+	cut *cutFile
+}
+
+// chunking returns how f's content is cut into chunks and their hashes.
+func (f BundleFile) chunking() cutFile { return f.cutOr(cutFile{}) }
+
+// cutOr returns f's cut when it is known, else f's content cut again
+// from prev, the same file as cut before (cutAgain).
+func (f BundleFile) cutOr(prev cutFile) cutFile {
+	if c := f.cut; c != nil && len(c.content) == len(f.Content) && (len(f.Content) == 0 || &c.content[0] == &f.Content[0]) {
+		return *c
+	}
+	return cutAgain(prev, f.Content)
+}
+
+// digest is the file's content digest: the SHA-256 over the SHA-256 (hex)
+// of each of its chunks (ChunkEnds), in order.
+func (c cutFile) digest() [sha256.Size]byte {
+	h := sha256.New()
+	for _, r := range c.refs {
+		h.Write([]byte(r))
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // privateKeyPEM ends the first line of every PEM private key ("-----BEGIN
@@ -40,6 +68,8 @@ func (f BundleFile) Secret() bool {
 }
 
 // FileRef describes a bundle file without its content (render messages).
+// Hash is the first 16 hex digits of the file's content digest: the
+// SHA-256 over the SHA-256 of each of its chunks (ChunkEnds).
 type FileRef struct {
 	Path string `json:"path"`
 	Kind string `json:"kind"`
@@ -74,8 +104,28 @@ func NewBundle(target, base, main string, files []BundleFile) (Bundle, error) {
 }
 
 // ComputeHash hashes the paths and contents (not the target or base: the
-// same files are the same bundle).
+// same files are the same bundle): the SHA-256 over each file's path, size
+// and content digest (the SHA-256 over its chunks' hashes), so a bundle
+// whose chunks are known (a Cutter's, a loaded one's) is hashed without
+// reading its content again.
 func (b Bundle) ComputeHash() string {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range b.Files {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.Path)))
+		h.Write(n[:])
+		h.Write([]byte(f.Path))
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.Content)))
+		h.Write(n[:])
+		d := f.chunking().digest()
+		h.Write(d[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// wholeContentHash is how an older weft hashed a bundle: over each file's
+// path, size and whole content. A bundle it stored still loads.
+func (b Bundle) wholeContentHash() string {
 	h := sha256.New()
 	var n [8]byte
 	for _, f := range b.Files {
@@ -91,15 +141,32 @@ func (b Bundle) ComputeHash() string {
 
 // Consistent reports whether the bundle is whole: a target, a Main file that
 // is present, safe unique sorted paths, known kinds, and a Hash that matches
-// the content.
+// the content (ComputeHash; or, for a bundle an older weft made, its hash
+// of the whole content).
 func (b Bundle) Consistent() error {
 	if err := b.structure(); err != nil {
 		return err
 	}
-	if got := b.ComputeHash(); got != b.Hash {
-		return fmt.Errorf("%w: hash %q does not match content (%q)", ErrInvalid, b.Hash, got)
+	got := b.ComputeHash()
+	if got == b.Hash {
+		return nil
 	}
-	return nil
+	if slices.ContainsFunc(b.Files, func(f BundleFile) bool { return f.cut != nil }) {
+		// Chunks as a store listed them, cut otherwise than ChunkEnds
+		// cuts: the content cut anew decides.
+		fresh := b
+		fresh.Files = slices.Clone(b.Files)
+		for i := range fresh.Files {
+			fresh.Files[i].cut = nil
+		}
+		if got = fresh.ComputeHash(); got == b.Hash {
+			return nil
+		}
+	}
+	if b.wholeContentHash() == b.Hash {
+		return nil
+	}
+	return fmt.Errorf("%w: hash %q does not match content (%q)", ErrInvalid, b.Hash, got)
 }
 
 // structure checks everything Consistent does but the hash.
@@ -135,8 +202,8 @@ func (b Bundle) structure() error {
 func (b Bundle) Refs() []FileRef {
 	out := make([]FileRef, len(b.Files))
 	for i, f := range b.Files {
-		sum := sha256.Sum256(f.Content)
-		out[i] = FileRef{Path: f.Path, Kind: f.Kind, Size: len(f.Content), Hash: hex.EncodeToString(sum[:8])}
+		d := f.chunking().digest()
+		out[i] = FileRef{Path: f.Path, Kind: f.Kind, Size: len(f.Content), Hash: hex.EncodeToString(d[:8])}
 	}
 	return out
 }

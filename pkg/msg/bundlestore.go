@@ -278,7 +278,7 @@ func (s *BundleStore) PutBundle(ctx context.Context, name string, b Bundle) erro
 	chunks := map[string][]byte{}
 	m := BundleManifest{Target: b.Target, Base: b.Base, Main: b.Main, Hash: b.Hash, Files: make([]ManifestFile, len(b.Files))}
 	for i, f := range b.Files {
-		c := cutAgain(prev[f.Path], f.Content)
+		c := f.cutOr(prev[f.Path])
 		next[f.Path] = c.add(chunks)
 		m.Files[i] = ManifestFile{Path: f.Path, Kind: f.Kind, Name: f.Name, Size: len(f.Content), Chunks: c.refs}
 	}
@@ -601,10 +601,15 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 	b := Bundle{Target: m.Target, Base: m.Base, Main: m.Main, Hash: m.Hash, Files: make([]BundleFile, len(m.Files))}
 	for i, f := range m.Files {
 		content := make([]byte, 0, f.Size)
-		for _, c := range f.Chunks {
+		ends := make([]int, len(f.Chunks))
+		for k, c := range f.Chunks {
 			content = append(content, chunks[c]...)
+			ends[k] = len(content)
 		}
-		b.Files[i] = BundleFile{Path: f.Path, Kind: f.Kind, Name: f.Name, Content: content}
+		// Each chunk was checked against its hash: the file's digest
+		// is taken from them (ComputeHash reads no content).
+		b.Files[i] = BundleFile{Path: f.Path, Kind: f.Kind, Name: f.Name, Content: content,
+			cut: &cutFile{content: content, ends: ends, refs: f.Chunks}}
 	}
 	if err := b.Consistent(); err != nil {
 		return Bundle{}, fmt.Errorf("bundle %s: %w", name, err)

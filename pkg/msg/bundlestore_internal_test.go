@@ -49,28 +49,8 @@ func TestStoreStateFresh(t *testing.T) {
 // hold the bundle (else each read would find none of it cached); one made
 // WithChunkCache keeps its bound.
 func TestChunkCacheGrowsWithBundles(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := provisionedJS(t)
 	ctx := context.Background()
-	if err := Provision(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
 	var cfg []byte
 	for i := range 20000 {
 		cfg = fmt.Appendf(cfg, "backend be_%d\n  server s1 10.0.%d.%d:80 check\n", i, i/250, i%250)
@@ -105,4 +85,32 @@ func TestChunkCacheGrowsWithBundles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// provisionedJS is a JetStream of an embedded server with every weft
+// stream and store.
+func provisionedJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Provision(context.Background(), js, 1); err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

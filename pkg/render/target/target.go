@@ -50,6 +50,9 @@ type Target struct {
 	// confd is the template resource of a target made from a confd
 	// confdir; set and paths are then unused.
 	confd *confd.Resource
+	// cutter cuts each render's files against the last render's, so the
+	// bundle's hash, refs and store read only what changed.
+	cutter msg.Cutter
 }
 
 // Compile compiles every template of t. A template error is an
@@ -148,7 +151,7 @@ func (t *Target) RenderFetching(ctx context.Context, resources, values map[strin
 	for _, f := range out.Files {
 		files = append(files, msg.BundleFile{Path: t.paths[f.Kind][f.Name], Kind: fileKinds[f.Kind], Name: f.Name, Content: f.Content})
 	}
-	b, err := msg.NewBundle(t.Name, t.Config.Base, MainFile, files)
+	b, err := msg.NewBundle(t.Name, t.Config.Base, MainFile, t.cutter.Cut(files))
 	if err != nil {
 		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
 	}
@@ -172,7 +175,7 @@ func (t *Target) renderConfd(ctx context.Context, values map[string]any) (Result
 		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
 	}
 	main := t.Config.MainFile()
-	b, err := msg.NewBundle(t.Name, t.Config.Base, main, []msg.BundleFile{{Path: main, Kind: msg.FileConfig, Name: main, Content: content}})
+	b, err := msg.NewBundle(t.Name, t.Config.Base, main, t.cutter.Cut([]msg.BundleFile{{Path: main, Kind: msg.FileConfig, Name: main, Content: content}}))
 	if err != nil {
 		return Result{}, fmt.Errorf("target %s: %w", t.Name, err)
 	}
