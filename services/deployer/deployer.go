@@ -679,19 +679,23 @@ func (d *deployer) finish(ctx context.Context, out msg.Deployed, seq uint64, sta
 			return err
 		}
 		if out.Outcome != msg.OutcomeFailed {
-			ran := msg.HistoryDeploy{Instance: out.Instance, Site: d.env.Site, At: out.At}
-			// The deploy is done and announced: its record finishes it even
-			// when the process is stopping (ctx cancelled), within a bound,
-			// since no redelivery would record it again.
-			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyRecordTimeout)
-			err := d.recordDeploy(hctx, out.Target, out.Version, out.BundleHash, ran)
-			cancel()
-			if err != nil {
-				d.env.Log.ErrorContext(ctx, "deployed, but not recorded in the history", "target", out.Target, "instance", out.Instance, "version", out.Version, "err", err)
-			}
+			d.recordDone(ctx, out)
 		}
 	}
 	return nil
+}
+
+// recordDone records a deploy carried out and announced in the history.
+// The record finishes it even when the process is stopping (ctx
+// cancelled), within historyRecordTimeout, since no redelivery would
+// record it again; a record that fails is logged.
+func (d *deployer) recordDone(ctx context.Context, out msg.Deployed) {
+	ran := msg.HistoryDeploy{Instance: out.Instance, Site: d.env.Site, At: out.At}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyRecordTimeout)
+	defer cancel()
+	if err := d.recordDeploy(hctx, out.Target, out.Version, out.BundleHash, ran); err != nil {
+		d.env.Log.ErrorContext(ctx, "deployed, but not recorded in the history", "target", out.Target, "instance", out.Instance, "version", out.Version, "err", err)
+	}
 }
 
 // historyRecordTimeout bounds recording a done deploy in the history.

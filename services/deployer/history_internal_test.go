@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +150,41 @@ targets:
 		if _, err := d.bundles.LoadBundle(ctx, h); err != nil {
 			t.Errorf("protected bundle %s: %v", h, err)
 		}
+	}
+}
+
+// A deploy carried out and announced is recorded in the history even when
+// the deployer is stopping (its context cancelled): no redelivery would
+// record it later. Without a reachable history, the miss is logged.
+func TestDoneDeployRecordedWhileStopping(t *testing.T) {
+	bus := testkit.NATS(t)
+	env := testkit.NewEnv(t, bus, "d1")
+	d := &deployer{env: env.Env}
+	var err error
+	if d.history, err = bus.JS.KeyValue(context.Background(), msg.BucketHistory); err != nil {
+		t.Fatal(err)
+	}
+	stopping, stop := context.WithCancel(context.Background())
+	stop()
+	out := msg.Deployed{Target: "edge", Instance: "a", Version: 7, BundleHash: "abc", At: time.Now().UTC()}
+	d.recordDone(stopping, out)
+	var e msg.HistoryEntry
+	if _, err := msg.LoadStatus(context.Background(), d.history, msg.HistoryKey("edge", 7), &e); err != nil {
+		t.Fatalf("the done deploy's history entry: %v", err)
+	}
+	if e.BundleHash != "abc" || len(e.Deployed) != 1 || e.Deployed[0].Instance != "a" {
+		t.Fatalf("history entry %+v, want bundle abc deployed to a", e)
+	}
+	if logs := env.Logs.String(); strings.Contains(logs, "not recorded in the history") {
+		t.Fatalf("logged a miss:\n%s", logs)
+	}
+	// The history's bucket gone: the miss is an error in the log.
+	if err := bus.JS.DeleteKeyValue(context.Background(), msg.BucketHistory); err != nil {
+		t.Fatal(err)
+	}
+	out.Version = 8
+	d.recordDone(stopping, out)
+	if logs := env.Logs.String(); !strings.Contains(logs, "deployed, but not recorded in the history") {
+		t.Fatalf("no error logged for a deploy the history could not take:\n%s", logs)
 	}
 }
