@@ -157,7 +157,7 @@ type BundleStoreOption func(*BundleStore)
 // the bound is DefaultChunkCache or, once a bundle larger than that was
 // read, one and a half times the largest bundle read: a cache smaller than
 // the bundle read again and again would keep none of it; bundles loaded
-// are kept up to twice the largest.
+// are kept up to the largest's size.
 func WithChunkCache(bytes int) BundleStoreOption {
 	return func(s *BundleStore) {
 		s.cache = newLRU[string, []byte](bytes, func(b []byte) int { return len(b) })
@@ -204,9 +204,9 @@ type BundleStore struct {
 	// manifests holds decoded manifests by the chunks of their content
 	// (contentKey): read-only once in.
 	manifests *lru[string, BundleManifest]
-	// loaded holds the bundles loaded last (the largest twice over), by
-	// the chunks of their manifest: read-only once in. A fleet's orders
-	// load one bundle once.
+	// loaded holds the bundles loaded last (as many bytes as the largest
+	// one), by the chunks of their manifest: read-only once in. A fleet's
+	// orders load one bundle once.
 	loaded *lru[string, Bundle]
 
 	mu     sync.Mutex
@@ -592,7 +592,7 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 	}
 	if !s.cacheFixed {
 		s.cache.atLeast(size + size/2)
-		s.loaded.atLeast(2 * size)
+		s.loaded.atLeast(size)
 	}
 	chunks, err := s.chunks(ctx, refs)
 	if err != nil {
