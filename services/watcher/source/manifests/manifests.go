@@ -29,6 +29,20 @@ type Object struct {
 	Doc int
 	// Line is the first line of that document in File, from 1.
 	Line int
+	// sum is the sum of the YAML document's bytes (docSum), 0 for JSON.
+	sum uint64
+}
+
+// KeptDoc is a YAML document that a read did not parse because its bytes
+// are those of a document the reader already holds (see
+// Watcher.RunDeltas): only its place in the file is new.
+type KeptDoc struct {
+	// Sum is the sum of the document's bytes.
+	Sum uint64
+	// Doc is the number of the document in its file, from 1.
+	Doc int
+	// Line is the first line of the document in its file, from 1.
+	Line int
 }
 
 // String names the object by its identity, as "apps/v1 Deployment shop/web"

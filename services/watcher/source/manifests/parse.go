@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"path/filepath"
 	"strings"
@@ -18,28 +19,55 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 // parseFile parses the content of one manifest file, YAML or JSON by its
 // extension, into objects and errors in document order.
 func parseFile(file string, data []byte) ([]Object, []ParseError) {
+	r := parseKnown(file, data, nil)
+	return r.objs, r.errs
+}
+
+// docSeed seeds the sums of documents. They are compared within one
+// process only, never stored, so a seed of its own makes a collision
+// nobody can aim at.
+var docSeed = maphash.MakeSeed()
+
+// docSum is the sum of one YAML document's bytes; never 0, which stands
+// for no sum.
+func docSum(data []byte) uint64 {
+	return max(maphash.Bytes(docSeed, data), 1)
+}
+
+// parseKnown is parseFile that does not parse the YAML documents whose sum
+// known (when not nil) reports: each becomes a KeptDoc of the result. The
+// objects parsed carry their document's sum. JSON files are parsed whole.
+func parseKnown(file string, data []byte, known func(sum uint64) bool) fileResult {
 	data = bytes.TrimPrefix(data, utf8BOM)
 	if bytes.HasPrefix(data, []byte{0xFE, 0xFF}) || bytes.HasPrefix(data, []byte{0xFF, 0xFE}) {
-		return nil, []ParseError{{File: file, Err: errors.New("the file is UTF-16; save it as UTF-8")}}
+		return fileResult{errs: []ParseError{{File: file, Err: errors.New("the file is UTF-16; save it as UTF-8")}}}
 	}
 	if strings.EqualFold(filepath.Ext(file), ".json") {
-		return parseJSONStream(file, data)
+		objs, errs := parseJSONStream(file, data)
+		return fileResult{objs: objs, errs: errs}
 	}
 	var (
-		objs []Object
-		errs []ParseError
-		doc  int
+		r   fileResult
+		doc int
 	)
 	for _, c := range splitDocuments(data) {
 		if isBlankDocument(c.data) {
 			continue
 		}
 		doc++
+		sum := docSum(c.data)
+		if known != nil && known(sum) {
+			r.kept = append(r.kept, KeptDoc{Sum: sum, Doc: doc, Line: c.line})
+			continue
+		}
 		o, e := parseDocument(file, doc, c.line, c.data)
-		objs = append(objs, o...)
-		errs = append(errs, e...)
+		for i := range o {
+			o[i].sum = sum
+		}
+		r.objs = append(r.objs, o...)
+		r.errs = append(r.errs, e...)
 	}
-	return objs, errs
+	return r
 }
 
 // chunk is one YAML document of a file and the line it starts on.

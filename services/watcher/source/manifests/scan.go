@@ -66,9 +66,12 @@ type indexedDir struct {
 // and reads only the files whose size, modification time or inode changed
 // since they were read, or that a notification named.
 type index struct {
-	root    string
-	dirs    map[string]*indexedDir
-	onRead  func(path string) // called before each file is read; may be nil
+	root   string
+	dirs   map[string]*indexedDir
+	onRead func(path string) // called before each file is read; may be nil
+	// known, when not nil, says for a file which documents need no parsing
+	// (see Watcher.RunDeltas); it is asked for files read in part only.
+	known   func(path string) func(sum uint64) bool
 	changed map[string]bool   // files read or gone since the last delta
 	lean    bool              // a delta hands the files' content over: it is not kept
 	// chunk, when positive (lean only), makes a full delta hand its files
@@ -90,7 +93,8 @@ type pass struct {
 	x      *index
 	onDir  func(path string) error // called before a directory is listed; may be nil
 	force  map[string]bool         // files read whatever their stat says
-	all    bool                    // every file is read
+	whole  map[string]bool         // files whose every document is parsed
+	all    bool                    // every file is read, and parsed whole
 	reads  []string
 	keys   []statKey
 	walked []string
@@ -100,16 +104,16 @@ type pass struct {
 // for each before listing it, and reads the files that changed. It fails
 // only when the root cannot be read.
 func (x *index) full(onDir func(string) error) error {
-	return x.fullPass(onDir, map[string]bool{})
+	return x.fullPass(onDir, map[string]bool{}, nil)
 }
 
-// fullPass is full that also reads the files in force; with a nil force it
-// reads every file.
-func (x *index) fullPass(onDir func(string) error, force map[string]bool) error {
+// fullPass is full that also reads the files in force, parsing those in
+// whole whole; with a nil force it reads and parses every file whole.
+func (x *index) fullPass(onDir func(string) error, force, whole map[string]bool) error {
 	if err := x.checkRoot(); err != nil {
 		return err
 	}
-	p := &pass{x: x, onDir: onDir, force: force, all: force == nil}
+	p := &pass{x: x, onDir: onDir, force: force, whole: whole, all: force == nil}
 	if err := p.list(x.root, true); err != nil {
 		return err
 	}
@@ -119,12 +123,13 @@ func (x *index) fullPass(onDir func(string) error, force map[string]bool) error 
 
 // update re-lists only the given directories (and walks whole any
 // directory found that is not indexed yet), and reads the files among them
-// that changed or are in force. It returns the directories walked.
-func (x *index) update(dirs []string, force map[string]bool, onDir func(string) error) ([]string, error) {
+// that changed or are in force, parsing those in whole whole. It returns
+// the directories walked.
+func (x *index) update(dirs []string, force, whole map[string]bool, onDir func(string) error) ([]string, error) {
 	if err := x.checkRoot(); err != nil {
 		return nil, err
 	}
-	p := &pass{x: x, onDir: onDir, force: force}
+	p := &pass{x: x, onDir: onDir, force: force, whole: whole}
 	slices.SortFunc(dirs, comparePaths)
 	listed := make(map[string]bool, len(dirs))
 	for _, d := range dirs {
@@ -283,7 +288,7 @@ func (p *pass) read() {
 			p.x.onRead(path)
 		}
 	}
-	results := readAll(p.reads)
+	results := readAll(p.reads, p.knownOf)
 	for i, path := range p.reads {
 		d := p.x.dirs[filepath.Dir(path)]
 		if d == nil {
@@ -292,6 +297,15 @@ func (p *pass) read() {
 		d.files[path] = &indexedFile{key: p.keys[i], res: results[i]}
 		p.x.changed[path] = true
 	}
+}
+
+// knownOf is what a file read in this pass need not parse: nothing when
+// the pass or the file is read whole.
+func (p *pass) knownOf(path string) func(uint64) bool {
+	if p.x.known == nil || p.all || p.whole[path] {
+		return nil
+	}
+	return p.x.known(path)
 }
 
 // drop forgets dir and everything below it.
@@ -358,7 +372,10 @@ type Delta struct {
 // one): that is the reader's part.
 type FileContent struct {
 	Objects []Object
-	Errors  []ParseError
+	// Kept are the documents not parsed, whose bytes the reader already
+	// holds (see Watcher.RunDeltas); always empty in a full Delta.
+	Kept   []KeptDoc
+	Errors []ParseError
 }
 
 // delta returns what changed since the last delta and forgets it; full
@@ -370,7 +387,7 @@ func (x *index) delta(full bool) Delta {
 	}
 	d := Delta{Full: full, Files: map[string]*FileContent{}}
 	take := func(f *indexedFile) *FileContent {
-		c := &FileContent{Objects: f.res.objs, Errors: f.res.errs}
+		c := &FileContent{Objects: f.res.objs, Kept: f.res.kept, Errors: f.res.errs}
 		if x.lean {
 			f.res = fileResult{}
 		}
@@ -430,7 +447,7 @@ func (x *index) chunked() Delta {
 					x.onRead(path)
 				}
 			}
-			results := readAll(reads)
+			results := readAll(reads, nil)
 			chunk := make(map[string]*FileContent, len(part))
 			for i, path := range reads {
 				files[path].unread = false
@@ -495,15 +512,18 @@ func comparePaths(a, b string) int {
 	return strings.Compare(filepath.ToSlash(a), filepath.ToSlash(b))
 }
 
-// fileResult is what one file holds.
+// fileResult is what one file holds: the objects parsed, the documents
+// kept unparsed, the problems.
 type fileResult struct {
 	objs []Object
+	kept []KeptDoc
 	errs []ParseError
 }
 
 // readAll reads and parses files in parallel; results keep the order of
-// files.
-func readAll(files []string) []fileResult {
+// files. knownOf, when not nil, gives for a file the documents it need not
+// parse (parseKnown).
+func readAll(files []string, knownOf func(path string) func(uint64) bool) []fileResult {
 	results := make([]fileResult, len(files))
 	var (
 		next atomic.Int64
@@ -516,7 +536,11 @@ func readAll(files []string) []fileResult {
 				if i >= len(files) {
 					return
 				}
-				results[i] = readFile(files[i])
+				var known func(uint64) bool
+				if knownOf != nil {
+					known = knownOf(files[i])
+				}
+				results[i] = readFile(files[i], known)
 			}
 		})
 	}
@@ -524,7 +548,7 @@ func readAll(files []string) []fileResult {
 	return results
 }
 
-func readFile(path string) fileResult {
+func readFile(path string, known func(uint64) bool) fileResult {
 	data, err := readLimited(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Removed since its directory was read, as editors do with their
@@ -534,8 +558,7 @@ func readFile(path string) fileResult {
 	if err != nil {
 		return fileResult{errs: []ParseError{{File: path, Err: err}}}
 	}
-	objs, errs := parseFile(path, data)
-	return fileResult{objs: objs, errs: errs}
+	return parseKnown(path, data, known)
 }
 
 func readLimited(path string) ([]byte, error) {

@@ -24,7 +24,10 @@ import (
 // read again, many at once when the sink can (the sink's store skips those
 // whose content did not change), and deletes the identities no file holds
 // any more, so that an edit costs what it changed, whatever the size of
-// the folder. Each pass ends with Synced and the folder's current
+// the folder. A file read again for a change parses only the documents
+// whose bytes differ from its last good read (the source keeps each
+// document's sum, not its content): the objects of the others are known
+// unchanged and not reported. Each pass ends with Synced and the folder's current
 // problems. A write that failed is written again on the next pass, from
 // the files read again for it.
 //
@@ -51,12 +54,26 @@ type Source struct {
 // objectKey names an object as the sink does.
 type objectKey struct{ typ, namespace, name string }
 
+// String names the object as "type namespace/name".
+func (k objectKey) String() string { return fmt.Sprintf("%s %s/%s", k.typ, k.namespace, k.name) }
+
 // fileState is what the source keeps of one file: the identities of its
-// last good objects and where each was, and its current problems.
+// last good objects, where each was and the sum of its document, the sums
+// of that read's documents without a watched object, and the file's
+// current problems.
 type fileState struct {
 	keys []objectKey
 	locs []loc
+	sums []uint64
+	bare []uint64
 	errs []ParseError
+}
+
+// held is one watched object of a file: where it is, and its document's
+// sum (0 when none).
+type held struct {
+	at  loc
+	sum uint64
 }
 
 // loc is where an object was found in its file.
@@ -84,11 +101,30 @@ func NewSource(dir string, rescan time.Duration, types []string, typeOf func(api
 
 // Run watches the folder until ctx is done.
 func (s *Source) Run(ctx context.Context, sink source.Sink) error {
-	w, err := NewWatcher(s.dir, append([]Option{WithRescan(s.rescan), WithChunks(chunkFiles)}, s.opts...)...)
+	w, err := NewWatcher(s.dir, append([]Option{WithRescan(s.rescan), WithChunks(chunkFiles), withKnownDocs(s.knownDocs)}, s.opts...)...)
 	if err != nil {
 		return err
 	}
 	return w.RunDeltas(ctx, func(ctx context.Context, d Delta) (Reread, error) { return s.report(ctx, d, sink) })
+}
+
+// knownDocs says which documents of path the source holds: those of the
+// file's last good read. It is asked while the folder is read, outside
+// report.
+func (s *Source) knownDocs(path string) func(sum uint64) bool {
+	s.mu.Lock()
+	var sums map[uint64]bool
+	if f := s.files[path]; f != nil {
+		sums = make(map[uint64]bool, len(f.sums)+len(f.bare))
+		for _, sum := range f.sums {
+			sums[sum] = true
+		}
+		for _, sum := range f.bare {
+			sums[sum] = true
+		}
+	}
+	s.mu.Unlock()
+	return func(sum uint64) bool { return sums[sum] }
 }
 
 // Resync re-reads the whole folder now and reports every object again.
@@ -127,8 +163,8 @@ func (s *Source) report(ctx context.Context, d Delta, sink source.Sink) (Reread,
 			return Reread{All: true}, err
 		}
 		s.replaced = true
-	} else if again, err := s.reportChanges(ctx, c, sink); err != nil || len(again) > 0 {
-		return Reread{Files: again}, err
+	} else if again, err := s.reportChanges(ctx, c, sink); err != nil || len(again)+len(c.whole) > 0 {
+		return Reread{Files: append(again, c.whole...)}, err
 	}
 	return Reread{}, s.synced(ctx, sink)
 }
@@ -193,10 +229,12 @@ func (s *Source) replaceChunks(ctx context.Context, d Delta, sink source.Sink) e
 }
 
 // changes is what one delta changed: the identities whose object may have
-// changed, with the file that stood for each before, and the objects read.
+// changed, with the file that stood for each before, the objects read, and
+// the files to read again whole, taken from nothing of this delta.
 type changes struct {
 	touched map[objectKey]string                  // identity -> the file that held it first, "" if none
 	fresh   map[string]map[objectKey]store.Object // by file: the objects read now
+	whole   []string
 }
 
 // take records the files of d and returns what changed. Problems found in
@@ -229,7 +267,7 @@ func (s *Source) dropMissing(present func(path string) bool, c changes) {
 	touch := func(k objectKey) { s.touch(c, k) }
 	for path, f := range s.files {
 		if !present(path) {
-			s.setGood(path, nil, touch)
+			s.setGood(path, nil, nil, touch)
 			delete(s.files, path)
 		} else {
 			for _, k := range f.keys {
@@ -253,11 +291,17 @@ func (s *Source) takeFiles(ctx context.Context, files map[string]*FileContent, s
 	touch := func(k objectKey) { s.touch(c, k) }
 	for path, fc := range files {
 		if fc == nil {
-			s.setGood(path, nil, touch)
+			s.setGood(path, nil, nil, touch)
 			delete(s.files, path)
 			continue
 		}
-		objs, good, errs := s.objectsOf(fc)
+		objs, good, bare, errs, complete := s.objectsOf(path, fc, s.files[path])
+		if !complete {
+			// A document kept unparsed is no longer the one held (a
+			// resync came between the read and now): read it whole.
+			c.whole = append(c.whole, path)
+			continue
+		}
 		f := s.files[path]
 		if f == nil {
 			f = &fileState{}
@@ -268,7 +312,7 @@ func (s *Source) takeFiles(ctx context.Context, files map[string]*FileContent, s
 			sink.Problem(ctx, fmt.Errorf("not loaded; the last good objects of %s stay: %w", pe.File, pe))
 		}
 		if len(errs) == 0 {
-			s.setGood(path, good, touch)
+			s.setGood(path, good, bare, touch)
 			c.fresh[path] = objs
 		}
 	}
@@ -281,33 +325,91 @@ func (s *Source) takeFiles(ctx context.Context, files map[string]*FileContent, s
 	}
 }
 
-// objectsOf converts a file's watched objects; an identity held twice is
-// one of its problems.
-func (s *Source) objectsOf(fc *FileContent) (map[objectKey]store.Object, map[objectKey]loc, []ParseError) {
+// objectsOf converts a file's watched objects, with the identities of its
+// kept documents from before, the file's last good state; an identity held
+// twice is one of its problems. It returns the objects parsed, every
+// identity with its place, the sums of the documents without a watched
+// object, the problems, and false when a kept document is not one before
+// holds.
+func (s *Source) objectsOf(path string, fc *FileContent, before *fileState) (map[objectKey]store.Object, map[objectKey]held, []uint64, []ParseError, bool) {
 	errs := slices.Clone(fc.Errors)
 	objs := make(map[objectKey]store.Object, len(fc.Objects))
-	good := make(map[objectKey]loc, len(fc.Objects))
-	for _, o := range fc.Objects {
-		typ, ok := s.typeOf(o.APIVersion, o.Kind)
-		if !ok {
-			continue
-		}
-		k := objectKey{typ, o.Namespace, o.Name}
+	good := make(map[objectKey]held, len(fc.Objects)+len(fc.Kept))
+	var bare []uint64
+	add := func(k objectKey, h held, what fmt.Stringer) bool {
 		if first, dup := good[k]; dup {
-			errs = append(errs, ParseError{File: o.File, Doc: o.Doc, Line: o.Line,
-				Err: fmt.Errorf("duplicate %s: already defined in %s", o, location(o.File, int(first.doc), int(first.line)))})
+			errs = append(errs, ParseError{File: path, Doc: int(h.at.doc), Line: int(h.at.line),
+				Err: fmt.Errorf("duplicate %s: already defined in %s", what, location(path, int(first.at.doc), int(first.at.line)))})
+			return false
+		}
+		good[k] = h
+		return true
+	}
+	keptKeys := before.keysBySum(len(fc.Kept))
+	parsed, kept := fc.Objects, fc.Kept
+	watched := map[uint64]bool{}
+	for len(parsed) > 0 || len(kept) > 0 {
+		if len(kept) == 0 || (len(parsed) > 0 && parsed[0].Doc < kept[0].Doc) {
+			o := parsed[0]
+			parsed = parsed[1:]
+			typ, ok := s.typeOf(o.APIVersion, o.Kind)
+			if !ok {
+				continue
+			}
+			watched[o.sum] = true
+			k := objectKey{typ, o.Namespace, o.Name}
+			if add(k, held{loc{int32(o.Doc), int32(o.Line)}, o.sum}, o) {
+				rv, _ := nested(o.Body, "metadata", "resourceVersion").(string)
+				objs[k] = store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body}
+			}
 			continue
 		}
-		rv, _ := nested(o.Body, "metadata", "resourceVersion").(string)
-		objs[k] = store.Object{Type: typ, Namespace: o.Namespace, Name: o.Name, ResourceVersion: rv, Origin: o.File, Body: o.Body}
-		good[k] = loc{doc: int32(o.Doc), line: int32(o.Line)}
+		d := kept[0]
+		kept = kept[1:]
+		keys, ok := keptKeys[d.Sum]
+		if !ok {
+			return nil, nil, nil, nil, false
+		}
+		if len(keys) == 0 {
+			bare = append(bare, d.Sum)
+		}
+		for _, k := range keys {
+			add(k, held{loc{int32(d.Doc), int32(d.Line)}, d.Sum}, k)
+		}
 	}
-	return objs, good, errs
+	for _, o := range fc.Objects {
+		if o.sum != 0 && !watched[o.sum] {
+			bare = append(bare, o.sum)
+			watched[o.sum] = true
+		}
+	}
+	return objs, good, bare, errs, true
 }
 
-// setGood makes good the last good objects of path (nil: none), touching
-// every identity it held or holds.
-func (s *Source) setGood(path string, good map[objectKey]loc, touch func(objectKey)) {
+// keysBySum gives the identities of each document of the file's last good
+// read by its sum (an empty list for the documents without a watched
+// object); nothing when there is no such read or nothing is asked (n, the
+// documents asked about, is 0).
+func (f *fileState) keysBySum(n int) map[uint64][]objectKey {
+	if f == nil || n == 0 {
+		return nil
+	}
+	out := make(map[uint64][]objectKey, len(f.sums)+len(f.bare))
+	for i, sum := range f.sums {
+		if sum != 0 {
+			out[sum] = append(out[sum], f.keys[i])
+		}
+	}
+	for _, sum := range f.bare {
+		out[sum] = nil
+	}
+	return out
+}
+
+// setGood makes good the last good objects of path (nil: none) and the
+// sums of its documents without a watched object, touching every identity
+// it held or holds.
+func (s *Source) setGood(path string, good map[objectKey]held, bare []uint64, touch func(objectKey)) {
 	f := s.files[path]
 	if f != nil {
 		for _, k := range f.keys {
@@ -317,29 +419,30 @@ func (s *Source) setGood(path string, good map[objectKey]loc, touch func(objectK
 			}
 		}
 	}
-	held := make(map[objectKey]bool)
+	was := make(map[objectKey]bool)
 	if f != nil {
 		for _, k := range f.keys {
-			held[k] = true
+			was[k] = true
 		}
 	}
 	keys := make([]objectKey, 0, len(good))
 	for k := range good {
 		touch(k)
-		if !held[k] {
+		if !was[k] {
 			s.claim(k, path)
 		}
 		keys = append(keys, k)
 	}
 	locs := make([]loc, len(keys))
+	sums := make([]uint64, len(keys))
 	for i, k := range keys {
-		locs[i] = good[k]
+		locs[i], sums[i] = good[k].at, good[k].sum
 	}
 	switch {
 	case f != nil:
-		f.keys, f.locs = keys, locs
+		f.keys, f.locs, f.sums, f.bare = keys, locs, sums, bare
 	case good != nil:
-		s.files[path] = &fileState{keys: keys, locs: locs}
+		s.files[path] = &fileState{keys: keys, locs: locs, sums: sums, bare: bare}
 	}
 }
 
@@ -465,7 +568,9 @@ func (s *Source) reportChanges(ctx context.Context, c changes, sink source.Sink)
 		}
 		if o, ok := c.fresh[first][k]; ok {
 			upserts = append(upserts, o)
-		} else if first != before {
+		} else if first != before || s.pending[k] {
+			// Its object was not read now (its file was not, or its
+			// document was kept unparsed): read that file whole.
 			again = append(again, first)
 		}
 	}

@@ -45,6 +45,7 @@ type settings struct {
 	debounce time.Duration
 	onRead   func(path string)
 	chunk    int
+	known    func(path string) func(sum uint64) bool
 }
 
 // WithRescan sets the interval of the periodic full re-scan, the safety net
@@ -95,6 +96,16 @@ func WithChunks(n int) Option {
 			return fmt.Errorf("%w: chunk size %d is not positive", ErrInvalidOption, n)
 		}
 		s.chunk = n
+		return nil
+	}
+}
+
+// withKnownDocs makes RunDeltas leave unparsed the YAML documents of a
+// file read again whose sum known(path) reports: the callback holds them
+// (see RunDeltas).
+func withKnownDocs(known func(path string) func(sum uint64) bool) Option {
+	return func(s *settings) error {
+		s.known = known
 		return nil
 	}
 }
@@ -156,8 +167,8 @@ func (w *Watcher) Run(ctx context.Context, fn func(context.Context, Snapshot) er
 }
 
 // Reread is what a RunDeltas callback asks of the next pass: files to read
-// again, whose content the next Delta holds, or, with All, every file (the
-// next Delta is Full).
+// again, whose content the next Delta holds with every document parsed, or,
+// with All, every file (the next Delta is Full).
 type Reread struct {
 	Files []string
 	All   bool
@@ -168,7 +179,10 @@ type Reread struct {
 // the size of the folder; the Watcher keeps no object once it handed it
 // over. Everything Run says holds, except that a failed call is not
 // followed by the same delta: the next call, after the delay, holds what
-// changed since, and what the callback asked to read again.
+// changed since, and what the callback asked to read again. A file read
+// again for a change leaves unparsed the documents the callback says it
+// holds (an option of the package's Source): they are in FileContent.Kept;
+// files read for a full Delta or a Reread are parsed whole.
 func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta) (Reread, error)) error {
 	if fn == nil {
 		return errors.New("manifests: RunDeltas needs a callback")
@@ -187,6 +201,7 @@ func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta)
 		}
 		for _, f := range again.Files {
 			r.force[f] = true
+			r.whole[f] = true
 		}
 		if err == nil && (again.All || len(again.Files) > 0) {
 			r.schedule()
@@ -212,11 +227,12 @@ func (w *Watcher) run(ctx context.Context, lean bool, fn func(context.Context, *
 
 	r := &run{
 		dir: w.dir, debounce: w.set.debounce, retryMax: max(w.set.rescan, time.Second), fsw: fsw, timer: time.NewTimer(time.Hour),
-		index: newIndex(w.dir, w.set.onRead), full: true, fullDelta: true, dirty: map[string]bool{}, force: map[string]bool{},
+		index: newIndex(w.dir, w.set.onRead), full: true, fullDelta: true, dirty: map[string]bool{}, force: map[string]bool{}, whole: map[string]bool{},
 	}
 	r.index.lean = lean
 	if lean {
 		r.index.chunk = w.set.chunk
+		r.index.known = w.set.known
 	}
 	r.timer.Stop()
 	defer r.timer.Stop()
@@ -281,6 +297,7 @@ type run struct {
 	fullDelta bool            // the next delta holds every file
 	dirty     map[string]bool // directories to list again at the next scan
 	force     map[string]bool // files to read at the next scan, whatever their stat
+	whole     map[string]bool // files whose every document the next scan parses
 }
 
 // emit scans and hands the snapshot to fn unless ctx was cancelled.
@@ -333,8 +350,8 @@ func (r *run) scan() (bool, error) {
 		}
 		return r.fsw.Add(dir)
 	}
-	full, dirty, force := r.full, r.dirty, r.force
-	r.full, r.dirty, r.force = false, map[string]bool{}, map[string]bool{}
+	full, dirty, force, whole := r.full, r.dirty, r.force, r.whole
+	r.full, r.dirty, r.force, r.whole = false, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	if r.readAll {
 		r.readAll, r.fullDelta = false, true
 		force = nil // every file
@@ -343,7 +360,7 @@ func (r *run) scan() (bool, error) {
 	r.index.deferReads = r.index.chunk > 0 && r.fullDelta
 	var dirs []string
 	if full {
-		if err := r.index.fullPass(onDir, force); err != nil {
+		if err := r.index.fullPass(onDir, force, whole); err != nil {
 			return false, err
 		}
 		dirs = r.index.dirList()
@@ -358,7 +375,7 @@ func (r *run) scan() (bool, error) {
 		}
 	} else {
 		var err error
-		if dirs, err = r.index.update(slices.Collect(maps.Keys(dirty)), force, onDir); err != nil {
+		if dirs, err = r.index.update(slices.Collect(maps.Keys(dirty)), force, whole, onDir); err != nil {
 			return false, err
 		}
 	}
