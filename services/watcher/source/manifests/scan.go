@@ -72,8 +72,8 @@ type index struct {
 	// known, when not nil, says for a file which documents need no parsing
 	// (see Watcher.RunDeltas); it is asked for files read in part only.
 	known   func(path string) func(sum uint64) bool
-	changed map[string]bool   // files read or gone since the last delta
-	lean    bool              // a delta hands the files' content over: it is not kept
+	changed map[string]bool // files read or gone since the last delta
+	lean    bool            // a delta hands the files' content over: it is not kept
 	// chunk, when positive (lean only), makes a full delta hand its files
 	// over in chunks of that many, each read when taken; deferReads is set
 	// for the pass whose delta is full, whose files are then not read.
