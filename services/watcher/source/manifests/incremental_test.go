@@ -303,3 +303,26 @@ func TestFailedUpsertIsWrittenAgain(t *testing.T) {
 		t.Fatalf("calls %q: the write never failed", calls)
 	}
 }
+
+// TestResyncReplacesEverything: a resync reports each type's complete set
+// (a sink's Replace deletes what it holds that no file holds), not only
+// the changes the source knows of, and it reads every file whole.
+func TestResyncReplacesEverything(t *testing.T) {
+	dir := newRoot(t)
+	writeFile(t, filepath.Join(dir, "a.yaml"), docs(configMap("a", "1"), configMap("b", "1")))
+	writeFile(t, filepath.Join(dir, "s.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {value: 1}\n")
+	src := NewSource(dir, 0, []string{"configmaps", "services"}, typeOfTest, WithDebounce(time.Hour))
+	sink := &recordingSink{}
+	want := []string{"replace configmaps [configmaps/shop/a=1 configmaps/shop/b=1]", "replace services [services/shop/web=1]"}
+	// The first resync is the source's first listing; the second comes
+	// after it, as a trigger does.
+	for i := range 2 {
+		n := len(sink.since(0))
+		if err := src.Resync(context.Background(), sink); err != nil {
+			t.Fatal(err)
+		}
+		if got := sink.since(n); !slices.Equal(got, want) {
+			t.Fatalf("resync %d reported %q, want %q", i+1, got, want)
+		}
+	}
+}

@@ -127,15 +127,23 @@ func (s *Source) knownDocs(path string) func(sum uint64) bool {
 	return func(sum uint64) bool { return sums[sum] }
 }
 
-// Resync re-reads the whole folder now and reports every object again.
+// Resync re-reads the whole folder now and reports every type's complete
+// set again, a chunk of files at a time as the first listing does: what
+// the sink holds that no file does (left by an earlier run, or a delete
+// that was lost) is deleted.
 func (s *Source) Resync(ctx context.Context, sink source.Sink) error {
 	x := newIndex(s.dir, nil)
-	x.lean = true
+	x.lean, x.chunk, x.deferReads = true, chunkFiles, true
 	if err := x.full(nil); err != nil {
 		return fmt.Errorf("manifests: %w", err)
 	}
-	_, err := s.report(ctx, x.delta(true), sink)
-	return err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.replaceChunks(ctx, x.delta(true), sink); err != nil {
+		return err
+	}
+	s.replaced = true
+	return s.synced(ctx, sink)
 }
 
 // report takes in a delta and stores what it changed through sink. It
