@@ -1,9 +1,15 @@
 package manifests
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/weftio/weft/services/watcher/store"
 )
 
 // generateFolder writes n manifests of assorted kinds into dir, spread over
@@ -77,5 +83,78 @@ func BenchmarkScan(b *testing.B) {
 		if _, err := Scan(dir); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// upsertSink passes on the objects a Source upserts.
+type upsertSink struct {
+	recordingSink
+	upserts chan store.Object
+}
+
+func (s *upsertSink) Upsert(_ context.Context, o store.Object) error {
+	s.upserts <- o
+	return nil
+}
+
+// BenchmarkEditOneDocument edits one document of a file of 300 (an
+// Ingress-sized ConfigMap each) and measures the time from the write to
+// the Source's upsert of the changed object: "known" parses the documents
+// that changed, "whole" (the reference, in the same run) the whole file,
+// as the source did before it kept the documents' sums. A document's
+// edit reaches the sink alone in "known"; in "whole", every object of the
+// file does (the store then skips the 299 unchanged), so the time runs to
+// the last upsert of the file.
+func BenchmarkEditOneDocument(b *testing.B) {
+	for _, mode := range []string{"known", "whole"} {
+		b.Run(mode, func(b *testing.B) {
+			const n = 300
+			dir := b.TempDir()
+			file := filepath.Join(dir, "apps.yaml")
+			content := func(v int) string {
+				d := make([]string, n)
+				for i := range d {
+					d[i] = configMap(fmt.Sprintf("app-%03d", i), strings.Repeat("x", 600))
+				}
+				d[n/2] = configMap(fmt.Sprintf("app-%03d", n/2), fmt.Sprint(v))
+				return docs(d...)
+			}
+			writeFile(b, file, content(0))
+			opts := []Option{WithDebounce(0)}
+			if mode == "whole" {
+				opts = append(opts, withKnownDocs(nil))
+			}
+			src := NewSource(dir, 0, []string{"configmaps", "services"}, typeOfTest, opts...)
+			sink := &upsertSink{upserts: make(chan store.Object, 2*n)}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- src.Run(ctx, sink) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					b.Error(err)
+				}
+			}()
+			for len(sink.since(0)) < 2 { // the two types' first listings
+				time.Sleep(time.Millisecond)
+			}
+			want := 1
+			if mode == "whole" {
+				want = n
+			}
+			for i := 1; b.Loop(); i++ {
+				writeFile(b, file+".tmp~", content(i))
+				if err := os.Rename(file+".tmp~", file); err != nil {
+					b.Fatal(err)
+				}
+				for range want {
+					select {
+					case <-sink.upserts:
+					case <-time.After(time.Minute):
+						b.Fatal("no upsert within a minute")
+					}
+				}
+			}
+		})
 	}
 }
