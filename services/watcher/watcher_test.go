@@ -137,19 +137,23 @@ func TestWatcherStoresAndAnnounces(t *testing.T) {
 		t.Fatalf("changes = %+v", cs)
 	}
 
+	// A step whose edit leaves every document as it was (quiet) stores
+	// nothing, so no apply shows that its pass is done: it waits, and a
+	// change its pass made late would show in the next step.
 	steps := []struct {
 		name  string
 		act   func()
 		wants []string // op:key of new changes
+		quiet bool
 	}{
-		{"same content again", func() { f.write("a.yaml", svcYAML("web", "80")) }, nil},
-		{"content change", func() { f.write("a.yaml", svcYAML("web", "81")) }, []string{"put:" + key}},
+		{"same content again", func() { f.write("a.yaml", svcYAML("web", "80")) }, nil, true},
+		{"content change", func() { f.write("a.yaml", svcYAML("web", "81")) }, []string{"put:" + key}, false},
 		{"moved to another file", func() {
 			_ = os.Remove(filepath.Join(f.dir, "manifests", "a.yaml"))
 			f.write("b.yaml", svcYAML("web", "81"))
-		}, nil},
-		{"broken file keeps its objects", func() { f.write("b.yaml", "apiVersion: v1\nkind: [") }, nil},
-		{"fixed and deleted", func() { f.write("b.yaml", "# empty\n") }, []string{"delete:" + key}},
+		}, nil, false},
+		{"broken file keeps its objects", func() { f.write("b.yaml", "apiVersion: v1\nkind: [") }, nil, false},
+		{"fixed and deleted", func() { f.write("b.yaml", "# empty\n") }, []string{"delete:" + key}, false},
 	}
 	seen := len(cs)
 	for _, st := range steps {
@@ -160,6 +164,9 @@ func TestWatcherStoresAndAnnounces(t *testing.T) {
 			problems := testkit.CounterValue(t, env.Registry, "weft_watcher_source_errors_total")
 			st.act()
 			testkit.Eventually(t, 10*time.Second, func() error {
+				if st.quiet {
+					return nil
+				}
 				if testkit.CounterValue(t, env.Registry, "weft_watcher_apply_duration_seconds") <= applies &&
 					testkit.CounterValue(t, env.Registry, "weft_watcher_source_errors_total") <= problems {
 					return fmt.Errorf("no apply yet")
