@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +72,16 @@ func (ir *ingressRig) deploy(objs ...librarytest.Object) Result {
 // httpAddr is the address of the library's HTTP listener.
 func (ir *ingressRig) httpAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ir.httpPort))
+}
+
+// wsFleet holds n WebSocket connections to ws.example through HAProxy.
+func (ir *ingressRig) wsFleet(n int) *testkit.WSFleet {
+	ir.tb.Helper()
+	ws := testkit.NewWSFleet(ir.tb, ir.httpAddr(), "ws.example", "/chat")
+	for range n {
+		ws.Dial()
+	}
+	return ws
 }
 
 // wsState is what the long-lived connection tests put in the cluster, in
@@ -141,6 +152,11 @@ func startHTTPBackend(t testing.TB) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String()
+}
+
+// without is echoes but gone.
+func without(echoes []*testkit.WSEcho, gone *testkit.WSEcho) []*testkit.WSEcho {
+	return slices.DeleteFunc(slices.Clone(echoes), func(e *testkit.WSEcho) bool { return e == gone })
 }
 
 func splitAddr(t testing.TB, addr string) (string, int) {

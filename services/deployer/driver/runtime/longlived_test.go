@@ -30,45 +30,47 @@ type deployKind struct {
 	op     string
 }
 
-var deployKinds = []deployKind{
-	{
-		// An endpoint leaves the Service's EndpointSlice, the one that
-		// left before comes back: the servers after it move to other
-		// slots (set server ... addr), the last slot goes to or leaves
-		// maintenance.
-		name: "endpoints",
-		change: func(s wsState, i int, echoes []*testkit.WSEcho) wsState {
-			out := echoes[i%len(echoes)]
-			s.up = slices.DeleteFunc(slices.Clone(echoes), func(e *testkit.WSEcho) bool { return e == out })
-			return s
-		},
-		op: "set server ",
+// The kinds of change of TestLongLivedConnectionsSurviveDeploys, in the
+// order it makes them.
+var deployKinds = []deployKind{endpointsKind, mapKind, reloadKind}
+
+// endpointsKind: an endpoint leaves the Service's EndpointSlice, the one
+// that left before comes back: the servers after it move to other slots
+// (set server ... addr), the last slot goes to or leaves maintenance.
+var endpointsKind = deployKind{
+	name: "endpoints",
+	change: func(s wsState, i int, echoes []*testkit.WSEcho) wsState {
+		s.up = without(echoes, echoes[i%len(echoes)])
+		return s
 	},
-	{
-		// A new host on the existing Service replaces the previous one:
-		// map entries only.
-		name: "map",
-		change: func(s wsState, i int, _ []*testkit.WSEcho) wsState {
-			s.hosts = []string{fmt.Sprintf("ws-%d.example", i)}
-			return s
-		},
-		op: " map ",
+	op: "set server ",
+}
+
+// mapKind: a new host on the existing Service replaces the previous one:
+// map entries only.
+var mapKind = deployKind{
+	name: "map",
+	change: func(s wsState, i int, _ []*testkit.WSEcho) wsState {
+		s.hosts = []string{fmt.Sprintf("ws-%d.example", i)}
+		return s
 	},
-	{
-		// Even deploys change an annotation that sets a response header
-		// in the Ingress's backends; odd ones replace the Service of the
-		// Ingress extra, so a backend section comes and one goes.
-		name: "reload",
-		change: func(s wsState, i int, _ []*testkit.WSEcho) wsState {
-			if i%2 == 0 {
-				s.annotations = map[string]string{"weft.io/response-set-header": fmt.Sprintf("X-Deploy %d", i)}
-			} else {
-				s.extra = fmt.Sprintf("extra-%d", i)
-			}
-			return s
-		},
-		reload: true,
+	op: " map ",
+}
+
+// reloadKind: even deploys change an annotation that sets a response
+// header in the Ingress's backends; odd ones replace the Service of the
+// Ingress extra, so a backend section comes and one goes.
+var reloadKind = deployKind{
+	name: "reload",
+	change: func(s wsState, i int, _ []*testkit.WSEcho) wsState {
+		if i%2 == 0 {
+			s.annotations = map[string]string{"weft.io/response-set-header": fmt.Sprintf("X-Deploy %d", i)}
+		} else {
+			s.extra = fmt.Sprintf("extra-%d", i)
+		}
+		return s
 	},
+	reload: true,
 }
 
 // check fails the test unless res is what a deploy of kind k must be.
@@ -102,7 +104,7 @@ func (k deployKind) check(t *testing.T, step string, res Result) {
 // message and must get its echo from the backend it was first routed to:
 // none may be dropped, including those whose endpoint left the Service;
 // keep-alive HTTP connections must survive the deploys without a reload.
-// It takes about 25s (-race, 2 busy cores); -longlived.deploys sets the
+// It takes about 30s (-race, 2 busy cores); -longlived.deploys sets the
 // deploys of each kind (50) for a longer run.
 func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 	const conns = 100
@@ -110,10 +112,7 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 	st := newWSState(t, echoes, startHTTPBackend(t))
 	r := newIngressRig(t, nil, st.objects(t)...)
 
-	ws := testkit.NewWSFleet(t, r.httpAddr(), "ws.example", "/chat")
-	for range conns {
-		ws.Dial()
-	}
+	ws := r.wsFleet(conns)
 	perBackend := ws.PerBackend()
 	for _, e := range echoes {
 		if perBackend[e.Name] == 0 {
