@@ -58,6 +58,53 @@ func StartWSEcho(tb testing.TB, name string) *WSEcho {
 	if err != nil {
 		tb.Fatalf("websocket backend %s: %v", name, err)
 	}
+	return serveWSEcho(tb, name, ln)
+}
+
+// StartWSEchoes starts n WebSocket echo backends named W1, W2, ... on the
+// loopback addresses 127.0.0.2, 127.0.0.3, ... and one port, as the
+// endpoints of a Service are Pods with addresses of their own and the same
+// target port; they stop at the end of the test.
+func StartWSEchoes(tb testing.TB, n int) []*WSEcho {
+	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		lns, err := listenLoopbacks(n)
+		if err == nil {
+			echoes := make([]*WSEcho, n)
+			for i, ln := range lns {
+				echoes[i] = serveWSEcho(tb, fmt.Sprintf("W%d", i+1), ln)
+			}
+			return echoes
+		}
+		if attempt == 5 {
+			tb.Fatalf("websocket backends: %v", err)
+		}
+	}
+}
+
+// listenLoopbacks listens on 127.0.0.2, ..., 127.0.0.<n+1> and one port,
+// the one the first address got; when another process holds that port on
+// one of the others, it closes them all and fails.
+func listenLoopbacks(n int) ([]net.Listener, error) {
+	lns := make([]net.Listener, 0, n)
+	port := "0"
+	for i := range n {
+		ln, err := net.Listen("tcp", net.JoinHostPort(fmt.Sprintf("127.0.0.%d", i+2), port))
+		if err != nil {
+			for _, l := range lns {
+				_ = l.Close()
+			}
+			return nil, err
+		}
+		_, port, _ = net.SplitHostPort(ln.Addr().String())
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+// serveWSEcho serves a WebSocket echo backend named name on ln until the
+// test ends.
+func serveWSEcho(tb testing.TB, name string, ln net.Listener) *WSEcho {
 	e := &WSEcho{Name: name, Addr: ln.Addr().String()}
 	var wg sync.WaitGroup
 	conns := map[net.Conn]struct{}{}

@@ -3,6 +3,7 @@ package testkit
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -46,5 +47,35 @@ func TestWSEcho(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("plain GET: status %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestWSEchoes starts backends that share a port on their own loopback
+// addresses, each answering with its own name.
+func TestWSEchoes(t *testing.T) {
+	echoes := StartWSEchoes(t, 3)
+	port := ""
+	for i, e := range echoes {
+		host, p, err := net.SplitHostPort(e.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("127.0.0.%d", i+2); host != want || e.Name != fmt.Sprintf("W%d", i+1) {
+			t.Errorf("backend %d: %s at %s, want W%d at %s", i, e.Name, e.Addr, i+1, want)
+		}
+		if port != "" && p != port {
+			t.Errorf("backend %s on port %s, the first on %s", e.Name, p, port)
+		}
+		port = p
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		c, err := DialWS(ctx, e.Addr, "ws.example", "/")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Echo("hi", 5*time.Second); err != nil || got != e.Name+":hi" {
+			t.Errorf("%s answered %q, %v", e.Name, got, err)
+		}
+		_ = c.Close()
 	}
 }

@@ -19,6 +19,10 @@
 //     render` would, its watched resources checked against the README.
 //   - Incremental: a compiled target whose cache follows an index's
 //     changes, rendered again on demand.
+//   - Scene, WatchedOf, Ingress, Service and EndpointSlice: a target
+//     rendered incrementally over objects a test changes as a cluster
+//     would (Sync), for tests outside the library's folder too, such as
+//     a deploy driver's test that runs the ingress library's bundle.
 //   - StartEndpoints, StartHAProxy and Client: the traffic runner of the
 //     routing tests: a fixture's EndpointSlices pointed at echo servers on
 //     loopback addresses (answering with an Echo), a real HAProxy in the

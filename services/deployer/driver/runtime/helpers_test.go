@@ -146,6 +146,13 @@ type rig struct {
 // Driver that has adopted it.
 func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 	tb.Helper()
+	return newRigFiles(tb, func(r *rig) []File { return r.bundle(s(r)) }, opts...)
+}
+
+// newRigFiles is newRig for a bundle given as files, for the rig's folder,
+// ports and admin socket.
+func newRigFiles(tb testing.TB, bundle func(r *rig) []File, opts ...func(*Options)) *rig {
+	tb.Helper()
 	haproxy := testkit.HAProxy(tb)
 	sockDir, err := os.MkdirTemp("", sockPrefix)
 	if err != nil {
@@ -186,7 +193,7 @@ func newRig(tb testing.TB, s func(r *rig) spec, opts ...func(*Options)) *rig {
 	var initial []File
 	for attempt := 1; ; attempt++ {
 		r.httpPort, r.tlsPort = freePort(tb), freePort(tb)
-		initial = r.bundle(s(r))
+		initial = bundle(r)
 		for _, f := range initial {
 			p := filepath.Join(r.dir, filepath.FromSlash(f.Path))
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -6,11 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,63 +18,101 @@ import (
 
 var longlivedDeploys = flag.Int("longlived.deploys", 50, "deploys of each kind in TestLongLivedConnectionsSurviveDeploys")
 
-// wsSlots lays the active WebSocket backends out in a backend's slots the
-// way the ingress library does: sorted addresses in SRV_1, SRV_2, ..., the
-// rest "127.0.0.1:1 disabled". A backend leaving shifts the ones after it
-// to other slots, so slots are reused for other addresses while
-// connections to their previous address are open.
-func wsSlots(active []*testkit.WSEcho, slots, weight int, extra ...string) []string {
-	addrs := make([]string, 0, len(active))
-	for _, e := range active {
-		addrs = append(addrs, e.Addr)
-	}
-	slices.Sort(addrs)
-	lines := append([]string{"balance roundrobin"}, extra...)
-	for i := range slots {
-		if i < len(addrs) {
-			lines = append(lines, fmt.Sprintf("server SRV_%d %s weight %d", i+1, addrs[i], weight))
+// deployKind is a kind of change TestLongLivedConnectionsSurviveDeploys
+// makes to the cluster's objects, and what the driver must make of it.
+type deployKind struct {
+	name string
+	// change is the state after deploy i of this kind.
+	change func(s wsState, i int, echoes []*testkit.WSEcho) wsState
+	// reload: the deploy must reload (for the configuration's structure);
+	// otherwise it must be Runtime API commands only, each containing op.
+	reload bool
+	op     string
+}
+
+// The kinds of change of TestLongLivedConnectionsSurviveDeploys, in the
+// order it makes them.
+var deployKinds = []deployKind{endpointsKind, mapKind, reloadKind}
+
+// endpointsKind: an endpoint leaves the Service's EndpointSlice, the one
+// that left before comes back: the servers after it move to other slots
+// (set server ... addr), the last slot goes to or leaves maintenance.
+var endpointsKind = deployKind{
+	name: "endpoints",
+	change: func(s wsState, i int, echoes []*testkit.WSEcho) wsState {
+		s.up = without(echoes, echoes[i%len(echoes)])
+		return s
+	},
+	op: "set server ",
+}
+
+// mapKind: a new host on the existing Service replaces the previous one:
+// map entries only.
+var mapKind = deployKind{
+	name: "map",
+	change: func(s wsState, i int, _ []*testkit.WSEcho) wsState {
+		s.hosts = []string{fmt.Sprintf("ws-%d.example", i)}
+		return s
+	},
+	op: " map ",
+}
+
+// reloadKind: even deploys change an annotation that sets a response
+// header in the Ingress's backends; odd ones replace the Service of the
+// Ingress extra, so a backend section comes and one goes.
+var reloadKind = deployKind{
+	name: "reload",
+	change: func(s wsState, i int, _ []*testkit.WSEcho) wsState {
+		if i%2 == 0 {
+			s.annotations = map[string]string{"weft.io/response-set-header": fmt.Sprintf("X-Deploy %d", i)}
 		} else {
-			lines = append(lines, fmt.Sprintf("server SRV_%d 127.0.0.1:1 disabled", i+1))
+			s.extra = fmt.Sprintf("extra-%d", i)
+		}
+		return s
+	},
+	reload: true,
+}
+
+// check fails the test unless res is what a deploy of kind k must be.
+func (k deployKind) check(t *testing.T, step string, res Result) {
+	t.Helper()
+	if k.reload {
+		if !res.Reloaded || res.ReloadReason != ReasonStructure {
+			t.Fatalf("%s: reloaded %v (reason %q: %s), want a reload for the structure", step, res.Reloaded, res.ReloadReason, res.ReloadDetail)
+		}
+		return
+	}
+	if res.Reloaded || res.ReloadReason != "" || len(res.RuntimeOps) == 0 {
+		t.Fatalf("%s: reloaded %v (reason %q: %s), ops %v; want Runtime API commands only", step, res.Reloaded, res.ReloadReason, res.ReloadDetail, res.RuntimeOps)
+	}
+	for _, op := range res.RuntimeOps {
+		if !strings.Contains(op, k.op) {
+			t.Fatalf("%s: command %q among %v, want only commands with %q", step, op, res.RuntimeOps, k.op)
 		}
 	}
-	return lines
 }
 
 // TestLongLivedConnectionsSurviveDeploys holds 100 WebSocket connections
-// through HAProxy while the driver delivers deploys of each kind: runtime
-// changes of the WebSocket backend's servers (addresses shifted between
-// slots, a server removed into a disabled slot, weights), map entries, and
-// changes that need a reload, either for their structure or as the
-// fallback of a runtime command HAProxy refuses. Before each reload one
-// more connection is opened, so that every replaced worker holds some.
-// After every deploy each connection sends a message and must get its echo
-// from the backend it was first routed to: none may be dropped, including
-// those whose server left the configuration. -longlived.deploys sets the
+// through an HAProxy that runs the ingress library's bundle, rendered
+// incrementally from an Ingress, Services and EndpointSlices whose
+// endpoints are four WebSocket backends, while the runtime driver
+// delivers 50 deploys of each kind of change made to those objects (see
+// deployKinds): endpoint changes and new hosts, which must be Runtime API
+// commands only, and structural changes, which must each be one reload.
+// Before each reload one more connection is opened, so that every
+// replaced worker holds some. After every deploy each connection sends a
+// message and must get its echo from the backend it was first routed to:
+// none may be dropped, including those whose endpoint left the Service;
+// keep-alive HTTP connections must survive the deploys without a reload.
+// It takes about 30s (-race, 2 busy cores); -longlived.deploys sets the
 // deploys of each kind (50) for a longer run.
 func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
-	const conns, slots = 100, 4
-	echoes := make([]*testkit.WSEcho, 4)
-	for i := range echoes {
-		echoes[i] = testkit.StartWSEcho(t, "W"+strconv.Itoa(i+1))
-	}
-	wsSpec := func(s spec, active []*testkit.WSEcho, weight int, extra ...string) spec {
-		s = s.clone()
-		s.backends = append(s.backends, backendSpec{name: "be_ws", lines: wsSlots(active, slots, weight, extra...)})
-		s.hostMap += "ws.example be_ws\n"
-		s.global = []string{"hard-stop-after 1h"}
-		s.defaults = []string{"timeout tunnel 1h"}
-		return s
-	}
-	var base spec
-	r := newRig(t, func(r *rig) spec {
-		base = baseSpec(r)
-		return wsSpec(base, echoes, 1)
-	})
+	const conns = 100
+	echoes := testkit.StartWSEchoes(t, 4)
+	st := newWSState(t, echoes, startHTTPBackend(t))
+	r := newIngressRig(t, nil, st.objects(t)...)
 
-	ws := testkit.NewWSFleet(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(r.httpPort)), "ws.example", "/chat")
-	for range conns {
-		ws.Dial()
-	}
+	ws := r.wsFleet(conns)
 	perBackend := ws.PerBackend()
 	for _, e := range echoes {
 		if perBackend[e.Name] == 0 {
@@ -89,70 +126,47 @@ func TestLongLivedConnectionsSurviveDeploys(t *testing.T) {
 	// failing a request.
 	keepAlive := make([]*keepAliveClient, 10)
 	for i := range keepAlive {
-		keepAlive[i] = newKeepAliveClient(t, fmt.Sprintf("http://127.0.0.1:%d/", r.httpPort), "app.example")
+		keepAlive[i] = newKeepAliveClient(t, "http://"+r.httpAddr()+"/", "app.example")
 		keepAlive[i].get(t, "start")
 	}
 	if n := ws.Check("start"); n != 0 {
 		t.Fatalf("%d connections dropped before any deploy", n)
 	}
 
-	removed := map[string]bool{} // backends that left the configuration
+	removed := map[string]bool{} // backends that left the Service
 	reloadsBefore := r.reloads()
-	for _, kind := range []string{"runtime", "map", "reload"} {
+	for _, kind := range deployKinds {
 		for i := range *longlivedDeploys {
-			var s spec
-			switch kind {
-			case "runtime":
-				// One backend leaves (the others shift slots), weights
-				// change.
-				out := echoes[i%len(echoes)]
-				removed[out.Name] = true
-				active := slices.DeleteFunc(slices.Clone(echoes), func(e *testkit.WSEcho) bool { return e == out })
-				s = wsSpec(base, active, 1+i%3)
-			case "map":
-				s = wsSpec(base, echoes, 1)
-				s.hostMap += fmt.Sprintf("ws-%d.example be_ws\n", i)
-			case "reload":
+			step := fmt.Sprintf("%s deploy %d", kind.name, i)
+			if kind.reload {
 				// The worker about to be replaced holds a connection
 				// too, as it does when clients keep connecting.
 				ws.Dial()
-				// Even deploys change the structure; odd ones only a
-				// weight that HAProxy refuses to change at runtime
-				// (be_static balances with a static algorithm), so
-				// the runtime path falls back to a reload.
-				s = wsSpec(base, echoes, 1, fmt.Sprintf("http-response set-header X-Deploy %d", i-i%2))
-				if i%2 == 1 {
-					s.backend("be_static").lines[1] += "0"
+			}
+			st = kind.change(st, i, echoes)
+			for _, e := range echoes {
+				if !slices.Contains(st.up, e) {
+					removed[e.Name] = true
 				}
 			}
-			res := r.apply(r.bundle(s))
-			wantReason := map[string]string{"reload": ReasonStructure}[kind]
-			if kind == "reload" && i%2 == 1 {
-				wantReason = ReasonRuntimeFailed
-			}
-			switch {
-			case res.Reloaded != (wantReason != "") || res.ReloadReason != wantReason:
-				t.Fatalf("%s deploy %d: reloaded %v (reason %q: %s), want reason %q", kind, i, res.Reloaded, res.ReloadReason, res.ReloadDetail, wantReason)
-			case wantReason == "" && len(res.RuntimeOps) == 0:
-				t.Fatalf("%s deploy %d: no runtime commands", kind, i)
-			}
-			step := fmt.Sprintf("%s deploy %d", kind, i)
+			res := r.deploy(st.objects(t)...)
+			kind.check(t, step, res)
 			for j, c := range keepAlive {
-				if local := c.get(t, step); kind != "reload" && local != c.first {
+				if local := c.get(t, step); !kind.reload && local != c.first {
 					t.Fatalf("keep-alive client %d: after %s its connection is from %s, was %s: the connection was closed", j, step, local, c.first)
 				}
 			}
 			if n := ws.Check(step); n != 0 {
 				ws.ReportDropped()
-				t.Fatalf("%d of %d connections dropped by %s deploys (ops %v)", n, ws.Len(), kind, res.RuntimeOps)
+				t.Fatalf("%d of %d connections dropped by %s (ops %v)", n, ws.Len(), step, res.RuntimeOps)
 			}
 		}
 	}
 	if got := r.reloads() - reloadsBefore; got != *longlivedDeploys {
 		t.Errorf("%d reloads, want %d", got, *longlivedDeploys)
 	}
-	if len(removed) != len(echoes) {
-		t.Errorf("backends removed at some point: %v, want all %d", removed, len(echoes))
+	if want := min(*longlivedDeploys, len(echoes)); len(removed) != want {
+		t.Errorf("backends removed at some point: %v, want %d", removed, want)
 	}
 	ws.CheckBackends(echoes)
 	// New connections reach the current configuration.
