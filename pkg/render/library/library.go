@@ -173,8 +173,8 @@
 // `library: gateway` implements the Gateway API (gateway.networking.k8s.io/v1)
 // for Gateways and HTTPRoutes; gateway/README.md documents its watched
 // resources, options (controller_name, bind_address, tls_slots,
-// admin_socket, and tunnel_timeout and hard_stop_after as the ingress
-// library has them) and semantics, and gateway/testdata holds its golden
+// admin_socket, and server_slots, tunnel_timeout and hard_stop_after as the
+// ingress library has them) and semantics, and gateway/testdata holds its golden
 // and real-traffic cases.
 package library
 

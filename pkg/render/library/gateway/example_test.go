@@ -20,7 +20,8 @@ func TestExample(t *testing.T) {
 	for _, want := range []string{
 		"bind 127.0.0.1:18080\n", "bind 127.0.0.1:18443 ssl crt-list " + dir + "/files/gateway-crt-list\n",
 		"use_backend gw_shop_shop_r0m0 if { var(txn.host) -m str shop.example.com } { var(txn.gw_path) -m beg '/api/' }\n",
-		"server SRV_1_1 10.0.0.11:3000 weight 256\n  server SRV_2_1 10.0.0.12:3000 weight 28\n",
+		"server SRV_1_1 10.0.0.11:3000 weight 256\n  server SRV_1_2 127.0.0.1:1 disabled weight 256\n",
+		"server SRV_1_4 127.0.0.1:1 disabled weight 256\n  server SRV_2_1 10.0.0.12:3000 weight 28\n",
 		"http-request redirect location http://%[var(txn.host)]%[var(txn.gw_portsfx)]%[path]%[var(txn.gw_qs)] code 301 if !{ ssl_fc }\n",
 		"http-response set-header X-Served-By 'weft'\n",
 	} {

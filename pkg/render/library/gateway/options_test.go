@@ -17,7 +17,7 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"controller_name", "bind_address", "tls_slots", "admin_socket", "tunnel_timeout", "hard_stop_after"} {
+	for _, n := range []string{"controller_name", "bind_address", "server_slots", "tls_slots", "admin_socket", "tunnel_timeout", "hard_stop_after"} {
 		if o, ok := opts[n]; !ok || o.Doc == "" {
 			t.Errorf("option %s: %+v, %v", n, o, ok)
 		}
@@ -32,6 +32,9 @@ func TestOptions(t *testing.T) {
 		{map[string]string{"controller_name": "Example.net/x"}, "library_options.controller_name"},
 		{map[string]string{"controller_name": "example.net/"}, "library_options.controller_name"},
 		{map[string]string{"controller_name": `example.net/"x"`}, "library_options.controller_name"},
+		{map[string]string{"server_slots": "1"}, ""},
+		{map[string]string{"server_slots": "0"}, "library_options.server_slots: \"0\" is not a number from 1 to 4096"},
+		{map[string]string{"server_slots": "4097"}, "library_options.server_slots"},
 		{map[string]string{"tls_slots": "4097"}, "library_options.tls_slots"},
 		{map[string]string{"tunnel_timeout": "600", "hard_stop_after": "0"}, ""},
 		{map[string]string{"tunnel_timeout": "0"}, "library_options.tunnel_timeout: \"0\" is not a number from 1 to 2147483"},

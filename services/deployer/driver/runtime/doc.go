@@ -104,9 +104,10 @@
 // closes them. A slot whose address changes ("set server ... addr") keeps
 // the connections opened to its previous address; HAProxy counts them
 // against the slot (its cur_sess, and its maxconn if set) until they end.
-// Slots are assigned by the configuration (the ingress library packs
-// endpoints into SRV_1, SRV_2, ... in address order, so one leaving moves
-// those after it), not by the driver. A reload replaces the worker with a
+// Slots are assigned by the configuration (the ingress and gateway
+// libraries pack endpoints into their slots, SRV_1, SRV_2, ... and
+// SRV_<ref>_1, ..., in address order, so one leaving moves those after
+// it), not by the driver. A reload replaces the worker with a
 // soft stop: the previous worker stops listening and serves the
 // connections it holds until they end, or until the configuration's
 // hard-stop-after. The reload waits for the previous workers only until
