@@ -112,6 +112,10 @@ type Source struct {
 	// kubernetes source. Defaults: 30s and 10m.
 	Rescan Duration `json:"rescan,omitempty"`
 	Resync Duration `json:"resync,omitempty"`
+	// Poll makes a key-value source read everything every Rescan and
+	// follow no change in between (confd without -watch); without it the
+	// source follows changes as they happen wherever its backend can.
+	Poll bool `json:"poll,omitempty"`
 	// kubernetes, configmap-exports: a kubeconfig (empty: in-cluster, or
 	// $KUBECONFIG) and an optional context.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
@@ -702,6 +706,9 @@ func (c *Config) check(ps *problems) {
 		}
 		if s.Resync < 0 {
 			bad(f.k("resync"), "must not be negative")
+		}
+		if s.Poll && (s.ObjectSource() || s.Type == SourceExports) {
+			bad(f.k("poll"), "only key-value sources poll; a %s source follows changes", s.Type)
 		}
 		switch s.Type {
 		case SourceManifests, SourceFile:
