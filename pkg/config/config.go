@@ -399,7 +399,10 @@ type Deploy struct {
 	Mode     string `json:"mode,omitempty"` // octal, e.g. "0644"
 	// KeepMode (a confd resource without mode, as confd does): a file
 	// already there keeps its permission bits; a new one gets Mode.
-	KeepMode          bool     `json:"-"`
+	KeepMode bool `json:"-"`
+	// KeepStaged (confd's -keep-stage-file): the files driver leaves a
+	// copy of each file it staged beside it, as .<name>.weft-stage.
+	KeepStaged        bool     `json:"-"`
 	CheckCmd          string   `json:"check_cmd,omitempty"`
 	ReloadCmd         string   `json:"reload_cmd,omitempty"`
 	MinReloadInterval Duration `json:"min_reload_interval,omitempty"`
