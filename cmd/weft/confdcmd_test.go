@@ -187,13 +187,11 @@ func TestConfdCommandLine(t *testing.T) {
 	}
 }
 
-// TestConfdDaemon: without -onetime, weft confd keeps the files in step
-// with the backend, and under systemd says READY=1 once every resource is
-// delivered.
-func TestConfdDaemon(t *testing.T) {
-	dir := confdCopy(t)
-	// A file already there, of another mode than 0644: its resource sets
-	// no mode, so confd keeps the file's.
+// confdDaemon starts `weft confd args...` in dir (a copy of the confd
+// example, whose out/app/upstreams.conf is already there with mode 0600)
+// and waits for systemd's READY=1, every resource delivered.
+func confdDaemon(t *testing.T, dir string, args ...string) *weftProcess {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "out", "app"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -201,34 +199,95 @@ func TestConfdDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	socket, states := notifySocket(t)
-	w := startWeftIn(t, dir, []string{"NOTIFY_SOCKET=" + socket, "WEFT_LISTEN=127.0.0.1:0"}, "confd", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "warn")
+	env := []string{"NOTIFY_SOCKET=" + socket, "WEFT_LISTEN=127.0.0.1:0"}
+	w := startWeftIn(t, dir, env, append([]string{"confd", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir"}, args...)...)
 	deadline := time.After(2 * time.Minute)
-	for ready := false; !ready; {
+	for {
 		select {
 		case s := <-states:
-			ready = strings.Contains(s, "READY=1") && strings.Contains(s, "STATUS=ready: 3 deployed (confd-app, confd-cache, confd-upstreams)")
+			if strings.Contains(s, "READY=1") && strings.Contains(s, "STATUS=ready: 3 deployed (confd-app, confd-cache, confd-upstreams)") {
+				return w
+			}
 		case <-deadline:
-			t.Fatal("no READY=1 within 2 minutes")
+			t.Fatalf("no READY=1 within 2 minutes:\n%s", w.out)
 		}
 	}
+}
+
+// editValues replaces old with new in the values file of dir, the way
+// editors save: a new file renamed over the old one.
+func editValues(t *testing.T, dir string, pairs ...string) {
+	t.Helper()
 	values := filepath.Join(dir, "values.yaml")
 	data, err := os.ReadFile(values)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(values, bytes.Replace(data, []byte("port: 8080"), []byte("port: 9090"), 1), 0o644); err != nil {
+	for i := 0; i < len(pairs); i += 2 {
+		if !bytes.Contains(data, []byte(pairs[i])) {
+			t.Fatalf("values.yaml has no %q", pairs[i])
+		}
+		data = bytes.Replace(data, []byte(pairs[i]), []byte(pairs[i+1]), 1)
+	}
+	tmp := values + ".new"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	app := filepath.Join(dir, "out", "app", "app.conf")
+	if err := os.Rename(tmp, values); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitContains waits until the file holds want and returns when it did.
+func waitContains(t *testing.T, w *weftProcess, file, want string, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		if got, _ := os.ReadFile(app); strings.Contains(string(got), "port = 9090\n") {
-			break
+		got, _ := os.ReadFile(file)
+		if strings.Contains(string(got), want) {
+			return time.Now()
 		}
-		select {
-		case <-deadline:
-			t.Fatalf("app.conf did not follow the backend:\n%s", w.out)
-		case <-time.After(50 * time.Millisecond):
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no %q after %s:\n%s\nweft's output:\n%s", file, want, within, got, w.out)
 		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestConfdDaemon: without -onetime, weft confd keeps the files in step
+// with the backend, and under systemd says READY=1 once every resource is
+// delivered; with -watch it follows a change at once, far within
+// -interval (confd's default, 600s).
+func TestConfdDaemon(t *testing.T) {
+	dir := confdCopy(t)
+	w := confdDaemon(t, dir, "-watch", "-log-level", "warn")
+	editValues(t, dir, "port: 8080", "port: 9090")
+	waitContains(t, w, filepath.Join(dir, "out", "app", "app.conf"), "port = 9090\n", time.Minute)
+	if err := w.interrupt(t); err != nil {
+		t.Fatalf("weft confd exited with %v", err)
+	}
+}
+
+// TestConfdDaemonPolls: without -watch, weft confd reads the backend every
+// -interval and follows nothing in between, as confd does: a change made
+// right after a read reaches its file only with the next read.
+func TestConfdDaemonPolls(t *testing.T) {
+	const interval = 4 * time.Second
+	dir := confdCopy(t)
+	w := confdDaemon(t, dir, "-interval", "4", "-log-level", "warn")
+	app := filepath.Join(dir, "out", "app", "app.conf")
+	// A first change shows when a read happened: just before the file
+	// has it.
+	editValues(t, dir, "port: 8080", "port: 9090")
+	read := waitContains(t, w, app, "port = 9090\n", 2*interval)
+	editValues(t, dir, "port: 9090", "port: 9191")
+	time.Sleep(interval / 3)
+	if got, _ := os.ReadFile(app); !strings.Contains(string(got), "port = 9090\n") {
+		t.Fatalf("a change was followed between two reads of the backend:\n%s", got)
+	}
+	seen := waitContains(t, w, app, "port = 9191\n", 2*interval)
+	if d := seen.Sub(read); d < interval/2 {
+		t.Errorf("the second change came %s after the first: want about -interval, %s", d, interval)
 	}
 	if err := w.interrupt(t); err != nil {
 		t.Fatalf("weft confd exited with %v", err)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -174,8 +175,8 @@ func confdFlagSet(s *ConfdSettings, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Backend, "backend", s.Backend, "backend to use: "+strings.Join(sortedKeys(ConfdBackends), ", "))
 	fs.StringVar(&s.ConfDir, "confdir", s.ConfDir, "confd conf directory (conf.d/*.toml and templates/)")
 	fs.StringVar(&s.ConfigFile, "config-file", DefaultConfdFile, "the confd config file (TOML)")
-	fs.IntVar(&s.Interval, "interval", s.Interval, "seconds between full re-reads of the backend")
-	fs.BoolVar(&s.Watch, "watch", s.Watch, "follow the backend's changes (weft does whenever the backend can)")
+	fs.IntVar(&s.Interval, "interval", s.Interval, "seconds between full reads of the backend (with -watch: the safety net against a missed change)")
+	fs.BoolVar(&s.Watch, "watch", s.Watch, "follow the backend's changes as they happen (without it: read it every -interval)")
 	fs.IntVar(&s.BatchInterval, "batch-interval", s.BatchInterval, "collect the changes of this many seconds, from the first, into one pass (0: each change at once)")
 	fs.BoolVar(&s.OneTime, "onetime", false, "run once and exit: render every resource, run check and reload commands, exit non-zero on any failure")
 	fs.BoolVar(&s.Noop, "noop", s.Noop, "only show pending changes (with -onetime): the diff of each resource, nothing written, no command run")
@@ -313,14 +314,19 @@ func slogLevel(confd string) string {
 const ConfdTarget = "confd"
 
 // Weft returns the weft.yaml text of the settings: one value source named
-// after the backend (several for several -file), no prefix, re-read every
-// -interval, and the confd target of -confdir with -prefix, its resources
-// rendered -batch-interval after the first change and, with -sync-only,
-// without check_cmd and reload_cmd.
+// after the backend (several for several -file), no prefix, read in full
+// every -interval and, with -watch only, following changes in between;
+// and the confd target of -confdir with -prefix, its resources rendered
+// -batch-interval after the first change and, with -sync-only, without
+// check_cmd and reload_cmd.
 func (s ConfdSettings) Weft() ([]byte, error) {
 	b := ConfdBackends[s.Backend]
 	rescan := (time.Duration(s.Interval) * time.Second).String()
-	src := map[string]any{"name": s.Backend, "type": b.Source, "rescan": rescan}
+	read := map[string]any{"name": s.Backend, "type": b.Source, "rescan": rescan}
+	if !s.Watch {
+		read["poll"] = true
+	}
+	src := maps.Clone(read)
 	if s.Username != "" {
 		src["username"] = s.Username
 	}
@@ -332,7 +338,8 @@ func (s ConfdSettings) Weft() ([]byte, error) {
 	switch b.Source {
 	case SourceFile:
 		for i, f := range s.File {
-			one := map[string]any{"name": s.Backend, "type": b.Source, "rescan": rescan, "path": f}
+			one := maps.Clone(read)
+			one["path"] = f
 			if len(s.File) > 1 {
 				one["name"] = s.Backend + "-" + strconv.Itoa(i+1)
 			}

@@ -95,8 +95,9 @@ func TestParseConfdRefuses(t *testing.T) {
 	}
 }
 
-// TestConfdWeft: each backend becomes its value source, the confdir one
-// confd target, and the configuration loads through the real loader.
+// TestConfdWeft: each backend becomes its value source, read every
+// -interval and following changes only with -watch; the confdir one
+// confd target; and the configuration loads through the real loader.
 func TestConfdWeft(t *testing.T) {
 	confdir, err := filepath.Abs("testdata/confd")
 	if err != nil {
@@ -106,15 +107,17 @@ func TestConfdWeft(t *testing.T) {
 		args []string
 		want config.Source
 	}{
-		{[]string{"-backend", "env"}, config.Source{Name: "env", Type: config.SourceEnv}},
-		{[]string{"-backend", "file", "-file", "/v.yaml"}, config.Source{Name: "file", Type: config.SourceFile, Path: "/v.yaml"}},
-		{[]string{"-backend", "etcd"}, config.Source{Name: "etcd", Type: config.SourceEtcd, Endpoints: []string{"http://127.0.0.1:2379"}}},
-		{[]string{"-backend", "etcdv3", "-node", "10.0.0.1:2379", "-scheme", "https", "-username", "u", "-password", "p"}, config.Source{Name: "etcdv3", Type: config.SourceEtcd, Endpoints: []string{"https://10.0.0.1:2379"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
-		{[]string{"-backend", "redis", "-node", "10.0.0.2:6379/3"}, config.Source{Name: "redis", Type: config.SourceRedis, Address: "10.0.0.2:6379", Database: 3}},
-		{[]string{"-backend", "natskv", "-table", "conf", "-node", "nats://n:4222"}, config.Source{Name: "natskv", Type: config.SourceNATSKV, Bucket: "conf", Address: "nats://n:4222"}},
-		{[]string{"-backend", "consul"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "127.0.0.1:8500"}},
-		{[]string{"-backend", "consul", "-node", "c:8501", "-scheme", "https"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "https://c:8501"}},
-		{[]string{"-backend", "zookeeper", "-node", "z1:2181", "-node", "z2:2181", "-username", "u", "-password", "p"}, config.Source{Name: "zookeeper", Type: config.SourceZookeeper, Endpoints: []string{"z1:2181", "z2:2181"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
+		{[]string{"-backend", "env"}, config.Source{Name: "env", Type: config.SourceEnv, Poll: true}},
+		{[]string{"-backend", "env", "-watch"}, config.Source{Name: "env", Type: config.SourceEnv}},
+		{[]string{"-backend", "file", "-file", "/v.yaml"}, config.Source{Name: "file", Type: config.SourceFile, Path: "/v.yaml", Poll: true}},
+		{[]string{"-backend", "file", "-file", "/v.yaml", "-watch"}, config.Source{Name: "file", Type: config.SourceFile, Path: "/v.yaml"}},
+		{[]string{"-backend", "etcd"}, config.Source{Name: "etcd", Type: config.SourceEtcd, Endpoints: []string{"http://127.0.0.1:2379"}, Poll: true}},
+		{[]string{"-backend", "etcdv3", "-node", "10.0.0.1:2379", "-scheme", "https", "-username", "u", "-password", "p", "-watch"}, config.Source{Name: "etcdv3", Type: config.SourceEtcd, Endpoints: []string{"https://10.0.0.1:2379"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
+		{[]string{"-backend", "redis", "-node", "10.0.0.2:6379/3", "-watch"}, config.Source{Name: "redis", Type: config.SourceRedis, Address: "10.0.0.2:6379", Database: 3}},
+		{[]string{"-backend", "natskv", "-table", "conf", "-node", "nats://n:4222"}, config.Source{Name: "natskv", Type: config.SourceNATSKV, Bucket: "conf", Address: "nats://n:4222", Poll: true}},
+		{[]string{"-backend", "consul", "-watch"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "127.0.0.1:8500"}},
+		{[]string{"-backend", "consul", "-node", "c:8501", "-scheme", "https"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "https://c:8501", Poll: true}},
+		{[]string{"-backend", "zookeeper", "-node", "z1:2181", "-node", "z2:2181", "-username", "u", "-password", "p", "-watch"}, config.Source{Name: "zookeeper", Type: config.SourceZookeeper, Endpoints: []string{"z1:2181", "z2:2181"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
 	} {
 		args := append([]string{"-config-file", filepath.Join(t.TempDir(), "none.toml"), "-confdir", confdir, "-interval", "30", "-prefix", "/app", "-batch-interval", "3", "-sync-only"}, tc.args...)
 		s, err := config.ParseConfd(args, func(string) string { return "" }, io.Discard)
