@@ -41,6 +41,26 @@ func confdRun(t *testing.T, dir string, env []string, args ...string) (int, stri
 	return code, stdout.String(), stderr.String()
 }
 
+// assertConfdGolden checks the files the example deploys under dir/out
+// against their golden files.
+func assertConfdGolden(t *testing.T, dir string) {
+	t.Helper()
+	for golden, out := range confdFiles {
+		got, err := os.ReadFile(filepath.Join(dir, "out", out))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		want, err := os.ReadFile(filepath.Join("testdata", "confd", golden))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s =\n%s\nwant\n%s", out, got, want)
+		}
+	}
+}
+
 // confdCopy copies the confd example into a new folder.
 func confdCopy(t *testing.T) string {
 	t.Helper()
@@ -78,19 +98,7 @@ func TestConfdOnetime(t *testing.T) {
 		t.Errorf("-onetime notified systemd: %q", s)
 	case <-time.After(500 * time.Millisecond):
 	}
-	for golden, out := range confdFiles {
-		got, err := os.ReadFile(filepath.Join(dir, "out", out))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := os.ReadFile(filepath.Join("testdata", "confd", golden))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != string(want) {
-			t.Errorf("%s =\n%s\nwant\n%s", out, got, want)
-		}
-	}
+	assertConfdGolden(t, dir)
 	// A resource's mode; without one, as confd: a file already there keeps
 	// its mode, a new one gets 0644.
 	for out, mode := range map[string]os.FileMode{"app/app.conf": 0o640, "app/upstreams.conf": 0o600, "cache/cache.json": 0o644} {
@@ -105,22 +113,33 @@ func TestConfdOnetime(t *testing.T) {
 	if err != nil || !strings.Contains(string(reloads), "app") {
 		t.Errorf("reload_cmd did not run: %q, %v", reloads, err)
 	}
+	app := filepath.Join(dir, "out", "app", "app.conf")
+	stage := filepath.Join(dir, "out", "app", ".app.conf.weft-stage")
+	if _, err := os.Stat(stage); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("without -keep-stage-file the staged file was kept: %v", err)
+	}
 
-	// A value that check_cmd refuses: exit 1, the file unchanged.
-	values := filepath.Join(dir, "values.yaml")
-	data, err := os.ReadFile(values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(values, bytes.Replace(data, []byte("port: 8080"), []byte("port: 80x80"), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, _, stderr = confdRun(t, dir, nil, "-onetime", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "error")
-	if code != ExitFailed || !strings.Contains(stderr, "weft confd: "+filepath.Join(dir, "out", "app", "app.conf")+": files: check_cmd failed") {
+	// A value that check_cmd refuses: exit 1, the file unchanged; with
+	// -keep-stage-file, the refused file is kept beside it, as confd does.
+	editValues(t, dir, "port: 8080", "port: 80x80")
+	code, _, stderr = confdRun(t, dir, nil, "-onetime", "-keep-stage-file", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "error")
+	if code != ExitFailed || !strings.Contains(stderr, "weft confd: "+app+": files: check_cmd failed") {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr)
 	}
-	if got, _ := os.ReadFile(filepath.Join(dir, "out", "app", "app.conf")); !strings.Contains(string(got), "port = 8080\n") {
+	if got, _ := os.ReadFile(app); !strings.Contains(string(got), "port = 8080\n") {
 		t.Errorf("a refused file was written:\n%s", got)
+	}
+	if got, err := os.ReadFile(stage); err != nil || !strings.Contains(string(got), "port = 80x80\n") {
+		t.Errorf("-keep-stage-file kept %q (%v), want the refused file", got, err)
+	}
+	// A delivery with -keep-stage-file keeps the staged file too.
+	editValues(t, dir, "port: 80x80", "port: 8181")
+	if code, _, stderr = confdRun(t, dir, nil, "-onetime", "-keep-stage-file", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "error"); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	deployed, _ := os.ReadFile(app)
+	if got, err := os.ReadFile(stage); err != nil || !strings.Contains(string(deployed), "port = 8181\n") || string(got) != string(deployed) {
+		t.Errorf("-keep-stage-file kept %q (%v), want the delivered file %q", got, err, deployed)
 	}
 
 	// A backend that cannot be read fails the pass at once, as in confd.

@@ -181,7 +181,7 @@ func confdFlagSet(s *ConfdSettings, usage io.Writer) *flag.FlagSet {
 	fs.BoolVar(&s.OneTime, "onetime", false, "run once and exit: render every resource, run check and reload commands, exit non-zero on any failure")
 	fs.BoolVar(&s.Noop, "noop", s.Noop, "only show pending changes (with -onetime): the diff of each resource, nothing written, no command run")
 	fs.BoolVar(&s.SyncOnly, "sync-only", s.SyncOnly, "sync without check_cmd and reload_cmd")
-	fs.BoolVar(&s.KeepStageFile, "keep-stage-file", s.KeepStageFile, "keep staged files (with -onetime -noop: the rendered files, beside each dest)")
+	fs.BoolVar(&s.KeepStageFile, "keep-stage-file", s.KeepStageFile, "keep each resource's staged file beside its dest, as .<name>.weft-stage")
 	fs.StringVar(&s.Prefix, "prefix", s.Prefix, "key path prefix")
 	fs.Func("node", "backend node (repeat for several)", func(v string) error { s.Nodes = append(s.Nodes, v); return nil })
 	fs.StringVar(&s.Scheme, "scheme", s.Scheme, "the backend URI scheme of nodes given without one (http or https)")
@@ -239,9 +239,6 @@ func (s ConfdSettings) check() error {
 	}
 	if s.Noop && !s.OneTime {
 		errs = append(errs, errors.New("-noop shows pending changes of one pass: give -onetime too"))
-	}
-	if s.KeepStageFile && !(s.Noop && s.OneTime) {
-		errs = append(errs, errors.New("-keep-stage-file: weft's files driver removes its staged files once in place; only -onetime -noop keeps the rendered files"))
 	}
 	if s.ClientCert != "" || s.ClientKey != "" || s.ClientCaKeys != "" {
 		errs = append(errs, fmt.Errorf("-client-cert, -client-key, -client-ca-keys: weft's %s source has no client TLS settings", b.Source))
@@ -317,8 +314,9 @@ const ConfdTarget = "confd"
 // after the backend (several for several -file), no prefix, read in full
 // every -interval and, with -watch only, following changes in between;
 // and the confd target of -confdir with -prefix, its resources rendered
-// -batch-interval after the first change and, with -sync-only, without
-// check_cmd and reload_cmd.
+// -batch-interval after the first change, with -sync-only without
+// check_cmd and reload_cmd, with -keep-stage-file keeping their staged
+// files.
 func (s ConfdSettings) Weft() ([]byte, error) {
 	b := ConfdBackends[s.Backend]
 	rescan := (time.Duration(s.Interval) * time.Second).String()
@@ -396,6 +394,9 @@ func (s ConfdSettings) Weft() ([]byte, error) {
 	}
 	if s.SyncOnly {
 		target["confd"].(map[string]any)["sync_only"] = true
+	}
+	if s.KeepStageFile {
+		target["confd"].(map[string]any)["keep_stage_file"] = true
 	}
 	return yaml.Marshal(map[string]any{"sources": sources, "targets": map[string]any{ConfdTarget: target}})
 }

@@ -119,7 +119,7 @@ func TestConfdWeft(t *testing.T) {
 		{[]string{"-backend", "consul", "-node", "c:8501", "-scheme", "https"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "https://c:8501", Poll: true}},
 		{[]string{"-backend", "zookeeper", "-node", "z1:2181", "-node", "z2:2181", "-username", "u", "-password", "p", "-watch"}, config.Source{Name: "zookeeper", Type: config.SourceZookeeper, Endpoints: []string{"z1:2181", "z2:2181"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
 	} {
-		args := append([]string{"-config-file", filepath.Join(t.TempDir(), "none.toml"), "-confdir", confdir, "-interval", "30", "-prefix", "/app", "-batch-interval", "3", "-sync-only"}, tc.args...)
+		args := append([]string{"-config-file", filepath.Join(t.TempDir(), "none.toml"), "-confdir", confdir, "-interval", "30", "-prefix", "/app", "-batch-interval", "3", "-sync-only", "-keep-stage-file"}, tc.args...)
 		s, err := config.ParseConfd(args, func(string) string { return "" }, io.Discard)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
@@ -146,6 +146,9 @@ func TestConfdWeft(t *testing.T) {
 			}
 			if tg.Deploy.CheckCmd != "" || tg.Deploy.ReloadCmd != "" {
 				t.Errorf("target %s: -sync-only left check %q reload %q", name, tg.Deploy.CheckCmd, tg.Deploy.ReloadCmd)
+			}
+			if !tg.Deploy.KeepStaged {
+				t.Errorf("target %s: -keep-stage-file does not keep the staged file", name)
 			}
 			if tg.Render.Wait().Seconds() != 3 || tg.Render.LeadingEdge() || tg.Render.MaxWait.D().Seconds() != 3 {
 				t.Errorf("target %s: -batch-interval 3 gave render %+v", name, tg.Render)
