@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // confdRun runs `weft confd args...` as its own process in dir (a copy of
@@ -310,5 +313,75 @@ func TestConfdDaemonPolls(t *testing.T) {
 	}
 	if err := w.interrupt(t); err != nil {
 		t.Fatalf("weft confd exited with %v", err)
+	}
+}
+
+// TestConfdDaemonNoop: -noop without -onetime renders every change and
+// shows what it would change, writing nothing and running no command: a
+// changed value is logged as a would-be change with its diff (the golden
+// file, with the folder written $DIR) on stdout, and the file stays.
+func TestConfdDaemonNoop(t *testing.T) {
+	dir := confdCopy(t)
+	args := []string{"-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "error"}
+	if code, _, stderr := confdRun(t, dir, nil, append(args, "-onetime")...); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	app := filepath.Join(dir, "out", "app", "app.conf")
+	before, err := os.ReadFile(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reloads := filepath.Join(dir, "out", "reloads.log")
+	reloadsBefore, _ := os.ReadFile(reloads)
+
+	w := startWeftIn(t, dir, []string{"WEFT_LISTEN=127.0.0.1:0"}, append([]string{"confd", "-noop", "-watch"}, args[:len(args)-2]...)...)
+	// Once every resource is rendered, nothing is pending; then a value
+	// changes.
+	testkit.Eventually(t, 2*time.Minute, func() error {
+		if _, ok := w.logged("noop: every resource rendered"); !ok {
+			return errors.New("not every resource rendered")
+		}
+		return nil
+	})
+	if _, ok := w.logged("noop: would change"); ok {
+		t.Fatalf("a change is pending before any value changed:\n%s", w.out)
+	}
+	editValues(t, dir, "port: 8080", "port: 9090")
+	testkit.Eventually(t, time.Minute, func() error {
+		rec, ok := w.logged("noop: would change")
+		if !ok {
+			return errors.New("no would-be change logged")
+		}
+		if rec["dest"] != app {
+			return fmt.Errorf("would-be change logged for %v, want %s", rec["dest"], app)
+		}
+		return nil
+	})
+	var diff strings.Builder
+	for line := range strings.Lines(w.out.String()) {
+		if !strings.HasPrefix(line, "{") {
+			diff.WriteString(strings.ReplaceAll(line, dir, "$DIR"))
+		}
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "confd", "noop-daemon.diff"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff.String() != string(want) {
+		t.Errorf("stdout:\n%s\nwant\n%s", diff.String(), want)
+	}
+	// A deployer would have written it by now.
+	time.Sleep(time.Second)
+	if err := w.interrupt(t); err != nil {
+		t.Fatalf("weft confd exited with %v", err)
+	}
+	if after, _ := os.ReadFile(app); !bytes.Equal(after, before) {
+		t.Errorf("-noop wrote app.conf:\n%s", after)
+	}
+	if after, _ := os.ReadFile(reloads); !bytes.Equal(after, reloadsBefore) {
+		t.Errorf("-noop ran reload_cmd: %q", after)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out", "app", ".app.conf.weft-stage")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("without -keep-stage-file a staged file was kept: %v", err)
 	}
 }

@@ -179,7 +179,7 @@ func confdFlagSet(s *ConfdSettings, usage io.Writer) *flag.FlagSet {
 	fs.BoolVar(&s.Watch, "watch", s.Watch, "follow the backend's changes as they happen (without it: read it every -interval)")
 	fs.IntVar(&s.BatchInterval, "batch-interval", s.BatchInterval, "collect the changes of this many seconds, from the first, into one pass (0: each change at once)")
 	fs.BoolVar(&s.OneTime, "onetime", false, "run once and exit: render every resource, run check and reload commands, exit non-zero on any failure")
-	fs.BoolVar(&s.Noop, "noop", s.Noop, "only show pending changes (with -onetime): the diff of each resource, nothing written, no command run")
+	fs.BoolVar(&s.Noop, "noop", s.Noop, "only show pending changes: the diff of each resource, nothing written, no command run")
 	fs.BoolVar(&s.SyncOnly, "sync-only", s.SyncOnly, "sync without check_cmd and reload_cmd")
 	fs.BoolVar(&s.KeepStageFile, "keep-stage-file", s.KeepStageFile, "keep each resource's staged file beside its dest, as .<name>.weft-stage")
 	fs.StringVar(&s.Prefix, "prefix", s.Prefix, "key path prefix")
@@ -236,9 +236,6 @@ func (s ConfdSettings) check() error {
 	}
 	if s.Scheme != "http" && s.Scheme != "https" {
 		errs = append(errs, fmt.Errorf("-scheme %q: must be http or https", s.Scheme))
-	}
-	if s.Noop && !s.OneTime {
-		errs = append(errs, errors.New("-noop shows pending changes of one pass: give -onetime too"))
 	}
 	if s.ClientCert != "" || s.ClientKey != "" || s.ClientCaKeys != "" {
 		errs = append(errs, fmt.Errorf("-client-cert, -client-key, -client-ca-keys: weft's %s source has no client TLS settings", b.Source))

@@ -81,7 +81,6 @@ func TestParseConfdRefuses(t *testing.T) {
 		{append(none, "-backend", "redis", "-node", "a:1", "-node", "b:2"), "weft's redis source reads one node"},
 		{append(none, "-backend", "consul", "-node", "a:1", "-node", "b:2"), "weft's consul source reads one agent"},
 		{append(none, "-backend", "consul", "-username", "u", "-password", "p"), "authenticates with an ACL token"},
-		{append(none, "-noop"), "-noop shows pending changes of one pass: give -onetime too"},
 		{append(none, "-client-cert", "c.pem"), "weft's etcd source has no client TLS settings"},
 		{append(none, "-interval", "0"), "-interval 0"},
 		{append(none, "-log-level", "loud"), `-log-level "loud"`},
@@ -91,6 +90,23 @@ func TestParseConfdRefuses(t *testing.T) {
 		_, err := config.ParseConfd(tc.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestParseConfdModes: -noop and -keep-stage-file are taken with or
+// without -onetime, as confd takes them.
+func TestParseConfdModes(t *testing.T) {
+	none := []string{"-config-file", filepath.Join(t.TempDir(), "absent.toml"), "-backend", "env"}
+	for _, args := range [][]string{
+		{"-noop"},
+		{"-noop", "-onetime"},
+		{"-keep-stage-file"},
+		{"-keep-stage-file", "-onetime"},
+		{"-keep-stage-file", "-noop", "-watch"},
+	} {
+		if _, err := config.ParseConfd(append(none, args...), func(string) string { return "" }, io.Discard); err != nil {
+			t.Errorf("%q: %v", args, err)
 		}
 	}
 }
