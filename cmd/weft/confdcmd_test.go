@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -383,5 +384,45 @@ func TestConfdDaemonNoop(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "out", "app", ".app.conf.weft-stage")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("without -keep-stage-file a staged file was kept: %v", err)
+	}
+}
+
+// TestConfdBatch: with -batch-interval, the changes of a burst spanning
+// keys of two resources, made within the interval, are rendered in one
+// pass: each resource's file is written once and its reload_cmd runs
+// once; a resource whose keys did not change is not touched.
+func TestConfdBatch(t *testing.T) {
+	dir := confdCopy(t)
+	w := confdDaemon(t, dir, "-watch", "-batch-interval", "3", "-log-level", "warn")
+	reloads := filepath.Join(dir, "out", "reloads.log")
+	before, err := os.ReadFile(reloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	editValues(t, dir, "port: 8080", "port: 9090")
+	time.Sleep(300 * time.Millisecond)
+	editValues(t, dir, "web2: 10.0.0.2:80", "web2: 10.0.0.2:81")
+	time.Sleep(300 * time.Millisecond)
+	editValues(t, dir, "url: db.internal:5432", "url: db2.internal:5432")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Skipf("the burst took %s, more than the batch interval allows to judge", d)
+	}
+	waitContains(t, w, filepath.Join(dir, "out", "app", "app.conf"), "database = db2.internal:5432\n", time.Minute)
+	waitContains(t, w, filepath.Join(dir, "out", "app", "upstreams.conf"), "10.0.0.2:81", time.Minute)
+	// Another batch interval, for anything that would come late.
+	time.Sleep(4 * time.Second)
+	after, err := os.ReadFile(reloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(after[len(before):])); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"app", "upstreams"}) {
+		t.Errorf("reloads after the burst: %q, want app and upstreams once each", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out", "app", "app.conf")); !strings.Contains(string(got), "port = 9090\n") {
+		t.Errorf("app.conf misses the first change of the burst:\n%s", got)
+	}
+	if err := w.interrupt(t); err != nil {
+		t.Fatalf("weft confd exited with %v", err)
 	}
 }

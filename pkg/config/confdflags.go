@@ -46,8 +46,9 @@ type ConfdSettings struct {
 	Separator     string     `toml:"separator"`
 	File          stringList `toml:"file"`
 	LogLevel      string     `toml:"log-level"`
-	// BatchInterval is weft's: collect the changes of this many seconds
-	// (from the first) into one pass (0: render at each change).
+	// BatchInterval: a resource renders this many seconds after the first
+	// change of its keys, with every change of those seconds, so that a
+	// burst renders each resource it touches once (0: at each change).
 	BatchInterval int `toml:"batch-interval"`
 
 	// OneTime and ConfigFile come from the command line or the
@@ -177,7 +178,7 @@ func confdFlagSet(s *ConfdSettings, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.ConfigFile, "config-file", DefaultConfdFile, "the confd config file (TOML)")
 	fs.IntVar(&s.Interval, "interval", s.Interval, "seconds between full reads of the backend (with -watch: the safety net against a missed change)")
 	fs.BoolVar(&s.Watch, "watch", s.Watch, "follow the backend's changes as they happen (without it: read it every -interval)")
-	fs.IntVar(&s.BatchInterval, "batch-interval", s.BatchInterval, "collect the changes of this many seconds, from the first, into one pass (0: each change at once)")
+	fs.IntVar(&s.BatchInterval, "batch-interval", s.BatchInterval, "render a resource this many seconds after the first change of its keys, with every change meanwhile (0: at each change)")
 	fs.BoolVar(&s.OneTime, "onetime", false, "run once and exit: render every resource, run check and reload commands, exit non-zero on any failure")
 	fs.BoolVar(&s.Noop, "noop", s.Noop, "only show pending changes: the diff of each resource, nothing written, no command run")
 	fs.BoolVar(&s.SyncOnly, "sync-only", s.SyncOnly, "sync without check_cmd and reload_cmd")
