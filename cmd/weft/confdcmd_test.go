@@ -153,6 +153,29 @@ func TestConfdOnetime(t *testing.T) {
 	}
 }
 
+// TestConfdOnetimeTemplateError: a template that fails to render (confd's
+// "key does not exist") fails -onetime (exit 1) naming the resource and
+// the error; the other resources are delivered.
+func TestConfdOnetimeTemplateError(t *testing.T) {
+	dir := confdCopy(t)
+	toml := "[template]\nsrc = \"broken.conf.tmpl\"\ndest = \"out/broken.conf\"\nprefix = \"/myapp\"\nkeys = [\"/absent\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "confdir", "conf.d", "broken.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "confdir", "templates", "broken.conf.tmpl"), []byte("value = {{getv \"/absent\"}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := confdRun(t, dir, nil, "-onetime", "-backend", "file", "-file", "values.yaml", "-confdir", "confdir", "-log-level", "error")
+	broken := filepath.Join(dir, "out", "broken.conf")
+	if code != ExitFailed || !strings.Contains(stderr, "weft confd: "+broken+": render: ") || !strings.Contains(stderr, "key does not exist: /absent") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := os.Stat(broken); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a resource that did not render was written: %v", err)
+	}
+	assertConfdGolden(t, dir)
+}
+
 // TestConfdOnetimeNoop: -noop prints each resource's pending change as a
 // unified diff and writes nothing, runs no command; -sync-only delivers
 // without check_cmd and reload_cmd. Settings come from CONFD_* variables
