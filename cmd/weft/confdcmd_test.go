@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -447,5 +448,51 @@ func TestConfdBatch(t *testing.T) {
 	}
 	if err := w.interrupt(t); err != nil {
 		t.Fatalf("weft confd exited with %v", err)
+	}
+}
+
+// TestConfdConsulToken: `weft confd -backend consul` reads an agent with
+// ACLs with the token consul's own tools take, here from the file named by
+// CONSUL_HTTP_TOKEN_FILE; without a token the keys cannot be read and the
+// pass fails.
+func TestConfdConsulToken(t *testing.T) {
+	srv := testkit.StartConsul(t, testkit.WithConsulACLs("root-token"))
+	for key, value := range map[string]string{
+		"myapp/port": "8080", "myapp/database/url": "db.internal:5432", "myapp/database/user": "app",
+		"myapp/upstreams/web1": "10.0.0.1:80", "myapp/upstreams/web2": "10.0.0.2:80",
+		"myapp/cache/size": "256", "myapp/cache/ttl": "60s",
+	} {
+		srv.MustDo(t, "PUT", "/v1/kv/"+key, []byte(value))
+	}
+	srv.MustDo(t, "PUT", "/v1/acl/policy", []byte(`{"Name":"myapp-read","Rules":"key_prefix \"myapp\" { policy = \"read\" }"}`))
+	var tok struct{ SecretID string }
+	if err := json.Unmarshal(srv.MustDo(t, "PUT", "/v1/acl/token", []byte(`{"Policies":[{"Name":"myapp-read"}]}`)), &tok); err != nil || tok.SecretID == "" {
+		t.Fatalf("token: %v %+v", err, tok)
+	}
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(tok.SecretID+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-onetime", "-backend", "consul", "-node", srv.Addr, "-confdir", "confdir", "-log-level", "error"}
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		code   int
+		stderr string
+	}{
+		// Consul shows an anonymous reader no key.
+		{"no token", []string{"CONSUL_HTTP_TOKEN=", "CONSUL_HTTP_TOKEN_FILE="}, ExitFailed, "key does not exist: /port"},
+		{"CONSUL_HTTP_TOKEN_FILE", []string{"CONSUL_HTTP_TOKEN=", "CONSUL_HTTP_TOKEN_FILE=" + file}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := confdCopy(t)
+			code, _, stderr := confdRun(t, dir, tc.env, args...)
+			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("exit %d, want %d and %q in\n%s", code, tc.code, tc.stderr, stderr)
+			}
+			if code == 0 {
+				assertConfdGolden(t, dir)
+			}
+		})
 	}
 }

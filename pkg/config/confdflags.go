@@ -262,7 +262,7 @@ func (s ConfdSettings) check() error {
 			errs = append(errs, fmt.Errorf("-node: weft's consul source reads one agent, got %q", s.Nodes))
 		}
 		if s.Username != "" || s.Password != "" {
-			errs = append(errs, errors.New("-username, -password: weft's consul source authenticates with an ACL token (token_env or token_file in weft.yaml), not basic auth"))
+			errs = append(errs, errors.New("-username, -password: weft's consul source authenticates with an ACL token, not basic auth: give the token in CONSUL_HTTP_TOKEN, or its file in CONSUL_HTTP_TOKEN_FILE, as for consul's own tools"))
 		}
 	}
 	if lvl := s.LogLevel; lvl != "" && slogLevel(lvl) == "" {

@@ -80,7 +80,7 @@ func TestParseConfdRefuses(t *testing.T) {
 		{append(none, "-backend", "natskv"), "-backend natskv needs -table"},
 		{append(none, "-backend", "redis", "-node", "a:1", "-node", "b:2"), "weft's redis source reads one node"},
 		{append(none, "-backend", "consul", "-node", "a:1", "-node", "b:2"), "weft's consul source reads one agent"},
-		{append(none, "-backend", "consul", "-username", "u", "-password", "p"), "authenticates with an ACL token"},
+		{append(none, "-backend", "consul", "-username", "u", "-password", "p"), "give the token in CONSUL_HTTP_TOKEN, or its file in CONSUL_HTTP_TOKEN_FILE"},
 		{append(none, "-client-cert", "c.pem"), "weft's etcd source has no client TLS settings"},
 		{append(none, "-interval", "0"), "-interval 0"},
 		{append(none, "-log-level", "loud"), `-log-level "loud"`},
