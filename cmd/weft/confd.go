@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/pmezard/go-difflib/difflib"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weftio/weft/pkg/config"
@@ -34,8 +31,9 @@ var errPassDone = errors.New("one pass done")
 // config.ParseConfd): every service in one process over an embedded NATS
 // server whose storage is a temporary folder, removed at exit. With
 // -onetime it makes one pass (every resource rendered, checked, delivered,
-// reloaded) and exits, non-zero when a resource failed; with -noop as well,
-// it prints each resource's pending change and delivers nothing.
+// reloaded) and exits, non-zero when a resource failed. With -noop it
+// delivers nothing and prints each resource's pending change: once, with
+// -onetime; else every time a resource renders something new.
 func confdCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s, err := config.ParseConfd(args, os.Getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
@@ -83,25 +81,36 @@ func confdCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		WatchConfig: false,
 	}
 	b := host.Binary{Name: "weft confd", EmbeddedDefault: true, Services: Services, ConfigText: text, ConfigDir: cwd, Version: version}
+	diff := &pendingDiff{cfg: cfg, keep: s.KeepStageFile, out: stdout}
 	var pass *onePass
-	if s.OneTime {
-		pass = &onePass{cfg: cfg, noop: s.Noop, keep: s.KeepStageFile, out: stdout}
+	switch {
+	case s.OneTime:
+		pass = &onePass{cfg: cfg, noop: s.Noop, diff: diff}
 		b.NoSystemd = true
-		b.Services = []host.Service{
-			{Name: watcher.Service, Run: watcher.Run},
-			{Name: renderer.Service, Run: renderer.Run},
-			{Name: validator.Service, Run: validator.Run},
-			{Name: "onetime", Run: pass.run},
-		}
+		b.Services = append(upToValidation(), host.Service{Name: "onetime", Run: pass.run})
 		if !s.Noop {
 			b.Services = append(b.Services, host.Service{Name: deployer.Service, Run: deployer.Run})
 		}
+	case s.Noop:
+		// Nothing is delivered, so there is no readiness to tell systemd.
+		b.NoSystemd = true
+		b.Services = append(upToValidation(), host.Service{Name: "noop", Run: (&noopRun{diff: diff}).run})
 	}
 	err = host.Run(ctx, hs, b)
 	if errors.Is(err, errPassDone) {
 		return pass.result(stderr)
 	}
 	return err
+}
+
+// upToValidation are the services that render and validate, without the
+// deployer.
+func upToValidation() []host.Service {
+	return []host.Service{
+		{Name: watcher.Service, Run: watcher.Run},
+		{Name: renderer.Service, Run: renderer.Run},
+		{Name: validator.Service, Run: validator.Run},
+	}
 }
 
 // confdProblems names the flag behind each problem of the configuration
@@ -128,8 +137,7 @@ func confdProblems(err error) error {
 type onePass struct {
 	cfg  *config.Config
 	noop bool // stop at the verdict and print the pending changes
-	keep bool // with noop: keep the rendered files beside their dests
-	out  io.Writer
+	diff *pendingDiff
 
 	failed []string
 }
@@ -258,47 +266,16 @@ func (p *onePass) judge(rep msg.StatusReport, sourceErrors map[string]float64) (
 }
 
 // pending prints, for each resource, the unified diff between its dest and
-// what it renders now (nothing when they are equal); with keep, the
-// rendered file is left beside its dest as confd's staged file would be.
+// what it renders now (nothing when they are equal).
 func (p *onePass) pending(ctx context.Context, env svc.Env, rep msg.StatusReport) error {
 	store := msg.NewBundleStore(env.JS)
 	for _, t := range rep.Targets {
-		tg, ok := p.cfg.Targets[t.Target]
-		if !ok || tg.ConfdResource == nil || t.Render == nil {
+		if t.Render == nil {
 			continue
 		}
-		b, err := store.LoadBundle(ctx, t.Render.BundleHash)
-		if err != nil {
-			return fmt.Errorf("%s: %w", tg.ConfdResource.Dest, err)
-		}
-		dest := tg.ConfdResource.Dest
-		var rendered []byte
-		for _, f := range b.Files {
-			if f.Path == tg.MainFile() {
-				rendered = f.Content
-			}
-		}
-		current, err := os.ReadFile(dest)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if _, err := p.diff.show(ctx, store, t.Target, t.Render.BundleHash); err != nil {
 			return err
 		}
-		if p.keep {
-			stage := filepath.Join(filepath.Dir(dest), "."+filepath.Base(dest)+".weft-stage")
-			if err := os.WriteFile(stage, rendered, 0o600); err != nil {
-				return err
-			}
-		}
-		if bytes.Equal(current, rendered) {
-			continue
-		}
-		diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-			A: difflib.SplitLines(string(current)), B: difflib.SplitLines(string(rendered)),
-			FromFile: dest, ToFile: dest + " (rendered)", Context: 3,
-		})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(p.out, "%s has pending changes\n%s", dest, diff)
 	}
 	return nil
 }

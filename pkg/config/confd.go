@@ -20,6 +20,9 @@ type Confd struct {
 	// SyncOnly (confd's -sync-only) delivers the files without their
 	// resources' check_cmd and reload_cmd.
 	SyncOnly bool `json:"sync_only,omitempty"`
+	// KeepStageFile (confd's -keep-stage-file) leaves the staged copy of
+	// each resource's file beside its dest, as .<name>.weft-stage.
+	KeepStageFile bool `json:"keep_stage_file,omitempty"`
 }
 
 // MainFile is the bundle path of a target's main file: the base name of
@@ -55,7 +58,7 @@ func ConfdTargetName(target, confDir, file string) string {
 // gets a files deploy into the folder of the resource's dest, named after
 // the new target so that resources share a folder, with the resource's
 // owner, group, mode, check_cmd, reload_cmd, min_reload_interval and
-// command timeouts. A confdir that does not load is reported with every
+// command timeouts, keeping its staged file with keep_stage_file. A confdir that does not load is reported with every
 // bad file. A resource without mode keeps an existing file's mode and
 // gives a new file 0644, as confd does. Where this differs from confd: the
 // larger of check_cmd_timeout and reload_cmd_timeout bounds both commands,
@@ -139,6 +142,7 @@ func confdTarget(name string, t Target, cd Confd, s confdir.Spec) Target {
 			ReloadCmd:         s.ReloadCmd,
 			MinReloadInterval: Duration(s.MinReloadInterval),
 			CmdTimeout:        Duration(max(s.CheckCmdTimeout, s.ReloadCmdTimeout)),
+			KeepStaged:        cd.KeepStageFile,
 		},
 	}
 	if s.ModeSet {

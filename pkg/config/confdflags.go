@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,8 +46,9 @@ type ConfdSettings struct {
 	Separator     string     `toml:"separator"`
 	File          stringList `toml:"file"`
 	LogLevel      string     `toml:"log-level"`
-	// BatchInterval is weft's: collect the changes of this many seconds
-	// (from the first) into one pass (0: render at each change).
+	// BatchInterval: a resource renders this many seconds after the first
+	// change of its keys, with every change of those seconds, so that a
+	// burst renders each resource it touches once (0: at each change).
 	BatchInterval int `toml:"batch-interval"`
 
 	// OneTime and ConfigFile come from the command line or the
@@ -174,13 +176,13 @@ func confdFlagSet(s *ConfdSettings, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Backend, "backend", s.Backend, "backend to use: "+strings.Join(sortedKeys(ConfdBackends), ", "))
 	fs.StringVar(&s.ConfDir, "confdir", s.ConfDir, "confd conf directory (conf.d/*.toml and templates/)")
 	fs.StringVar(&s.ConfigFile, "config-file", DefaultConfdFile, "the confd config file (TOML)")
-	fs.IntVar(&s.Interval, "interval", s.Interval, "seconds between full re-reads of the backend")
-	fs.BoolVar(&s.Watch, "watch", s.Watch, "follow the backend's changes (weft does whenever the backend can)")
-	fs.IntVar(&s.BatchInterval, "batch-interval", s.BatchInterval, "collect the changes of this many seconds, from the first, into one pass (0: each change at once)")
+	fs.IntVar(&s.Interval, "interval", s.Interval, "seconds between full reads of the backend (with -watch: the safety net against a missed change)")
+	fs.BoolVar(&s.Watch, "watch", s.Watch, "follow the backend's changes as they happen (without it: read it every -interval)")
+	fs.IntVar(&s.BatchInterval, "batch-interval", s.BatchInterval, "render a resource this many seconds after the first change of its keys, with every change meanwhile (0: at each change)")
 	fs.BoolVar(&s.OneTime, "onetime", false, "run once and exit: render every resource, run check and reload commands, exit non-zero on any failure")
-	fs.BoolVar(&s.Noop, "noop", s.Noop, "only show pending changes (with -onetime): the diff of each resource, nothing written, no command run")
+	fs.BoolVar(&s.Noop, "noop", s.Noop, "only show pending changes: the diff of each resource, nothing written, no command run")
 	fs.BoolVar(&s.SyncOnly, "sync-only", s.SyncOnly, "sync without check_cmd and reload_cmd")
-	fs.BoolVar(&s.KeepStageFile, "keep-stage-file", s.KeepStageFile, "keep staged files (with -onetime -noop: the rendered files, beside each dest)")
+	fs.BoolVar(&s.KeepStageFile, "keep-stage-file", s.KeepStageFile, "keep each resource's staged file beside its dest, as .<name>.weft-stage")
 	fs.StringVar(&s.Prefix, "prefix", s.Prefix, "key path prefix")
 	fs.Func("node", "backend node (repeat for several)", func(v string) error { s.Nodes = append(s.Nodes, v); return nil })
 	fs.StringVar(&s.Scheme, "scheme", s.Scheme, "the backend URI scheme of nodes given without one (http or https)")
@@ -236,12 +238,6 @@ func (s ConfdSettings) check() error {
 	if s.Scheme != "http" && s.Scheme != "https" {
 		errs = append(errs, fmt.Errorf("-scheme %q: must be http or https", s.Scheme))
 	}
-	if s.Noop && !s.OneTime {
-		errs = append(errs, errors.New("-noop shows pending changes of one pass: give -onetime too"))
-	}
-	if s.KeepStageFile && !(s.Noop && s.OneTime) {
-		errs = append(errs, errors.New("-keep-stage-file: weft's files driver removes its staged files once in place; only -onetime -noop keeps the rendered files"))
-	}
 	if s.ClientCert != "" || s.ClientKey != "" || s.ClientCaKeys != "" {
 		errs = append(errs, fmt.Errorf("-client-cert, -client-key, -client-ca-keys: weft's %s source has no client TLS settings", b.Source))
 	}
@@ -266,7 +262,7 @@ func (s ConfdSettings) check() error {
 			errs = append(errs, fmt.Errorf("-node: weft's consul source reads one agent, got %q", s.Nodes))
 		}
 		if s.Username != "" || s.Password != "" {
-			errs = append(errs, errors.New("-username, -password: weft's consul source authenticates with an ACL token (token_env or token_file in weft.yaml), not basic auth"))
+			errs = append(errs, errors.New("-username, -password: weft's consul source authenticates with an ACL token, not basic auth: give the token in CONSUL_HTTP_TOKEN, or its file in CONSUL_HTTP_TOKEN_FILE, as for consul's own tools"))
 		}
 	}
 	if lvl := s.LogLevel; lvl != "" && slogLevel(lvl) == "" {
@@ -313,14 +309,20 @@ func slogLevel(confd string) string {
 const ConfdTarget = "confd"
 
 // Weft returns the weft.yaml text of the settings: one value source named
-// after the backend (several for several -file), no prefix, re-read every
-// -interval, and the confd target of -confdir with -prefix, its resources
-// rendered -batch-interval after the first change and, with -sync-only,
-// without check_cmd and reload_cmd.
+// after the backend (several for several -file), no prefix, read in full
+// every -interval and, with -watch only, following changes in between;
+// and the confd target of -confdir with -prefix, its resources rendered
+// -batch-interval after the first change, with -sync-only without
+// check_cmd and reload_cmd, with -keep-stage-file keeping their staged
+// files.
 func (s ConfdSettings) Weft() ([]byte, error) {
 	b := ConfdBackends[s.Backend]
 	rescan := (time.Duration(s.Interval) * time.Second).String()
-	src := map[string]any{"name": s.Backend, "type": b.Source, "rescan": rescan}
+	read := map[string]any{"name": s.Backend, "type": b.Source, "rescan": rescan}
+	if !s.Watch {
+		read["poll"] = true
+	}
+	src := maps.Clone(read)
 	if s.Username != "" {
 		src["username"] = s.Username
 	}
@@ -332,7 +334,8 @@ func (s ConfdSettings) Weft() ([]byte, error) {
 	switch b.Source {
 	case SourceFile:
 		for i, f := range s.File {
-			one := map[string]any{"name": s.Backend, "type": b.Source, "rescan": rescan, "path": f}
+			one := maps.Clone(read)
+			one["path"] = f
 			if len(s.File) > 1 {
 				one["name"] = s.Backend + "-" + strconv.Itoa(i+1)
 			}
@@ -389,6 +392,9 @@ func (s ConfdSettings) Weft() ([]byte, error) {
 	}
 	if s.SyncOnly {
 		target["confd"].(map[string]any)["sync_only"] = true
+	}
+	if s.KeepStageFile {
+		target["confd"].(map[string]any)["keep_stage_file"] = true
 	}
 	return yaml.Marshal(map[string]any{"sources": sources, "targets": map[string]any{ConfdTarget: target}})
 }

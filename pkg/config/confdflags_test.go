@@ -80,8 +80,7 @@ func TestParseConfdRefuses(t *testing.T) {
 		{append(none, "-backend", "natskv"), "-backend natskv needs -table"},
 		{append(none, "-backend", "redis", "-node", "a:1", "-node", "b:2"), "weft's redis source reads one node"},
 		{append(none, "-backend", "consul", "-node", "a:1", "-node", "b:2"), "weft's consul source reads one agent"},
-		{append(none, "-backend", "consul", "-username", "u", "-password", "p"), "authenticates with an ACL token"},
-		{append(none, "-noop"), "-noop shows pending changes of one pass: give -onetime too"},
+		{append(none, "-backend", "consul", "-username", "u", "-password", "p"), "give the token in CONSUL_HTTP_TOKEN, or its file in CONSUL_HTTP_TOKEN_FILE"},
 		{append(none, "-client-cert", "c.pem"), "weft's etcd source has no client TLS settings"},
 		{append(none, "-interval", "0"), "-interval 0"},
 		{append(none, "-log-level", "loud"), `-log-level "loud"`},
@@ -95,8 +94,26 @@ func TestParseConfdRefuses(t *testing.T) {
 	}
 }
 
-// TestConfdWeft: each backend becomes its value source, the confdir one
-// confd target, and the configuration loads through the real loader.
+// TestParseConfdModes: -noop and -keep-stage-file are taken with or
+// without -onetime, as confd takes them.
+func TestParseConfdModes(t *testing.T) {
+	none := []string{"-config-file", filepath.Join(t.TempDir(), "absent.toml"), "-backend", "env"}
+	for _, args := range [][]string{
+		{"-noop"},
+		{"-noop", "-onetime"},
+		{"-keep-stage-file"},
+		{"-keep-stage-file", "-onetime"},
+		{"-keep-stage-file", "-noop", "-watch"},
+	} {
+		if _, err := config.ParseConfd(append(none, args...), func(string) string { return "" }, io.Discard); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+}
+
+// TestConfdWeft: each backend becomes its value source, read every
+// -interval and following changes only with -watch; the confdir one
+// confd target; and the configuration loads through the real loader.
 func TestConfdWeft(t *testing.T) {
 	confdir, err := filepath.Abs("testdata/confd")
 	if err != nil {
@@ -106,17 +123,19 @@ func TestConfdWeft(t *testing.T) {
 		args []string
 		want config.Source
 	}{
-		{[]string{"-backend", "env"}, config.Source{Name: "env", Type: config.SourceEnv}},
-		{[]string{"-backend", "file", "-file", "/v.yaml"}, config.Source{Name: "file", Type: config.SourceFile, Path: "/v.yaml"}},
-		{[]string{"-backend", "etcd"}, config.Source{Name: "etcd", Type: config.SourceEtcd, Endpoints: []string{"http://127.0.0.1:2379"}}},
-		{[]string{"-backend", "etcdv3", "-node", "10.0.0.1:2379", "-scheme", "https", "-username", "u", "-password", "p"}, config.Source{Name: "etcdv3", Type: config.SourceEtcd, Endpoints: []string{"https://10.0.0.1:2379"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
-		{[]string{"-backend", "redis", "-node", "10.0.0.2:6379/3"}, config.Source{Name: "redis", Type: config.SourceRedis, Address: "10.0.0.2:6379", Database: 3}},
-		{[]string{"-backend", "natskv", "-table", "conf", "-node", "nats://n:4222"}, config.Source{Name: "natskv", Type: config.SourceNATSKV, Bucket: "conf", Address: "nats://n:4222"}},
-		{[]string{"-backend", "consul"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "127.0.0.1:8500"}},
-		{[]string{"-backend", "consul", "-node", "c:8501", "-scheme", "https"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "https://c:8501"}},
-		{[]string{"-backend", "zookeeper", "-node", "z1:2181", "-node", "z2:2181", "-username", "u", "-password", "p"}, config.Source{Name: "zookeeper", Type: config.SourceZookeeper, Endpoints: []string{"z1:2181", "z2:2181"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
+		{[]string{"-backend", "env"}, config.Source{Name: "env", Type: config.SourceEnv, Poll: true}},
+		{[]string{"-backend", "env", "-watch"}, config.Source{Name: "env", Type: config.SourceEnv}},
+		{[]string{"-backend", "file", "-file", "/v.yaml"}, config.Source{Name: "file", Type: config.SourceFile, Path: "/v.yaml", Poll: true}},
+		{[]string{"-backend", "file", "-file", "/v.yaml", "-watch"}, config.Source{Name: "file", Type: config.SourceFile, Path: "/v.yaml"}},
+		{[]string{"-backend", "etcd"}, config.Source{Name: "etcd", Type: config.SourceEtcd, Endpoints: []string{"http://127.0.0.1:2379"}, Poll: true}},
+		{[]string{"-backend", "etcdv3", "-node", "10.0.0.1:2379", "-scheme", "https", "-username", "u", "-password", "p", "-watch"}, config.Source{Name: "etcdv3", Type: config.SourceEtcd, Endpoints: []string{"https://10.0.0.1:2379"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
+		{[]string{"-backend", "redis", "-node", "10.0.0.2:6379/3", "-watch"}, config.Source{Name: "redis", Type: config.SourceRedis, Address: "10.0.0.2:6379", Database: 3}},
+		{[]string{"-backend", "natskv", "-table", "conf", "-node", "nats://n:4222"}, config.Source{Name: "natskv", Type: config.SourceNATSKV, Bucket: "conf", Address: "nats://n:4222", Poll: true}},
+		{[]string{"-backend", "consul", "-watch"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "127.0.0.1:8500"}},
+		{[]string{"-backend", "consul", "-node", "c:8501", "-scheme", "https"}, config.Source{Name: "consul", Type: config.SourceConsul, Address: "https://c:8501", Poll: true}},
+		{[]string{"-backend", "zookeeper", "-node", "z1:2181", "-node", "z2:2181", "-username", "u", "-password", "p", "-watch"}, config.Source{Name: "zookeeper", Type: config.SourceZookeeper, Endpoints: []string{"z1:2181", "z2:2181"}, Username: "u", PasswordEnv: config.ConfdPasswordEnv}},
 	} {
-		args := append([]string{"-config-file", filepath.Join(t.TempDir(), "none.toml"), "-confdir", confdir, "-interval", "30", "-prefix", "/app", "-batch-interval", "3", "-sync-only"}, tc.args...)
+		args := append([]string{"-config-file", filepath.Join(t.TempDir(), "none.toml"), "-confdir", confdir, "-interval", "30", "-prefix", "/app", "-batch-interval", "3", "-sync-only", "-keep-stage-file"}, tc.args...)
 		s, err := config.ParseConfd(args, func(string) string { return "" }, io.Discard)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
@@ -143,6 +162,9 @@ func TestConfdWeft(t *testing.T) {
 			}
 			if tg.Deploy.CheckCmd != "" || tg.Deploy.ReloadCmd != "" {
 				t.Errorf("target %s: -sync-only left check %q reload %q", name, tg.Deploy.CheckCmd, tg.Deploy.ReloadCmd)
+			}
+			if !tg.Deploy.KeepStaged {
+				t.Errorf("target %s: -keep-stage-file does not keep the staged file", name)
 			}
 			if tg.Render.Wait().Seconds() != 3 || tg.Render.LeadingEdge() || tg.Render.MaxWait.D().Seconds() != 3 {
 				t.Errorf("target %s: -batch-interval 3 gave render %+v", name, tg.Render)

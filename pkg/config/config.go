@@ -112,6 +112,10 @@ type Source struct {
 	// kubernetes source. Defaults: 30s and 10m.
 	Rescan Duration `json:"rescan,omitempty"`
 	Resync Duration `json:"resync,omitempty"`
+	// Poll makes a key-value source read everything every Rescan and
+	// follow no change in between (confd without -watch); without it the
+	// source follows changes as they happen wherever its backend can.
+	Poll bool `json:"poll,omitempty"`
 	// kubernetes, configmap-exports: a kubeconfig (empty: in-cluster, or
 	// $KUBECONFIG) and an optional context.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
@@ -395,7 +399,10 @@ type Deploy struct {
 	Mode     string `json:"mode,omitempty"` // octal, e.g. "0644"
 	// KeepMode (a confd resource without mode, as confd does): a file
 	// already there keeps its permission bits; a new one gets Mode.
-	KeepMode          bool     `json:"-"`
+	KeepMode bool `json:"-"`
+	// KeepStaged (confd's -keep-stage-file): the files driver leaves a
+	// copy of each file it staged beside it, as .<name>.weft-stage.
+	KeepStaged        bool     `json:"-"`
 	CheckCmd          string   `json:"check_cmd,omitempty"`
 	ReloadCmd         string   `json:"reload_cmd,omitempty"`
 	MinReloadInterval Duration `json:"min_reload_interval,omitempty"`
@@ -702,6 +709,9 @@ func (c *Config) check(ps *problems) {
 		}
 		if s.Resync < 0 {
 			bad(f.k("resync"), "must not be negative")
+		}
+		if s.Poll && (s.ObjectSource() || s.Type == SourceExports) {
+			bad(f.k("poll"), "only key-value sources poll; a %s source follows changes", s.Type)
 		}
 		switch s.Type {
 		case SourceManifests, SourceFile:

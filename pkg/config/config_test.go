@@ -71,6 +71,7 @@ func TestParseErrors(t *testing.T) {
 		{"null", "~\n", "weft.yaml: the configuration is empty"},
 		{"bad duration", "sources: [{name: m, type: manifests, path: x, rescan: soon}]", "soon"},
 		{"not yaml", "sources: [", "yaml"},
+		{"poll of an object source", "sources: [{name: m, type: manifests, path: x, poll: true}]", "sources[0].poll: only key-value sources poll"},
 		{"duplicate source", "sources: [{name: m, type: manifests, path: a}, {name: m, type: manifests, path: b}]", `"m" is used twice`},
 		{"unknown expect", "targets: {t: {validate: {expect: gossip}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.validate.expect"},
 		{"min kinds above kinds", "targets: {t: {validate: {kinds: [haproxy], min_kinds: 2}, haproxy_config: {template: x}, deploy: {driver: files, dest: /o}}}", "targets.t.validate.min_kinds"},

@@ -47,7 +47,8 @@ func newApplier(target, main string, d config.Deploy) (Applier, error) {
 	case config.DriverFiles:
 		drv, err := files.New(files.Options{
 			Dest: d.Dest, Owner: d.Owner, Group: d.Group, Mode: mode, KeyMode: keyMode(mode), KeepMode: d.KeepMode,
-			CheckCmd: d.CheckCmd, ReloadCmd: d.ReloadCmd, MinReloadInterval: d.MinReloadInterval.D(),
+			KeepStaged: d.KeepStaged,
+			CheckCmd:   d.CheckCmd, ReloadCmd: d.ReloadCmd, MinReloadInterval: d.MinReloadInterval.D(),
 			CmdTimeout: d.CmdTimeout.D(), Main: main, Name: d.Name,
 		})
 		if err != nil {

@@ -425,6 +425,10 @@ func (d *Driver) deliver(ctx context.Context, root *os.Root, files []File, main 
 	if err := d.stageFiles(root, stage, files, p); err != nil {
 		return m, err
 	}
+	if d.opts.KeepStaged {
+		// Before the staging directory goes, whatever the outcome.
+		defer d.keepStaged(root, stage, files, p)
+	}
 	if d.check != nil {
 		dir := filepath.Join(d.opts.Dest, stage)
 		src := ""
@@ -534,6 +538,41 @@ func (d *Driver) stageFiles(root *os.Root, stage string, files []File, p *plan) 
 		}
 	}
 	return nil
+}
+
+// keepStaged writes, for Options.KeepStaged, a copy of each file of the
+// bundle that was to be installed at KeptName(path), through a file in the
+// staging directory renamed into place. It is best effort: a copy that
+// cannot be written, or whose folder does not exist (the check refused a
+// file of a new folder), is skipped; so is a copy whose name is a path of
+// the bundle.
+func (d *Driver) keepStaged(root *os.Root, stage string, files []File, p *plan) {
+	inBundle := make(map[string]bool, len(files))
+	for _, f := range files {
+		inBundle[f.Path] = true
+	}
+	tmp := stage + "/" + stagePrefix + "kept" // never a bundle path
+	for _, i := range p.changed {
+		f := files[i]
+		kept := KeptName(f.Path)
+		if inBundle[kept] {
+			continue
+		}
+		if fi, err := root.Stat(path.Dir(kept)); err != nil || !fi.IsDir() {
+			continue
+		}
+		mode := d.modeOf(f)
+		if m, ok := d.kept(root, f); ok {
+			mode = m
+		}
+		if err := d.stageFile(root, tmp, f.Content, mode, false); err != nil {
+			_ = root.Remove(tmp)
+			continue
+		}
+		if err := root.Rename(tmp, kept); err != nil {
+			_ = root.Remove(tmp)
+		}
+	}
 }
 
 func (d *Driver) stageFile(root *os.Root, name string, content []byte, mode fs.FileMode, sync bool) error {

@@ -33,6 +33,9 @@
 //  5. The manifest is rewritten to what the driver then owns, and the
 //     staging directory is removed (it is removed on every path, including
 //     failures; one left by a killed process is removed by the next Apply).
+//     With Options.KeepStaged, a copy of each staged file that was to be
+//     installed is first left beside its place as KeptName(path)
+//     (".app.conf.weft-stage"), also when CheckCmd refused it.
 //  6. ReloadCmd, if set, runs once, no sooner than MinReloadInterval after the
 //     previous successful reload of this Driver. If it fails, the files stay
 //     in place (they passed the check) and Apply returns an error wrapping
@@ -49,8 +52,9 @@
 // uses ".weft-manifest-N.json" and ".weft-stage-N.*" instead, so drivers
 // with different names share a Dest as long as their bundles' files differ
 // (confd resources writing /etc/app/a.conf and /etc/app/b.conf); every
-// name starting with ".weft-manifest" or ".weft-stage-" is reserved. Any other file in Dest is left
-// alone; if such a file or directory is in the way of the bundle's layout,
+// name starting with ".weft-manifest" or ".weft-stage-" is reserved. The
+// copies Options.KeepStaged leaves are not owned: they stay until replaced
+// by a newer copy. Any other file in Dest is left alone; if such a file or directory is in the way of the bundle's layout,
 // Apply fails with ErrConflict before touching anything. Bundle paths are
 // relative and slash-separated; absolute paths, ".." and the reserved names
 // are rejected with ErrBadPath. All access goes through an os.Root, so a

@@ -88,6 +88,14 @@ type Options struct {
 	// Main is the bundle path given to CheckCmd as {{.src}}; default: the
 	// first file of the bundle passed to Apply.
 	Main string
+	// KeepStaged (confd's -keep-stage-file) leaves, after each delivery
+	// that staged files, a copy of each staged file that was to be
+	// installed beside its place in Dest, named KeptName(path), whether
+	// CheckCmd passed or refused it (a refused file's copy is written
+	// only where its folder already exists). A copy has the file's mode
+	// and owner and replaces the previous one; the driver never removes
+	// copies, and writing one is best effort.
+	KeepStaged bool
 	// Name, when set, names the driver's manifest (".weft-manifest-<Name>.json")
 	// and staging entries (".weft-stage-<Name>.*") in Dest, so that several
 	// drivers with different names can deliver different files into one

@@ -2,6 +2,7 @@ package files
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -16,6 +17,15 @@ const (
 	// stagePrefix starts every temporary entry a driver creates in Dest.
 	stagePrefix = ".weft-stage-"
 )
+
+// keptSuffix ends the name of a copy kept by Options.KeepStaged.
+const keptSuffix = ".weft-stage"
+
+// KeptName is the bundle path of the copy Options.KeepStaged keeps of the
+// staged file p: ".<base name>.weft-stage" in p's folder.
+func KeptName(p string) string {
+	return path.Join(path.Dir(p), "."+path.Base(p)+keptSuffix)
+}
 
 // names are the entries of one driver in Dest: its manifest, and the
 // prefix of its staging entries. An unnamed driver uses manifestName and

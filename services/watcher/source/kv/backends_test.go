@@ -392,3 +392,37 @@ func TestChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestPoll: a source that polls reads everything every rescan and follows
+// nothing in between, through each backend: changes reach the sink only
+// with the next full read, as a Replace (never an Upsert or Delete), and
+// no read comes sooner than the rescan (a file source that watched its
+// folder would read at once).
+func TestPoll(t *testing.T) {
+	t.Parallel()
+	const rescan = 2 * time.Second
+	for _, b := range backends {
+		t.Run(b.typ, func(t *testing.T) {
+			t.Parallel()
+			f := b.new(t)
+			f.put(t, "/myapp/port", "8080")
+			f.put(t, "/myapp/gone", "x")
+			cfg, o := f.source("/myapp", nil, rescan)
+			cfg.Poll = true
+			rec := newRecorder(t)
+			start(t, mustNew(t, cfg, o...), rec)
+			waitValues(t, rec, map[string]string{"/port": "8080", "/gone": "x"})
+			f.put(t, "/myapp/port", "9090")
+			f.del(t, "/myapp/gone")
+			waitValues(t, rec, map[string]string{"/port": "9090"})
+			if replaces, upserts, deletes, _ := rec.counts(); upserts != 0 || deletes != 0 || replaces < 2 {
+				t.Errorf("replaces %d upserts %d deletes %d: want only full reads", replaces, upserts, deletes)
+			}
+			for _, gap := range rec.gaps() {
+				if gap < rescan/2 {
+					t.Errorf("full reads %s apart, want about %s: %s", gap, rescan, rec.gaps())
+				}
+			}
+		})
+	}
+}

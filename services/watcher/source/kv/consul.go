@@ -240,7 +240,7 @@ func nextIndex(prev, got uint64) uint64 {
 	return max(got, 1)
 }
 
-// Run follows Consul until ctx ends.
+// Run follows (or polls) Consul until ctx ends.
 func (s *consulSource) Run(ctx context.Context, sink source.Sink) error {
 	done, err := s.start()
 	if err != nil {
@@ -260,7 +260,9 @@ func (s *consulSource) Run(ctx context.Context, sink source.Sink) error {
 		var idx []uint64
 		if !listThenFollow(ctx, sink, &bo,
 			func() (err error) { idx, err = s.list(ctx, c, rep); return err },
-			func() error { return s.follow(ctx, c, rep, idx, tick.C) }) {
+			func() error {
+				return s.between(ctx, tick.C, func() error { return s.follow(ctx, c, rep, idx, tick.C) })
+			}) {
 			return nil
 		}
 	}

@@ -31,6 +31,16 @@
 // every goroutine it started; it returns an error only when it cannot run at
 // all (ErrRunning: the same source is already running).
 //
+// # Polling
+//
+// With src.Poll a source reads everything every Rescan and follows nothing
+// in between, as confd does without -watch: each read is a Replace, and a
+// change reaches the sink only with the next one. No watch, subscription
+// or blocking query is set up: the file source watches no folder, redis
+// neither subscribes nor changes notify-keyspace-events, ZooKeeper reads
+// arm no watch, natskv stops its KV watcher once it has listed the bucket,
+// and etcd and consul make no Watch or blocking query. env always polls.
+//
 // # Prefix and keys
 //
 // Keys are handled as confd handles them, as slash-separated paths. The

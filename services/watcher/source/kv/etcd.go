@@ -56,7 +56,7 @@ func (s *etcdSource) ranges() []etcdRange {
 	return out
 }
 
-// Run follows etcd until ctx ends.
+// Run follows (or polls) etcd until ctx ends.
 func (s *etcdSource) Run(ctx context.Context, sink source.Sink) error {
 	done, err := s.start()
 	if err != nil {
@@ -116,7 +116,7 @@ func (s *etcdSource) Run(ctx context.Context, sink source.Sink) error {
 				if s.afterList != nil {
 					s.afterList()
 				}
-				return s.follow(ctx, client, rep, rev, tick.C)
+				return s.between(ctx, tick.C, func() error { return s.follow(ctx, client, rep, rev, tick.C) })
 			}) {
 			return nil
 		}

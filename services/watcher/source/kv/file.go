@@ -153,8 +153,8 @@ func flatten(node any, key string, emit func(p, v string)) {
 	}
 }
 
-// Run reads the file now, after every change in its folder and every
-// Rescan, until ctx ends.
+// Run reads the file now, after every change in its folder (unless the
+// source polls) and every Rescan, until ctx ends.
 func (s *fileSource) Run(ctx context.Context, sink source.Sink) error {
 	done, err := s.start()
 	if err != nil {
@@ -163,11 +163,8 @@ func (s *fileSource) Run(ctx context.Context, sink source.Sink) error {
 	defer done()
 	rep := newReporter(sink, s.typ)
 
-	fsw, err := fsnotify.NewWatcher()
-	if err != nil {
-		sink.Problem(ctx, s.unavailable(err, "watch %s; changes are read every %s", s.dir, s.rescan))
-		fsw = nil
-	} else {
+	fsw := s.watcher(ctx, sink)
+	if fsw != nil {
 		defer fsw.Close()
 	}
 	var (
@@ -244,6 +241,20 @@ func (s *fileSource) Run(ctx context.Context, sink source.Sink) error {
 			read()
 		}
 	}
+}
+
+// watcher returns a watcher of changes in the file's folder: nil when the
+// source polls, or when none can be had (reported to sink).
+func (s *fileSource) watcher(ctx context.Context, sink source.Sink) *fsnotify.Watcher {
+	if s.poll {
+		return nil
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		sink.Problem(ctx, s.unavailable(err, "watch %s; changes are read every %s", s.dir, s.rescan))
+		return nil
+	}
+	return fsw
 }
 
 // concerns reports whether a change of name (in the watched folder) may

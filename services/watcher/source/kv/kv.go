@@ -117,6 +117,7 @@ func New(src config.Source, opts ...Option) (source.Source, error) {
 		typ:     src.Type,
 		scope:   sc,
 		rescan:  src.Rescan.D(),
+		poll:    src.Poll,
 		bo:      backoffConfig{first: o.backoffFirst, max: o.backoffMax},
 		running: new(atomic.Bool),
 	}
@@ -151,9 +152,11 @@ func New(src config.Source, opts ...Option) (source.Source, error) {
 
 // base is what every backend shares.
 type base struct {
-	typ     string
-	scope   scope
-	rescan  time.Duration
+	typ    string
+	scope  scope
+	rescan time.Duration
+	// poll: read everything every rescan and follow nothing in between.
+	poll    bool
 	bo      backoffConfig
 	running *atomic.Bool
 }
@@ -256,6 +259,25 @@ func listThenFollow(ctx context.Context, sink source.Sink, bo *backoff, list, fo
 		}
 	}
 	return ctx.Err() == nil
+}
+
+// between is what a source does from one full read until the next is
+// due: follow the backend's changes, or, when it polls, only wait for
+// tick (the next full read) or the end of ctx.
+func (b *base) between(ctx context.Context, tick <-chan time.Time, follow func() error) error {
+	if !b.poll {
+		return follow()
+	}
+	nextRead(ctx, tick)
+	return nil
+}
+
+// nextRead waits for tick (the next full read) or the end of ctx.
+func nextRead(ctx context.Context, tick <-chan time.Time) {
+	select {
+	case <-ctx.Done():
+	case <-tick:
+	}
 }
 
 // endpointsAndPassword checks the endpoints of a source with a list of

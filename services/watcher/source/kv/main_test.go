@@ -29,6 +29,7 @@ type recorder struct {
 	mu           sync.Mutex
 	vals         map[string]store.Object
 	replaces     int
+	replacedAt   []time.Time // when each Replace came
 	upserts      int
 	deletes      int
 	synced       int
@@ -83,6 +84,7 @@ func (r *recorder) Replace(_ context.Context, typ string, objs []store.Object) e
 		r.violations = append(r.violations, "replace of type "+typ)
 	}
 	r.replaces++
+	r.replacedAt = append(r.replacedAt, time.Now())
 	r.vals = make(map[string]store.Object, len(objs))
 	for _, o := range objs {
 		r.check(o)
@@ -180,6 +182,17 @@ func (r *recorder) counts() (replaces, upserts, deletes, synced int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.replaces, r.upserts, r.deletes, r.synced
+}
+
+// gaps returns the times between one Replace and the next.
+func (r *recorder) gaps() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Duration
+	for i := 1; i < len(r.replacedAt); i++ {
+		out = append(out, r.replacedAt[i].Sub(r.replacedAt[i-1]))
+	}
+	return out
 }
 
 func (r *recorder) syncedProblems() []string {

@@ -67,7 +67,7 @@ func newNATS(b base, src config.Source, o options) (*natsSource, error) {
 	return s, nil
 }
 
-// Run follows the bucket until ctx ends.
+// Run follows (or polls) the bucket until ctx ends.
 func (s *natsSource) Run(ctx context.Context, sink source.Sink) error {
 	done, err := s.start()
 	if err != nil {
@@ -123,13 +123,18 @@ func (s *natsSource) Run(ctx context.Context, sink source.Sink) error {
 			if !sleep(ctx, bo.next()) {
 				return nil
 			}
+		} else if s.poll {
+			// The session ended with its full read; the next is due at
+			// the tick.
+			nextRead(ctx, tick.C)
 		}
 	}
 }
 
 // session reads the bucket in full with a new watcher, then follows it
-// until a full read is due (listed and a nil error), ctx ends or something
-// fails. listed reports whether the full read reached the sink.
+// (unless the source polls) until a full read is due (listed and a nil
+// error), ctx ends or something fails. listed reports whether the full
+// read reached the sink.
 func (s *natsSource) session(ctx context.Context, js jetstream.JetStream, rep *reporter, status <-chan nats.Status, tick <-chan time.Time) (listed bool, err error) {
 	// Statuses from before this session are answered by this full read.
 	for len(status) > 0 {
@@ -185,6 +190,9 @@ initial:
 	}
 	if err := rep.replace(ctx, l); err != nil {
 		return false, err
+	}
+	if s.poll {
+		return true, nil
 	}
 	for {
 		select {

@@ -103,7 +103,7 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// Run follows Redis until ctx ends.
+// Run follows (or polls) Redis until ctx ends.
 func (s *redisSource) Run(ctx context.Context, sink source.Sink) error {
 	done, err := s.start()
 	if err != nil {
@@ -123,7 +123,11 @@ func (s *redisSource) Run(ctx context.Context, sink source.Sink) error {
 		stop()
 		wg.Wait()
 	}()
-	wg.Go(func() { s.subscribe(sctx, client, sink, events, resync, ready) })
+	if s.poll {
+		close(ready)
+	} else {
+		wg.Go(func() { s.subscribe(sctx, client, sink, events, resync, ready) })
+	}
 	// The first full read starts once the subscription is in place (or
 	// failed), so that no change falls between the two.
 	select {
@@ -178,30 +182,13 @@ func (s *redisSource) Run(ctx context.Context, sink source.Sink) error {
 	}
 }
 
-// list makes sure notifications are enabled, reads every selected key and
-// gives the listing to the sink.
+// list makes sure notifications are enabled (unless the source polls),
+// reads every selected key and gives the listing to the sink.
 func (s *redisSource) list(ctx context.Context, c *redis.Client, rep *reporter, sink source.Sink, notifyProblem *string) error {
-	nctx, cancel := context.WithTimeout(ctx, s.timeout())
-	err := s.enableNotifications(nctx, c)
-	cancel()
-	if err != nil {
-		if !replyError(err) {
-			return s.unavailable(err, "read %s", s.opts.Addr)
+	if !s.poll {
+		if err := s.notifications(ctx, c, sink, notifyProblem); err != nil {
+			return err
 		}
-		// A refused password refuses everything: that is no problem of
-		// notifications.
-		pctx, cancel := context.WithTimeout(ctx, s.timeout())
-		perr := c.Ping(pctx).Err()
-		cancel()
-		if perr != nil {
-			return s.unavailable(perr, "connect %s", s.opts.Addr)
-		}
-		if text := err.Error(); text != *notifyProblem {
-			*notifyProblem = text
-			sink.Problem(ctx, s.unavailable(err, "keyspace notifications cannot be enabled; changes are read every %s", s.rescan))
-		}
-	} else {
-		*notifyProblem = ""
 	}
 	l := newListing(s.typ, 0)
 	add := func(key string, vals map[string]entry) {
@@ -242,6 +229,34 @@ func (s *redisSource) list(ctx context.Context, c *redis.Client, rep *reporter, 
 		}
 	}
 	return rep.replace(ctx, l)
+}
+
+// notifications makes sure keyspace notifications are enabled, reporting
+// (once) that they cannot be; a backend that cannot be read is an error.
+func (s *redisSource) notifications(ctx context.Context, c *redis.Client, sink source.Sink, notifyProblem *string) error {
+	nctx, cancel := context.WithTimeout(ctx, s.timeout())
+	err := s.enableNotifications(nctx, c)
+	cancel()
+	if err != nil {
+		if !replyError(err) {
+			return s.unavailable(err, "read %s", s.opts.Addr)
+		}
+		// A refused password refuses everything: that is no problem of
+		// notifications.
+		pctx, cancel := context.WithTimeout(ctx, s.timeout())
+		perr := c.Ping(pctx).Err()
+		cancel()
+		if perr != nil {
+			return s.unavailable(perr, "connect %s", s.opts.Addr)
+		}
+		if text := err.Error(); text != *notifyProblem {
+			*notifyProblem = text
+			sink.Problem(ctx, s.unavailable(err, "keyspace notifications cannot be enabled; changes are read every %s", s.rescan))
+		}
+	} else {
+		*notifyProblem = ""
+	}
+	return nil
 }
 
 // enableNotifications makes sure notify-keyspace-events has the flags

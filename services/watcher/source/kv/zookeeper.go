@@ -77,7 +77,8 @@ type zkNode struct {
 // zkTree follows the znodes under the selectors. Watches are one-shot: a
 // watch the server fired (or dropped with the session) is armed again when
 // its znode is read next, and never twice while it is armed, so that the
-// client's list of watches does not grow with every full read.
+// client's list of watches does not grow with every full read. A source
+// that polls reads without arming any watch.
 type zkTree struct {
 	s     *zookeeperSource
 	conn  *zk.Conn
@@ -119,7 +120,7 @@ func (t *zkTree) fired(ev zk.Event) {
 }
 
 func (t *zkTree) get(p string) ([]byte, error) {
-	if t.data[p] {
+	if t.data[p] || t.s.poll {
 		b, _, err := t.conn.Get(p)
 		return b, err
 	}
@@ -131,7 +132,7 @@ func (t *zkTree) get(p string) ([]byte, error) {
 }
 
 func (t *zkTree) children(p string) ([]string, error) {
-	if t.child[p] {
+	if t.child[p] || t.s.poll {
 		c, _, err := t.conn.Children(p)
 		return c, err
 	}
@@ -195,12 +196,12 @@ func (t *zkTree) refresh(p string) error {
 }
 
 // gone forgets p, which does not exist, and watches for its creation when
-// it is the znode of a selector.
+// it is the znode of a selector (and the source follows changes).
 func (t *zkTree) gone(p string) error {
 	if err := t.remove(p); err != nil {
 		return err
 	}
-	if !t.selectorRoot(p) || t.data[p] {
+	if !t.selectorRoot(p) || t.data[p] || t.s.poll {
 		return nil
 	}
 	ok, _, _, err := t.conn.ExistsW(p)
@@ -230,7 +231,7 @@ func (t *zkTree) remove(p string) error {
 	return t.emit(p, nil)
 }
 
-// Run follows ZooKeeper until ctx ends.
+// Run follows (or polls) ZooKeeper until ctx ends.
 func (s *zookeeperSource) Run(ctx context.Context, sink source.Sink) error {
 	done, err := s.start()
 	if err != nil {
@@ -271,7 +272,9 @@ func (s *zookeeperSource) Run(ctx context.Context, sink source.Sink) error {
 		}
 		if !listThenFollow(ctx, sink, &bo,
 			func() error { return s.list(ctx, t, rep) },
-			func() error { return s.follow(ctx, t, rep, q, tick.C) }) {
+			func() error {
+				return s.between(ctx, tick.C, func() error { return s.follow(ctx, t, rep, q, tick.C) })
+			}) {
 			return nil
 		}
 	}
