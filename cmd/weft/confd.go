@@ -143,9 +143,28 @@ type onePass struct {
 }
 
 func (p *onePass) run(ctx context.Context, env svc.Env, _ *config.Config) error {
+	return followStatus(ctx, env, "onetime", func(rep msg.StatusReport) error {
+		done, failed := p.judge(rep, sourceErrors(env))
+		if !done {
+			return nil
+		}
+		p.failed = failed
+		if p.noop {
+			if err := p.pending(ctx, env, rep); err != nil {
+				p.failed = append(p.failed, err.Error())
+			}
+		}
+		return errPassDone
+	})
+}
+
+// followStatus reads weft's status every 100 ms and hands it to each until
+// each returns an error, which it returns, or ctx ends (nil). A read that
+// fails is logged (prefixed with what) and tried again at the next tick.
+func followStatus(ctx context.Context, env svc.Env, what string, each func(msg.StatusReport) error) error {
 	kv, err := env.JS.KeyValue(ctx, msg.BucketStatus)
 	if err != nil {
-		return fmt.Errorf("onetime: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -157,20 +176,12 @@ func (p *onePass) run(ctx context.Context, env svc.Env, _ *config.Config) error 
 		}
 		rep, err := msg.ReadStatus(ctx, kv)
 		if err != nil {
-			env.Log.Warn("onetime: reading the status", "err", err)
+			env.Log.Warn(what+": reading the status", "err", err)
 			continue
 		}
-		done, failed := p.judge(rep, sourceErrors(env))
-		if !done {
-			continue
+		if err := each(rep); err != nil {
+			return err
 		}
-		p.failed = failed
-		if p.noop {
-			if err := p.pending(ctx, env, rep); err != nil {
-				p.failed = append(p.failed, err.Error())
-			}
-		}
-		return errPassDone
 	}
 }
 

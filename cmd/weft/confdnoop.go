@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
 
@@ -82,26 +81,10 @@ type noopRun struct {
 }
 
 func (n *noopRun) run(ctx context.Context, env svc.Env, _ *config.Config) error {
-	kv, err := env.JS.KeyValue(ctx, msg.BucketStatus)
-	if err != nil {
-		return fmt.Errorf("noop: %w", err)
-	}
 	store := msg.NewBundleStore(env.JS)
 	n.shown = map[string]string{}
 	announced := false
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		rep, err := msg.ReadStatus(ctx, kv)
-		if err != nil {
-			env.Log.Warn("noop: reading the status", "err", err)
-			continue
-		}
+	return followStatus(ctx, env, "noop", func(rep msg.StatusReport) error {
 		for _, t := range rep.Targets {
 			n.report(ctx, env, store, t)
 		}
@@ -109,7 +92,8 @@ func (n *noopRun) run(ctx context.Context, env svc.Env, _ *config.Config) error 
 			announced = true
 			env.Log.Info("noop: every resource rendered; showing what changes from now on", "resources", len(n.shown))
 		}
-	}
+		return nil
+	})
 }
 
 // resources counts the confd resources of the configuration.

@@ -124,17 +124,8 @@ func BenchmarkEditOneDocument(b *testing.B) {
 			if mode == "whole" {
 				opts = append(opts, withKnownDocs(nil))
 			}
-			src := NewSource(dir, 0, []string{"configmaps", "services"}, typeOfTest, opts...)
 			sink := &upsertSink{upserts: make(chan store.Object, 2*n)}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- src.Run(ctx, sink) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					b.Error(err)
-				}
-			}()
+			runSource(b, NewSource(dir, 0, []string{"configmaps", "services"}, typeOfTest, opts...), sink)
 			for len(sink.since(0)) < 2 { // the two types' first listings
 				time.Sleep(time.Millisecond)
 			}

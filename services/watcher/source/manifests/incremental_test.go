@@ -240,14 +240,19 @@ func TestRescanReadsOnlyChangedFiles(t *testing.T) {
 // startSource runs a Source over dir with sink until the test ends.
 func startSource(t *testing.T, dir string, sink source.Sink, reads *readCounter) {
 	t.Helper()
-	src := NewSource(dir, 0, []string{"configmaps", "services"}, typeOfTest, WithDebounce(20*time.Millisecond), WithReadHook(reads.hook))
+	runSource(t, NewSource(dir, 0, []string{"configmaps", "services"}, typeOfTest, WithDebounce(20*time.Millisecond), WithReadHook(reads.hook)), sink)
+}
+
+// runSource runs src with sink until the test or benchmark ends, and
+// fails it if Run fails.
+func runSource(tb testing.TB, src *Source, sink source.Sink) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, sink) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Error(err)
+			tb.Error(err)
 		}
 	})
 }
