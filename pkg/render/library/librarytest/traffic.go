@@ -104,8 +104,14 @@ func StartEndpoints(t testing.TB, objs []Object) {
 	}
 }
 
+// EchoDelayHeader is a request header that makes an endpoint server wait
+// that long (a Go duration, at most 10s) before it answers: a slow backend,
+// for timeouts.
+const EchoDelayHeader = "X-Echo-Delay"
+
 // serveEcho runs an endpoint server on listen until the test ends: it
-// answers with id and what it received; with cert, over TLS.
+// answers with id and what it received, after the request's
+// EchoDelayHeader; with cert, over TLS.
 func serveEcho(t testing.TB, listen string, id Echo, cert *tls.Certificate) {
 	t.Helper()
 	ln, err := net.Listen("tcp", listen)
@@ -113,6 +119,13 @@ func serveEcho(t testing.TB, listen string, id Echo, cert *tls.Certificate) {
 		t.Fatalf("endpoint %s:%d of %s: %v", id.Address, id.Port, id.Service, err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, err := time.ParseDuration(r.Header.Get(EchoDelayHeader)); err == nil && d > 0 {
+			select {
+			case <-time.After(min(d, 10*time.Second)):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		e := id
 		e.Method, e.Host, e.URI = r.Method, r.Host, r.RequestURI
 		e.Proto, e.HTTP = r.Header.Get("X-Forwarded-Proto"), r.Proto
