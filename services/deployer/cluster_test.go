@@ -107,7 +107,9 @@ func TestTwoReplicasWithPodsOnACluster(t *testing.T) {
 	envB := testkit.NewEnv(t, b, "deployer-b")
 	testkit.Run(t, func(ctx context.Context) error { return deployer.Run(ctx, envB.Env, cfg) })
 
-	// The next bundle reaches every ready Pod.
+	// The next bundle reaches every ready Pod. The test's own writes wait
+	// for the streams the restarted node led to have leaders again.
+	c.WaitStreams(t, a, msg.ObjectStream(msg.ObjectBundles), msg.StreamValidated, "KV_"+msg.BucketStatus)
 	b2 := f.store("global\n  maxconn 200\n")
 	f.verdict(msg.Validated{Target: "edge", Version: 4, BundleHash: b2.Hash, OK: true})
 	mu.Lock()

@@ -166,8 +166,9 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 		if d.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
 			return err
 		}
-		if d.bundles = msg.NewBundleStore(env.JS); d.bundles.Open(ctx) != nil {
-			return d.bundles.Open(ctx)
+		d.bundles = msg.NewBundleStore(env.JS)
+		if err = d.bundles.Open(ctx); err != nil {
+			return err
 		}
 		if d.history, err = env.JS.KeyValue(ctx, msg.BucketHistory); err != nil {
 			return err
