@@ -394,8 +394,9 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 		if r.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
 			return err
 		}
-		if r.bundles = msg.NewBundleStore(env.JS); r.bundles.Open(ctx) != nil {
-			return r.bundles.Open(ctx)
+		r.bundles = msg.NewBundleStore(env.JS)
+		if err := r.bundles.Open(ctx); err != nil {
+			return err
 		}
 		if leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
 			return err

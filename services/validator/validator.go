@@ -222,8 +222,9 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 		if leases, err = env.JS.KeyValue(ctx, msg.BucketLeases); err != nil {
 			return err
 		}
-		if v.bundles = msg.NewBundleStore(env.JS); v.bundles.Open(ctx) != nil {
-			return v.bundles.Open(ctx)
+		v.bundles = msg.NewBundleStore(env.JS)
+		if err := v.bundles.Open(ctx); err != nil {
+			return err
 		}
 		if v.status, err = env.JS.KeyValue(ctx, msg.BucketStatus); err != nil {
 			return err
