@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -42,17 +43,23 @@ func TestOneTraceFromChangeToDeploy(t *testing.T) {
 	})
 	trace := deploy.SpanContext().TraceID()
 	want := []string{"watcher upsert manifests", "watcher relay", "renderer changes", "render quickstart", "validator renders", "validator validate-haproxy", "validator validate-template", "deployer verdicts", "deployer orders"}
-	got := map[string]bool{}
-	for _, sp := range s.env.Spans.Ended() {
-		if sp.SpanContext().TraceID() == trace {
-			got[sp.Name()] = true
+	// A stage's span ends when its handler returns, which can be after
+	// the next stage's: the deployer's verdict handler records the
+	// history after it ordered the deploy.
+	waitFor(t, "every stage's span in the deploy's trace", func() error {
+		got := map[string]bool{}
+		for _, sp := range s.env.Spans.Ended() {
+			if sp.SpanContext().TraceID() == trace {
+				got[sp.Name()] = true
+			}
 		}
-	}
-	for _, name := range want {
-		if !got[name] {
-			t.Errorf("span %q is not in the deploy's trace (trace holds %v)", name, keys(got))
+		for _, name := range want {
+			if !got[name] {
+				return fmt.Errorf("span %q is not in the deploy's trace (trace holds %v)", name, keys(got))
+			}
 		}
-	}
+		return nil
+	})
 }
 
 func keys(m map[string]bool) []string {

@@ -130,9 +130,13 @@ func TestTrafficThroughHAProxy(t *testing.T) {
 		if n, _ := drv.Reloads(ctx); n != reloads {
 			t.Fatalf("reloads %d -> %d, want none", reloads, n)
 		}
-		if d := s.target("quickstart").Deploys; len(d) == 0 || d[0].RuntimeOps == 0 {
-			t.Fatalf("deploy status records no runtime operation: %+v", d)
-		}
+		// The deployer records the deploy a moment after HAProxy serves it.
+		waitFor(t, "the deploy recorded", func() error {
+			if d := s.target("quickstart").Deploys; len(d) == 0 || d[0].RuntimeOps == 0 {
+				return fmt.Errorf("deploy status records no runtime operation: %+v", d)
+			}
+			return nil
+		})
 	})
 	t.Run("a new host reloads at most once", func(t *testing.T) {
 		s.editManifest("shop.yaml", "    - host: checkout.example.com\n", "    - host: new.example.com\n      http:\n        paths:\n          - path: /\n            pathType: Prefix\n            backend:\n              service:\n                name: web\n                port:\n                  number: 80\n    - host: checkout.example.com\n")
