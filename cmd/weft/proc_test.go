@@ -175,6 +175,9 @@ func TestUpStoppedWhileStarting(t *testing.T) {
 				"--nats-listen", "127.0.0.1:"+strconv.Itoa(d.nats), "--listen", "127.0.0.1:"+strconv.Itoa(d.probe))
 			deadline := time.Now().Add(time.Minute)
 			for _, ok := d.logged(step); !ok; _, ok = d.logged(step) {
+				if done, err := d.exited(); done {
+					t.Fatalf("weft exited (%v) before it logged %q", err, step)
+				}
 				if time.Now().After(deadline) {
 					t.Fatalf("weft did not log %q", step)
 				}
