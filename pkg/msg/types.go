@@ -386,7 +386,7 @@ func (d DeployOrder) Validate() error {
 const (
 	OutcomeApplied   = "applied"
 	OutcomeUnchanged = "unchanged"
-	OutcomeSkipped   = "skipped" // an older bundle than the one deployed
+	OutcomeSkipped   = "skipped" // an older bundle than the one deployed, or the one it has
 	OutcomeFailed    = "failed"
 )
 

@@ -8,10 +8,13 @@
 // consumer of orders ("deployer-<target>-<instance>", one order in flight
 // across all replicas), so instances deploy in parallel and each in order.
 // Verdicts and orders are checked against the validation status: a verdict
-// becomes orders only once the status records it as the last accepted
-// bundle, and an order is carried out only for the last accepted bundle or,
+// becomes orders only once the status records it, or a newer bundle (then
+// that one is ordered), as the last accepted bundle, and an order is carried out only for the last accepted bundle or,
 // re-applying (trigger, drift check), for the bundle the instance's status
-// names; one superseded by a newer accepted bundle is skipped, and anything
+// names; one superseded by a newer accepted bundle carries out that bundle
+// instead while the instance is behind it and is skipped otherwise (so a
+// stream of acceptances faster than deploys still deploys the newest), an
+// accepted order for the bundle the instance has is skipped, and anything
 // else is dead-lettered (msg.ErrUnconfirmed), so no message can make real
 // versions look old.
 // An order for an older version than the instance already has is skipped;
@@ -358,8 +361,11 @@ func (d *deployer) route(ctx context.Context, m jetstream.Msg, v msg.Validated) 
 	}
 	switch {
 	case v.Version < vs.LastGoodVersion:
-		d.env.Log.InfoContext(ctx, "accepted bundle superseded by a newer one; not ordered", "target", v.Target, "version", v.Version, "last_good", vs.LastGoodVersion)
-		return nil
+		// A newer bundle was accepted meanwhile: it is ordered now, under
+		// the id its own verdict orders it with, so that under a steady
+		// stream of acceptances (each verdict read after the next one's
+		// status) the newest is deployed rather than none.
+		d.env.Log.DebugContext(ctx, "accepted bundle superseded by a newer one; the newest accepted is ordered", "target", v.Target, "version", v.Version, "last_good", vs.LastGoodVersion)
 	case v.Version > vs.LastGoodVersion:
 		return msg.Unconfirmed(msg.AgeOf(m.Metadata()), "verdict %s v%d: the validation status last accepted v%d", v.Target, v.Version, vs.LastGoodVersion)
 	case v.BundleHash != vs.LastGood:
@@ -379,7 +385,21 @@ func (d *deployer) route(ctx context.Context, m jetstream.Msg, v msg.Validated) 
 	// added after this read reads the status itself after it was added
 	// (podFollower.add), so it gets this bundle one way or the other.
 	ins, _ := d.instances.of(v.Target)
-	return d.order(ctx, ins, v.Version, v.BundleHash, msg.OrderValidated, func(in *instance) string { return acceptedID(in, v.Version) })
+	return d.order(ctx, ins, vs.LastGoodVersion, vs.LastGood, msg.OrderValidated, lastAcceptedID(vs))
+}
+
+// lastAcceptedID gives the message id of the order of the last accepted
+// bundle vs names: acceptedID, the same on every path that orders it; a
+// status moved back (a refutation: FullOnly, LastGood older than the
+// version it names) orders a bundle ordered before, likely within the
+// stream's duplicate window, so its order has an id of its own.
+func lastAcceptedID(vs msg.ValidationStatus) func(*instance) string {
+	if vs.FullOnly && vs.Version != vs.LastGoodVersion {
+		return func(in *instance) string {
+			return fmt.Sprintf("%s.back-%d", acceptedID(in, vs.LastGoodVersion), vs.Version)
+		}
+	}
+	return func(in *instance) string { return acceptedID(in, vs.LastGoodVersion) }
 }
 
 // validation reads the target's validation status, the record of what the
@@ -574,6 +594,18 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 	current, err := confirmHeld(o, vs, st, held)
 	if err != nil {
 		return err
+	}
+	if !current && held == nil && st.Version < vs.LastGoodVersion {
+		// Superseded while the instance is still behind: the newest
+		// accepted bundle is carried out in its place, so a stream of
+		// acceptances faster than deploys does not starve the instance
+		// (its own order then finds it done).
+		log.DebugContext(ctx, "order superseded; the newest accepted bundle is carried out in its place", "last_good", vs.LastGoodVersion)
+		o.Version, o.BundleHash, current = vs.LastGoodVersion, vs.LastGood, true
+	}
+	if current && o.Reason == msg.OrderValidated && o.Version == st.Version && o.BundleHash == st.BundleHash && st.LastError == "" {
+		log.DebugContext(ctx, "order for the bundle the instance already has; skipped")
+		return d.finish(ctx, msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver, Outcome: msg.OutcomeSkipped}, seq, time.Now(), nil, 0)
 	}
 	start := time.Now()
 	out := msg.Deployed{Target: o.Target, Instance: o.Instance, Version: o.Version, BundleHash: o.BundleHash, Driver: in.driver}

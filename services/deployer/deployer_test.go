@@ -233,9 +233,9 @@ func TestDeployFlow(t *testing.T) {
 func TestOrderCarriedOutIsNotRepeated(t *testing.T) {
 	f, run := prepare(t)
 	ctx := context.Background()
-	b := f.store("global # one\n")
-	order := func() uint64 {
-		out, err := msg.NewMsg(msg.DeploySubject("edge", "local"), "", msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b.Hash, Reason: msg.OrderValidated})
+	b, b2 := f.store("global # one\n"), f.store("global # two\n")
+	order := func(version uint64, b msg.Bundle) uint64 {
+		out, err := msg.NewMsg(msg.DeploySubject("edge", "local"), "", msg.DeployOrder{Target: "edge", Instance: "local", Version: version, BundleHash: b.Hash, Reason: msg.OrderValidated})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestOrderCarriedOutIsNotRepeated(t *testing.T) {
 		return ack.Sequence
 	}
 	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 1, BundleHash: b.Hash, OK: true})
-	done := order()
+	done := order(1, b)
 	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
 	if _, err := msg.StoreStatus(ctx, kv, msg.DeployStatusKey("edge", "local"),
 		msg.DeployStatus{Target: "edge", Instance: "local", Driver: "files", Version: 1, BundleHash: b.Hash, Deploys: 1, Order: done}, 0); err != nil {
@@ -273,7 +273,8 @@ func TestOrderCarriedOutIsNotRepeated(t *testing.T) {
 	if _, ok := f.outcomeOf(done); ok {
 		t.Fatal("the order carried out before was carried out and reported again")
 	}
-	next := order()
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true})
+	next := order(2, b2)
 	testkit.Eventually(t, 15*time.Second, func() error {
 		d, ok := f.outcomeOf(next)
 		if !ok {
@@ -284,7 +285,7 @@ func TestOrderCarriedOutIsNotRepeated(t *testing.T) {
 		}
 		return nil
 	})
-	if got := f.file("haproxy.cfg"); got != "global # one\n" {
+	if got := f.file("haproxy.cfg"); got != "global # two\n" {
 		t.Fatalf("haproxy.cfg = %q", got)
 	}
 	var st msg.DeployStatus
@@ -410,5 +411,65 @@ func TestMissingChunkIsRetried(t *testing.T) {
 	}
 	if got := f.file("haproxy.cfg"); got != "global # chunk\n" {
 		t.Fatalf("haproxy.cfg = %q", got)
+	}
+}
+
+// TestNewestAcceptedDeployedUnderChurn accepts bundles faster than the
+// deployer reads their verdicts: each verdict is published only after the
+// next bundle's acceptance is recorded, and the newest one's verdict never
+// comes. The newest accepted bundle is deployed all the same.
+func TestNewestAcceptedDeployedUnderChurn(t *testing.T) {
+	f := start(t)
+	const n = 30
+	bundles := make([]msg.Bundle, n+1)
+	for i := 1; i <= n; i++ {
+		bundles[i] = f.store(fmt.Sprintf("global # %d\n", i))
+	}
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 1, BundleHash: bundles[1].Hash, OK: true})
+	for i := 1; i < n; i++ {
+		recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: uint64(i + 1), BundleHash: bundles[i+1].Hash, OK: true})
+		f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: uint64(i), BundleHash: bundles[i].Hash, OK: true})
+	}
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if got, want := f.file("haproxy.cfg"), fmt.Sprintf("global # %d\n", n); got != want {
+			return fmt.Errorf("haproxy.cfg = %q, want %q", got, want)
+		}
+		return nil
+	})
+}
+
+// TestOrderBehindCarriesOutNewestAccepted gives an instance an order for
+// an accepted bundle that a newer acceptance superseded before the order
+// was carried out: the instance gets the newest accepted bundle, and the
+// newest bundle's own order then finds it done.
+func TestOrderBehindCarriesOutNewestAccepted(t *testing.T) {
+	f := start(t)
+	b1, b2 := f.store("global # one\n"), f.store("global # two\n")
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true})
+	steps := []struct {
+		name    string
+		order   msg.DeployOrder
+		outcome string
+		version uint64
+	}{
+		{"superseded order carries out the newest", msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b1.Hash, Reason: msg.OrderValidated}, msg.OutcomeApplied, 2},
+		{"the newest's own order finds it done", msg.DeployOrder{Target: "edge", Instance: "local", Version: 2, BundleHash: b2.Hash, Reason: msg.OrderValidated}, msg.OutcomeSkipped, 2},
+		{"an older order once the instance has the newest is skipped", msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b1.Hash, Reason: msg.OrderValidated}, msg.OutcomeSkipped, 1},
+	}
+	for i, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			f.publish(msg.DeploySubject("edge", "local"), st.order)
+			d := f.outcome(uint64(i + 1))
+			if d.Outcome != st.outcome || d.Version != st.version {
+				t.Fatalf("outcome = %+v, want %s of v%d", d, st.outcome, st.version)
+			}
+			if got := f.file("haproxy.cfg"); got != "global # two\n" {
+				t.Fatalf("haproxy.cfg = %q, want the newest accepted bundle", got)
+			}
+			if got := f.reloads(); got != 1 {
+				t.Fatalf("%d reloads, want 1", got)
+			}
+		})
 	}
 }

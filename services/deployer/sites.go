@@ -2,7 +2,6 @@ package deployer
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,16 +51,7 @@ func (d *deployer) onAccepted(ctx context.Context, e jetstream.KeyValueEntry) {
 		d.env.Log.InfoContext(ctx, "target pinned; the last accepted bundle is not deployed", "target", target, "version", vs.LastGoodVersion, "pinned", pin.Version)
 		return
 	}
-	// A status moved back (a refutation: FullOnly, LastGood older than
-	// the version it names) orders a bundle ordered before, likely within
-	// the stream's duplicate window: its order has an id of its own.
-	id := func(in *instance) string { return acceptedID(in, vs.LastGoodVersion) }
-	if vs.FullOnly && vs.Version != vs.LastGoodVersion {
-		id = func(in *instance) string {
-			return fmt.Sprintf("%s.back-%d", acceptedID(in, vs.LastGoodVersion), vs.Version)
-		}
-	}
-	if err := d.order(ctx, ins, vs.LastGoodVersion, vs.LastGood, msg.OrderValidated, id); err != nil {
+	if err := d.order(ctx, ins, vs.LastGoodVersion, vs.LastGood, msg.OrderValidated, lastAcceptedID(vs)); err != nil {
 		d.env.Log.ErrorContext(ctx, "order of the last accepted bundle failed; its verdict, a trigger or a restart orders it", "target", target, "version", vs.LastGoodVersion, "err", err)
 	}
 }
