@@ -129,7 +129,7 @@ bench-scale: deps
 ## latency, and passes when the deployed files equal `weft render` of the
 ## final manifests and weft logged no error. `make test` runs it for 20s
 ## (hack/soak is one of MODULES). SOAK_FLAGS: -rate, -objects, -files,
-## -sample-every, -probe-every, -settle, -report FILE.
+## -sample-every, -probe-every, -settle, -report FILE, -log FILE, -log-level.
 SOAK_DURATION ?= 10m
 SOAK_FLAGS ?=
 soak: deps

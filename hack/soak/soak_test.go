@@ -34,6 +34,8 @@ var (
 	probe    = flag.Duration("probe-every", time.Second, "interval of the probe changes whose latency is measured")
 	settle   = flag.Duration("settle", 3*time.Minute, "longest wait for convergence after the last change")
 	report   = flag.String("report", "", "also write the report to this file")
+	logTo    = flag.String("log", "", "write weft's log to this file (default: in the test's temporary folder)")
+	logLevel = flag.String("log-level", "info", "weft's --log-level")
 )
 
 // world is the soak's objects: n Ingresses s<i> (class weft), each with a
@@ -176,8 +178,11 @@ func TestSoak(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	metrics := freeAddr(t)
 	logPath := filepath.Join(dir, "weft.log")
+	if *logTo != "" {
+		logPath = *logTo
+	}
 	stop := startWeft(t, bin, logPath, "up", "--config", cfg, "--data-dir", data, "--nats-listen", freeAddr(t),
-		"--listen", metrics, "--watch-config=false", "--log-level", "info")
+		"--listen", metrics, "--watch-config=false", "--log-level", *logLevel, "--pprof")
 	defer stop()
 
 	// The first deploy: every object is in out/haproxy.cfg.

@@ -308,7 +308,9 @@ type Render struct {
 	Debounce *Duration `json:"debounce,omitempty"`
 	Leading  *bool     `json:"leading,omitempty"`
 	// MaxWait bounds how long changes that never pause for Debounce can
-	// postpone the trailing render (0: no bound; else at least Debounce).
+	// postpone the trailing render (at least Debounce). Unset, it is the
+	// debounce: under changes that never pause, the target still renders
+	// once per debounce interval (see Bound).
 	MaxWait Duration `json:"max_wait,omitempty"`
 	// MaxIdle forces a render after this long without one (0: never).
 	MaxIdle Duration `json:"max_idle,omitempty"`
@@ -324,6 +326,15 @@ func (r Render) Wait() time.Duration {
 		return DefaultDebounce
 	}
 	return r.Debounce.D()
+}
+
+// Bound is the longest a stream of changes can postpone a render: MaxWait,
+// or the debounce when MaxWait is unset.
+func (r Render) Bound() time.Duration {
+	if r.MaxWait > 0 {
+		return r.MaxWait.D()
+	}
+	return r.Wait()
 }
 
 // Dur returns a pointer to d, for the optional durations of a

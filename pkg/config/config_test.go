@@ -108,6 +108,8 @@ func TestQuickstartLoads(t *testing.T) {
 
 // TestRenderDebounce: an unset debounce is the default; 0 stays 0 (render
 // as soon as the previous render is done) rather than becoming the default.
+// An unset max_wait bounds a never-pausing stream of changes by the
+// debounce itself.
 func TestRenderDebounce(t *testing.T) {
 	const base = `
 sources: [{name: m, type: manifests, path: unused}]
@@ -121,11 +123,12 @@ targets:
 `
 	tests := []struct {
 		name, render string
-		want         time.Duration
+		want, bound  time.Duration
 	}{
-		{"unset", "", config.DefaultDebounce},
-		{"zero", "    render: {debounce: 0s}\n", 0},
-		{"set", "    render: {debounce: 20ms}\n", 20 * time.Millisecond},
+		{"unset", "", config.DefaultDebounce, config.DefaultDebounce},
+		{"zero", "    render: {debounce: 0s}\n", 0, 0},
+		{"set", "    render: {debounce: 20ms}\n", 20 * time.Millisecond, 20 * time.Millisecond},
+		{"max_wait set", "    render: {debounce: 20ms, max_wait: 1s}\n", 20 * time.Millisecond, time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,6 +138,9 @@ targets:
 			}
 			if got := c.Targets["edge"].Render.Wait(); got != tt.want {
 				t.Errorf("Wait() = %s, want %s", got, tt.want)
+			}
+			if got := c.Targets["edge"].Render.Bound(); got != tt.bound {
+				t.Errorf("Bound() = %s, want %s", got, tt.bound)
 			}
 		})
 	}

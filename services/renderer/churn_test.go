@@ -92,6 +92,33 @@ func TestChangeNothingReadRendersNothing(t *testing.T) {
 	}
 }
 
+// TestChangesThatNeverPauseStillRender sends a change of what the target
+// reads every 20 ms for 2 seconds with a debounce of 100 ms and max_wait
+// unset: the changes never pause for the debounce, and the target still
+// renders about once per debounce interval while they go on, not once at
+// their end.
+func TestChangesThatNeverPauseStillRender(t *testing.T) {
+	f := startChurn(t, 100*time.Millisecond)
+	before := outcomes(t, f.env, "weft_renderer_renders_total", "published")
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for i := range 100 {
+		<-tick.C
+		f.announce(f.writeIn("default", "web", 2+i))
+	}
+	during := outcomes(t, f.env, "weft_renderer_renders_total", "published") - before
+	t.Logf("%v renders published while 100 changes came 20 ms apart", during)
+	if during < 5 {
+		t.Errorf("%v renders published while changes came for 2 s, want about one per 100 ms debounce", during)
+	}
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if got, want := file(f.latest(), "maps/svc.map"), "\nweb 101\n"; got != want {
+			return fmt.Errorf("svc.map = %q, want %q", got, want)
+		}
+		return nil
+	})
+}
+
 // TestChurnRenders sends 100 changes a second for 3 seconds with debounce
 // 0, a third each to a Service nothing reads, rewrites of a Service with
 // its content, and real changes of a Service the target reads, and counts

@@ -429,7 +429,7 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 		}
 		if wait := tc.Render.Wait(); wait > 0 {
 			ts.deb, err = debounce.New(wait, tc.Render.LeadingEdge(), func() { ts.ask(ts.request(name)) },
-				debounce.WithMaxWait(tc.Render.MaxWait.D()))
+				debounce.WithMaxWait(tc.Render.Bound()))
 			if err != nil {
 				return nil, err
 			}

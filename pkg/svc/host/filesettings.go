@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/health"
@@ -56,8 +55,7 @@ func (s *Settings) applyFile(cfg *config.Config) error {
 
 // serveSplit serves /healthz and /readyz on s.Listen and /metrics on
 // s.MetricsListen.
-func serveSplit(ctx context.Context, s Settings, env svc.Env, metrics prometheus.Gatherer) error {
-	h := env.Health.Handler(metrics)
+func serveSplit(ctx context.Context, s Settings, env svc.Env, h http.Handler) error {
 	g, ctx := errgroup.WithContext(ctx)
 	serve := func(addr, what string, paths ...string) {
 		g.Go(func() error {
@@ -75,7 +73,11 @@ func serveSplit(ctx context.Context, s Settings, env svc.Env, metrics prometheus
 		})
 	}
 	serve(s.Listen, "/healthz and /readyz", "/healthz", "/readyz")
-	serve(s.MetricsListen, "/metrics", "/metrics")
+	metrics := []string{"/metrics"}
+	if s.Pprof {
+		metrics = append(metrics, pprofPaths...)
+	}
+	serve(s.MetricsListen, "/metrics", metrics...)
 	return g.Wait()
 }
 

@@ -63,7 +63,8 @@ func TestApplyFilePrecedence(t *testing.T) {
 
 // TestRunServesControllerPorts: a configuration whose controller section
 // gives /healthz and /metrics ports of their own gets /healthz and /readyz
-// served on the one and /metrics on the other, each only there.
+// served on the one and /metrics on the other, each only there; with
+// --pprof, Go's profiles are served beside /metrics.
 func TestRunServesControllerPorts(t *testing.T) {
 	ns, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir()})
 	if err != nil {
@@ -100,7 +101,7 @@ targets:
 		t.Setenv(env, "")
 		_ = os.Unsetenv(env)
 	}
-	if err := fs.Parse([]string{"--config", cfgPath, "--nats-url", ns.ClientURL(), "--watch-config=false"}); err != nil {
+	if err := fs.Parse([]string{"--config", cfgPath, "--nats-url", ns.ClientURL(), "--watch-config=false", "--pprof"}); err != nil {
 		t.Fatal(err)
 	}
 	s.Given(fs)
@@ -131,6 +132,9 @@ targets:
 		{at(metrics, "/metrics"), true},
 		{at(healthz, "/metrics"), false},
 		{at(metrics, "/healthz"), false},
+		{at(metrics, "/debug/pprof/heap"), true},
+		{at(metrics, "/debug/pprof/goroutine"), true},
+		{at(healthz, "/debug/pprof/heap"), false},
 	} {
 		deadline := time.Now().Add(time.Minute)
 		for {

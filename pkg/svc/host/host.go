@@ -106,6 +106,9 @@ type Settings struct {
 	// MetricsListen, when set, serves /metrics apart from /healthz and
 	// /readyz (Listen): the configuration's controller.metrics_port.
 	MetricsListen string
+	// Pprof (WEFT_PPROF) also serves Go's profiles under /debug/pprof/ on
+	// the metrics address.
+	Pprof bool
 
 	// given: the settings the command line or environment gave (Given).
 	given map[string]bool
@@ -140,6 +143,7 @@ func (s *Settings) ConnectionFlags(fs *flag.FlagSet) {
 func (s *Settings) connectionFlags(fs *flag.FlagSet, env *envflag.Defaults, natsDefault, natsUsage string) {
 	fs.StringVar(&s.NATSURL, "nats-url", env.String("WEFT_NATS_URL", natsDefault), natsUsage)
 	fs.StringVar(&s.Listen, "listen", env.String("WEFT_LISTEN", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics [WEFT_LISTEN]")
+	fs.BoolVar(&s.Pprof, "pprof", env.Bool("WEFT_PPROF", false), "also serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on the metrics address [WEFT_PPROF]")
 	fs.StringVar(&s.LogLevel, "log-level", env.String("WEFT_LOG_LEVEL", "info"), "debug, info, warn or error [WEFT_LOG_LEVEL]")
 	fs.IntVar(&s.Replicas, "replicas", env.Int("WEFT_REPLICAS", 1), "JetStream replicas for streams and buckets [WEFT_REPLICAS]")
 	fs.Int64Var(&s.BundleStoreMaxBytes, "bundle-store-max-bytes", int64(env.Int("WEFT_BUNDLE_STORE_MAX_BYTES", int(msg.DefaultBundleStoreMaxBytes))), "size cap of the weft-bundles store; past it the oldest chunks go (kept bundles are stored again before) [WEFT_BUNDLE_STORE_MAX_BYTES]")
@@ -438,10 +442,14 @@ func connect(ctx context.Context, s Settings, url string, b Binary, tracing *tel
 // serveHealth serves /healthz, /readyz and /metrics (what metrics gathers)
 // on the settings' --listen address until ctx is done.
 func serveHealth(ctx context.Context, s Settings, env svc.Env, metrics prometheus.Gatherer) error {
-	if s.MetricsListen != "" && s.MetricsListen != s.Listen {
-		return serveSplit(ctx, s, env, metrics)
+	h := env.Health.Handler(metrics)
+	if s.Pprof {
+		h = withPprof(h)
 	}
-	err := health.Serve(ctx, s.Listen, env.Health.Handler(metrics), func(a net.Addr) {
+	if s.MetricsListen != "" && s.MetricsListen != s.Listen {
+		return serveSplit(ctx, s, env, h)
+	}
+	err := health.Serve(ctx, s.Listen, h, func(a net.Addr) {
 		env.Log.Info("serving /healthz, /readyz and /metrics", "addr", a.String())
 	})
 	if err != nil {

@@ -510,9 +510,10 @@ func (d *Driver) removeLeftovers(root *os.Root) {
 	}
 }
 
-// stageFiles writes the complete bundle into the staging directory with its
-// final mode and owner. The files that will be installed are fsynced; the
-// others only serve the check command and are never moved into Dest.
+// stageFiles writes the bundle into the staging directory with its final
+// mode and owner: the whole bundle when there is a check command, else only
+// the files that will be installed. Those are fsynced; the others only
+// serve the check command and are never moved into Dest.
 func (d *Driver) stageFiles(root *os.Root, stage string, files []File, p *plan) error {
 	install := make(map[int]bool, len(p.changed))
 	for _, i := range p.changed {
@@ -520,6 +521,9 @@ func (d *Driver) stageFiles(root *os.Root, stage string, files []File, p *plan) 
 	}
 	made := map[string]bool{}
 	for i, f := range files {
+		if d.check == nil && !install[i] {
+			continue
+		}
 		for _, a := range ancestors(f.Path) {
 			if made[a] {
 				continue

@@ -41,30 +41,36 @@ func BenchmarkApplyUnchanged(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyOneChanged measures a delivery of one changed file: the
-// compare, staging the complete bundle, one rename and the manifest; no
-// commands, so that their cost does not hide the driver's.
+// BenchmarkApplyOneChanged measures a delivery of one changed file of 50:
+// the compare, staging, one rename and the manifest. Without a check
+// command only the changed file is staged; with one ("true", beside it in
+// the same run) the complete bundle is, for the command to see, and the
+// command runs.
 func BenchmarkApplyOneChanged(b *testing.B) {
-	d, err := New(Options{Dest: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	files := benchBundle()
-	if _, err := d.Apply(b.Context(), files); err != nil {
-		b.Fatal(err)
-	}
-	variants := [2][]byte{[]byte("variant a\n"), []byte("variant b\n")}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		files[7].Content = variants[i%2]
-		i++
-		res, err := d.Apply(b.Context(), files)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(res.Written) != 1 {
-			b.Fatalf("Written = %q", res.Written)
-		}
+	for _, bc := range []struct{ name, check string }{{"no-check", ""}, {"check", "true"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			d, err := New(Options{Dest: b.TempDir(), CheckCmd: bc.check})
+			if err != nil {
+				b.Fatal(err)
+			}
+			files := benchBundle()
+			if _, err := d.Apply(b.Context(), files); err != nil {
+				b.Fatal(err)
+			}
+			variants := [2][]byte{[]byte("variant a\n"), []byte("variant b\n")}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				files[7].Content = variants[i%2]
+				i++
+				res, err := d.Apply(b.Context(), files)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.Written) != 1 {
+					b.Fatalf("Written = %q", res.Written)
+				}
+			}
+		})
 	}
 }
