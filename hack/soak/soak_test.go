@@ -36,6 +36,7 @@ var (
 	report   = flag.String("report", "", "also write the report to this file")
 	logTo    = flag.String("log", "", "write weft's log to this file (default: in the test's temporary folder)")
 	logLevel = flag.String("log-level", "info", "weft's --log-level")
+	debounce = flag.Duration("debounce", 100*time.Millisecond, "the target's render.debounce (100ms: the default)")
 )
 
 // world is the soak's objects: n Ingresses s<i> (class weft), each with a
@@ -137,6 +138,7 @@ targets:
     library_options: {ingress_class: weft, bind_address: 127.0.0.1, http_port: "18080"}
     validate: {kinds: [haproxy], timeout: 60s}
     deploy: {driver: files, dest: out}
+    render: {debounce: %s}
 `
 
 // sample is one look at the running weft.
@@ -172,7 +174,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	cfg := filepath.Join(dir, "weft.yaml")
-	if err := os.WriteFile(cfg, []byte(configYAML), 0o644); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, configYAML, *debounce), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "data")

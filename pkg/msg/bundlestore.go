@@ -182,8 +182,8 @@ func bundleSize(b Bundle) int {
 // SHA-256 (ChunkSubject), so bundles that differ by a line share all but a
 // chunk or two.
 //
-// Writing, a chunk this store wrote is not written again while it is
-// fresh: younger than a quarter of the store's age limit and at least half
+// Writing, a chunk this store wrote or read is not written again while it
+// is fresh: younger than a quarter of the store's age limit and at least half
 // the size cap of writes away from the cap (which discards the oldest
 // messages), so neither limit takes it before it is written again. Any
 // other chunk is written with a rollup of its subject: once in the stream
@@ -790,7 +790,18 @@ func (s *BundleStore) readChunk(ctx context.Context, h string) ([]byte, error) {
 	if hex.EncodeToString(sum[:]) != h {
 		return nil, fmt.Errorf("%w: %s", ErrChunkCorrupt, h)
 	}
+	s.placed(h, placement{seq: m.Sequence, at: m.Time})
 	return m.Data, nil
+}
+
+// placed records where a chunk read was found, as if this store had
+// written it there: a chunk read and fresh is neither written again by a
+// put nor by a refresh. A placement known already and newer stays.
+func (s *BundleStore) placed(h string, p placement) {
+	if known, ok := s.written.get(h); ok && known.seq >= p.seq {
+		return
+	}
+	s.written.put(h, p)
 }
 
 // Delete removes the description of name; its chunks, which other objects
@@ -827,8 +838,9 @@ func (s *BundleStore) Delete(ctx context.Context, name string) error {
 // files' chunks), so a bundle that must be kept is never taken by the
 // store's age limit or size cap: once a message it needs is no longer
 // fresh (older than a quarter of the age limit, or less than half the cap
-// of writes from being discarded), or is a chunk this store has not
-// written itself, what is not fresh by a wider margin is written again. A bundle stored whole by an older weft is stored
+// of writes from being discarded), or is a chunk this store has neither
+// written nor read (so it does not know where it is), what is not fresh by
+// a wider margin is written again. A bundle stored whole by an older weft is stored
 // again by chunks. Ages are taken at now. It reports whether it wrote
 // anything; a chunk missing is an error (ErrChunkMissing).
 func (s *BundleStore) Refresh(ctx context.Context, name string, now time.Time) (bool, error) {

@@ -52,7 +52,10 @@ func storedBundle(t testing.TB, target string, n, line int) msg.Bundle {
 	return b
 }
 
-func streamBytes(t testing.TB, js jetstream.JetStream) uint64 {
+func streamBytes(t testing.TB, js jetstream.JetStream) uint64 { return streamState(t, js).Bytes }
+
+// streamState is the state of the store's stream.
+func streamState(t testing.TB, js jetstream.JetStream) jetstream.StreamState {
 	t.Helper()
 	s, err := js.Stream(context.Background(), msg.ObjectStream(msg.ObjectBundles))
 	if err != nil {
@@ -62,7 +65,7 @@ func streamBytes(t testing.TB, js jetstream.JetStream) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Bytes
+	return info.State
 }
 
 func equalBundles(t *testing.T, got, want msg.Bundle) {
@@ -302,6 +305,44 @@ func TestBundleStoreCapKeepsRefreshed(t *testing.T) {
 	}
 	if _, err := msg.NewBundleStore(js).LoadBundle(ctx, dropped.Hash); !errors.Is(err, msg.ErrNotStored) && !errors.Is(err, msg.ErrChunkMissing) {
 		t.Fatalf("a bundle nobody keeps: %v, want it gone", err)
+	}
+}
+
+// A store that read a bundle (a deployer that deployed it) knows where its
+// chunks are: a refresh of it while they are fresh writes nothing. A store
+// that never read it cannot tell, and writes it again.
+func TestRefreshAfterLoadWritesNothing(t *testing.T) {
+	js := provisioned(t, msg.WithBundleStoreMaxBytes(64<<20))
+	ctx := context.Background()
+	b := storedBundle(t, "web", 500, 0)
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		load  bool
+		wrote bool
+	}{
+		{"loaded first", true, false},
+		{"never read", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := msg.NewBundleStore(js)
+			if tc.load {
+				if _, err := s.LoadBundle(ctx, b.Hash); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := streamState(t, js).LastSeq
+			wrote, err := s.Refresh(ctx, b.Hash, time.Now())
+			if err != nil || wrote != tc.wrote {
+				t.Fatalf("refresh: wrote %v, %v; want wrote %v", wrote, err, tc.wrote)
+			}
+			if written := streamState(t, js).LastSeq > before; written != tc.wrote {
+				t.Fatalf("messages written: %v, want %v", written, tc.wrote)
+			}
+		})
 	}
 }
 

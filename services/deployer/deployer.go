@@ -149,6 +149,9 @@ type deployer struct {
 	// elsewhere: the targets other sites' deployers deliver, by site
 	// ("" is the hub).
 	elsewhere map[string]string
+	// pruneAsked asks the pruner for a prune (capacity 1: asks made while one
+	// is pending or running make one more).
+	pruneAsked chan struct{}
 }
 
 // Run delivers bundles until ctx is done.
@@ -160,7 +163,7 @@ func Run(ctx context.Context, env svc.Env, cfg *config.Config) error {
 	if err := cfg.CheckSite(env.Site); err != nil {
 		return fmt.Errorf("deployer: %w", err)
 	}
-	d := &deployer{env: env, cfg: cfg, instances: instanceSet{by: map[string][]*instance{}}, elsewhere: map[string]string{}}
+	d := &deployer{env: env, cfg: cfg, instances: instanceSet{by: map[string][]*instance{}}, elsewhere: map[string]string{}, pruneAsked: make(chan struct{}, 1)}
 	var err error
 	if d.m, err = newMetrics(env.Registry); err != nil {
 		return err
@@ -336,7 +339,7 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 	if err := d.recordVerdict(ctx, v); err != nil {
 		return err
 	}
-	d.pruneOnce(ctx)
+	d.askPrune()
 	return nil
 }
 

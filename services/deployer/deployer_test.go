@@ -443,32 +443,38 @@ func TestNewestAcceptedDeployedUnderChurn(t *testing.T) {
 // was carried out: the instance gets the newest accepted bundle, and the
 // newest bundle's own order then finds it done.
 func TestOrderBehindCarriesOutNewestAccepted(t *testing.T) {
-	f := start(t)
-	b1, b2 := f.store("global # one\n"), f.store("global # two\n")
+	f, run := prepare(t)
+	b1, b2, b3 := f.store("global # one\n"), f.store("global # two\n"), f.store("global # three\n")
 	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 1, BundleHash: b1.Hash, OK: true})
+	run()
+	// The start's catch-up gives the instance v1.
+	if d := f.outcome(1); d.Outcome != msg.OutcomeApplied || d.Version != 1 {
+		t.Fatalf("catch-up outcome = %+v", d)
+	}
 	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, OK: true})
+	recordVerdict(t, f.bus, msg.Validated{Target: "edge", Version: 3, BundleHash: b3.Hash, OK: true})
 	steps := []struct {
 		name    string
 		order   msg.DeployOrder
 		outcome string
 		version uint64
 	}{
-		{"superseded order carries out the newest", msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b1.Hash, Reason: msg.OrderValidated}, msg.OutcomeApplied, 2},
-		{"the newest's own order finds it done", msg.DeployOrder{Target: "edge", Instance: "local", Version: 2, BundleHash: b2.Hash, Reason: msg.OrderValidated}, msg.OutcomeSkipped, 2},
-		{"an older order once the instance has the newest is skipped", msg.DeployOrder{Target: "edge", Instance: "local", Version: 1, BundleHash: b1.Hash, Reason: msg.OrderValidated}, msg.OutcomeSkipped, 1},
+		{"superseded order carries out the newest", msg.DeployOrder{Target: "edge", Instance: "local", Version: 2, BundleHash: b2.Hash, Reason: msg.OrderValidated}, msg.OutcomeApplied, 3},
+		{"the newest's own order finds it done", msg.DeployOrder{Target: "edge", Instance: "local", Version: 3, BundleHash: b3.Hash, Reason: msg.OrderValidated}, msg.OutcomeSkipped, 3},
+		{"an older order once the instance has the newest is skipped", msg.DeployOrder{Target: "edge", Instance: "local", Version: 2, BundleHash: b2.Hash, Reason: msg.OrderValidated}, msg.OutcomeSkipped, 2},
 	}
 	for i, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
 			f.publish(msg.DeploySubject("edge", "local"), st.order)
-			d := f.outcome(uint64(i + 1))
+			d := f.outcome(uint64(i + 2))
 			if d.Outcome != st.outcome || d.Version != st.version {
 				t.Fatalf("outcome = %+v, want %s of v%d", d, st.outcome, st.version)
 			}
-			if got := f.file("haproxy.cfg"); got != "global # two\n" {
+			if got := f.file("haproxy.cfg"); got != "global # three\n" {
 				t.Fatalf("haproxy.cfg = %q, want the newest accepted bundle", got)
 			}
-			if got := f.reloads(); got != 1 {
-				t.Fatalf("%d reloads, want 1", got)
+			if got := f.reloads(); got != 2 {
+				t.Fatalf("%d reloads, want 2 (v1 at start, then v3)", got)
 			}
 		})
 	}

@@ -272,7 +272,7 @@ func (d *deployer) refreshBundle(ctx context.Context, hash string, now time.Time
 }
 
 // pruneEvery is how often a deployer replica looks for history to prune
-// (each accepted or refused bundle also prunes).
+// (each accepted or refused bundle also asks for a prune: askPrune).
 var pruneEvery = 10 * time.Minute
 
 // pruneOnce runs prune if this replica gets the prune lease: one replica
@@ -297,8 +297,17 @@ func (d *deployer) pruneOnce(ctx context.Context) {
 	l.Release()
 }
 
-// prunePeriodically prunes every pruneEvery until ctx is done: entries
-// age out without a new bundle.
+// askPrune asks prunePeriodically for a prune, off the verdict's path:
+// verdicts that come while one runs make one more prune, not one each.
+func (d *deployer) askPrune() {
+	select {
+	case d.pruneAsked <- struct{}{}:
+	default: // one is asked already
+	}
+}
+
+// prunePeriodically prunes when asked (askPrune) and every pruneEvery
+// until ctx is done: entries age out without a new bundle.
 func (d *deployer) prunePeriodically(ctx context.Context) error {
 	t := time.NewTicker(pruneEvery)
 	defer t.Stop()
@@ -307,7 +316,8 @@ func (d *deployer) prunePeriodically(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			d.pruneOnce(ctx)
+		case <-d.pruneAsked:
 		}
+		d.pruneOnce(ctx)
 	}
 }
