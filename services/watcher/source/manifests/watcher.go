@@ -26,7 +26,7 @@ const (
 
 // maxBurst bounds how long a stream of changes can postpone a scan, in
 // debounce intervals: changes that never pause are still picked up.
-const maxBurst = 10
+const maxBurst = 3
 
 var (
 	// ErrInvalidOption is matched by errors.Is when NewWatcher rejects an
@@ -63,7 +63,7 @@ func WithRescan(d time.Duration) Option {
 
 // WithDebounce sets how long the directory must be quiet after a change
 // before it is scanned, so that a burst of changes (an editor saving, a git
-// checkout) gives one scan. A burst that goes on for ten intervals is
+// checkout) gives one scan. A burst that goes on for three intervals is
 // scanned anyway. Zero scans after every change; a negative interval is
 // rejected. The default is DefaultDebounce.
 func WithDebounce(d time.Duration) Option {

@@ -321,7 +321,7 @@ func TestWatcherDebounceIsBounded(t *testing.T) {
 	h := startWatcher(t, dir, WithRescan(0), WithDebounce(100*time.Millisecond))
 	h.waitFor(t)
 
-	// Changes that never pause still produce a snapshot within ten
+	// Changes that never pause still produce a snapshot within three
 	// debounce intervals, long before the writer gives up.
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
