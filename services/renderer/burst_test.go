@@ -36,8 +36,12 @@ func testBurst(t *testing.T, queued bool, most float64) {
 	}
 	// A debounce window no stall of a loaded machine reaches between two
 	// changes of the burst: a pause that long would rightly end the burst.
+	// A max_wait far beyond the burst's length: by default (the debounce)
+	// a burst longer than a second renders once a second
+	// (TestChangesThatNeverPauseStillRender).
 	edge := cfg.Targets["edge"]
 	edge.Render.Debounce = config.Dur(time.Second)
+	edge.Render.MaxWait = config.Duration(time.Hour)
 	cfg.Targets["edge"] = edge
 	f := &fixture{t: t, bus: testkit.NATS(t)}
 	f.env = testkit.NewEnv(t, f.bus, "r1")
