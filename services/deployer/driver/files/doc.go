@@ -12,7 +12,8 @@
 // differs and no file has to be removed, Apply changes nothing and runs no
 // command. Otherwise, in this order:
 //
-//  1. The complete bundle is staged in a fresh directory inside Dest
+//  1. The complete bundle (with CheckCmd; without, only the files about to
+//     be installed) is staged in a fresh directory inside Dest
 //     (".weft-stage-<random>", or ".weft-stage-<Name>.<random>", so that it is on the same filesystem), with the
 //     final mode and owner already set; the files about to be installed are
 //     fsynced.
