@@ -48,6 +48,9 @@ type world struct {
 	mu         sync.Mutex
 	addr       []byte // last octet of each endpoint's address
 	port       []int
+	// writing serializes file writes: the writer and the probe both
+	// write file 0, through the same temporary name.
+	writing sync.Mutex
 }
 
 func newWorld(n, nfiles int) *world {
@@ -95,6 +98,8 @@ endpoints: [{addresses: ["127.0.0.%d"], conditions: {ready: true}}]
 
 // write writes file f atomically (a rename), as an editor or a sync would.
 func (w *world) write(dir string, f int) error {
+	w.writing.Lock()
+	defer w.writing.Unlock()
 	p := filepath.Join(dir, w.name(f))
 	if err := os.WriteFile(p+".tmp~", w.manifest(f), 0o644); err != nil {
 		return err

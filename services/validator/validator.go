@@ -20,6 +20,10 @@
 // status confirms it (its version, and its bundle when it is the newest);
 // one beyond that status is retried for msg.ConfirmWait and then
 // dead-lettered, so a forged render cannot make real versions look old. A
+// render whose bundle a newer published render replaced (the renderer's
+// status names a newer version with another bundle) is not validated: that
+// newer render is, so a validator behind the renderer catches up on the
+// newest bundle (weft_validator_renders_superseded_total). A
 // gather without a verdict (a kind that did not answer, or could not read
 // the bundle) is asked again, never taken as a refusal. A dry run's request
 // (msg.ValidateRequest.DryRunObject, from the renderer's admission webhook)
@@ -61,8 +65,9 @@ const Service = "validator"
 const ConsumerName = "validator"
 
 type metrics struct {
-	verdicts *prometheus.CounterVec
-	checks   *prometheus.HistogramVec
+	verdicts   *prometheus.CounterVec
+	superseded *prometheus.CounterVec
+	checks     *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,12 +75,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_validator_verdicts_total", Help: "Gathers by target and verdict (accepted, refused, cached-accepted, cached-refused, and undecided: asked again).",
 		}, []string{"target", "verdict"}),
+		superseded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_validator_renders_superseded_total", Help: "Renders not validated because a newer render of the target, with another bundle, was already published (that one is validated).",
+		}, []string{"target"}),
 		checks: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "weft_validator_check_duration_seconds", Help: "Time one kind took to check a bundle.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"kind"}),
 	}
-	return m, svc.Register(reg, Service, m.verdicts, m.checks)
+	return m, svc.Register(reg, Service, m.verdicts, m.superseded, m.checks)
 }
 
 // Checkers returns the checkers of kinds (names of config.Kinds) for cfg,
@@ -346,11 +354,19 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	if !ok {
 		return msg.Permanent(fmt.Errorf("render for unknown target %q", r.Target))
 	}
-	rendered, err := v.confirm(ctx, r, msg.AgeOf(m.Metadata()))
+	rs, err := v.confirm(ctx, r, msg.AgeOf(m.Metadata()))
 	if err != nil {
 		return err
 	}
+	rendered := rs.Version
 	log := v.env.Log.With("target", r.Target, "version", r.Version)
+	if superseded(r, rs) {
+		// The renderer publishes a render before its status names it,
+		// so the newer render is in the stream behind this one.
+		log.DebugContext(ctx, "render superseded by a newer one already published; that one is validated", "rendered", rs.Version)
+		v.m.superseded.WithLabelValues(r.Target).Inc()
+		return nil
+	}
 	kinds, err := v.reg.expected(ctx, tc.Validate)
 	if err != nil {
 		return err
@@ -485,19 +501,30 @@ func (v *validator) writeUndecided(ctx context.Context, r msg.Render, reason str
 // an older one is validated but cannot move the status back. A render
 // beyond the renderer's status (a forged message, or a status write still
 // on its way) is retried for msg.ConfirmWait, then dead-lettered.
-func (v *validator) confirm(ctx context.Context, r msg.Render, age time.Duration) (uint64, error) {
+func (v *validator) confirm(ctx context.Context, r msg.Render, age time.Duration) (msg.RenderStatus, error) {
 	var rs msg.RenderStatus
 	if _, err := msg.LoadStatus(ctx, v.status, msg.RenderStatusKey(r.Target), &rs); err != nil {
-		return 0, msg.Retry(err, time.Second)
+		return rs, msg.Retry(err, time.Second)
 	}
 	switch {
 	case r.Version > rs.Version:
-		return 0, msg.Unconfirmed(age, "render %s v%d: the renderer's status is at v%d", r.Target, r.Version, rs.Version)
+		return rs, msg.Unconfirmed(age, "render %s v%d: the renderer's status is at v%d", r.Target, r.Version, rs.Version)
 	case r.Version == rs.Version && r.BundleHash != rs.BundleHash:
-		return 0, msg.Permanent(fmt.Errorf("%w: render %s v%d names bundle %s, the renderer's status %s",
+		return rs, msg.Permanent(fmt.Errorf("%w: render %s v%d names bundle %s, the renderer's status %s",
 			msg.ErrUnconfirmed, r.Target, r.Version, short(r.BundleHash), short(rs.BundleHash)))
 	}
-	return rs.Version, nil
+	return rs, nil
+}
+
+// superseded reports whether render r need not be validated: the
+// renderer's status rs names a newer version and, as its last good
+// bundle, another bundle than r's. The status names a bundle only after a
+// render of it was published, and a bundle other than r's only from a
+// render published after r, so that render comes after r and is
+// validated; a render whose bundle is still the last good one (the
+// renders since failed, or came back to it) is validated itself.
+func superseded(r msg.Render, rs msg.RenderStatus) bool {
+	return rs.Version > r.Version && rs.BundleHash != "" && rs.BundleHash != r.BundleHash
 }
 
 // writeStatus records verdict in the validation status. A status beyond
