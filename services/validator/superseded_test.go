@@ -68,19 +68,7 @@ func (f *fixture) publishFailure() {
 	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
 		f.t.Fatal(err)
 	}
-	status, err := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var rs msg.RenderStatus
-	rev, err := msg.LoadStatus(ctx, status, msg.RenderStatusKey("edge"), &rs)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	rs.Version, rs.LastError, rs.LastErrorAt = f.ver, "boom", time.Now()
-	if _, err := msg.StoreStatus(ctx, status, msg.RenderStatusKey("edge"), rs, rev); err != nil {
-		f.t.Fatal(err)
-	}
+	f.renderStatus(func(rs *msg.RenderStatus) { rs.Version, rs.LastError, rs.LastErrorAt = f.ver, "boom", time.Now() })
 }
 
 // verdictCount is the number of verdicts on edge in the stream.

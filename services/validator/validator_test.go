@@ -127,6 +127,14 @@ func (f *fixture) publish(b msg.Bundle) uint64 {
 	if _, err := f.bus.JS.PublishMsg(ctx, out); err != nil {
 		f.t.Fatal(err)
 	}
+	f.renderStatus(func(rs *msg.RenderStatus) { rs.Target, rs.Version, rs.BundleHash = "edge", f.ver, b.Hash })
+	return f.ver
+}
+
+// renderStatus changes edge's render status with change.
+func (f *fixture) renderStatus(change func(*msg.RenderStatus)) {
+	f.t.Helper()
+	ctx := context.Background()
 	status, err := f.bus.JS.KeyValue(ctx, msg.BucketStatus)
 	if err != nil {
 		f.t.Fatal(err)
@@ -136,11 +144,10 @@ func (f *fixture) publish(b msg.Bundle) uint64 {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	rs.Target, rs.Version, rs.BundleHash = "edge", f.ver, b.Hash
+	change(&rs)
 	if _, err := msg.StoreStatus(ctx, status, msg.RenderStatusKey("edge"), rs, rev); err != nil {
 		f.t.Fatal(err)
 	}
-	return f.ver
 }
 
 // verdict waits for the verdict on version ver.
