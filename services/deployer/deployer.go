@@ -605,6 +605,7 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 		// (its own order then finds it done).
 		log.DebugContext(ctx, "order superseded; the newest accepted bundle is carried out in its place", "last_good", vs.LastGoodVersion)
 		o.Version, o.BundleHash, current = vs.LastGoodVersion, vs.LastGood, true
+		log = log.With("carries_out", o.Version) // the lines below are of that bundle
 	}
 	if current && o.Reason == msg.OrderValidated && o.Version == st.Version && o.BundleHash == st.BundleHash && st.LastError == "" {
 		log.DebugContext(ctx, "order for the bundle the instance already has; skipped")
