@@ -129,7 +129,8 @@ bench-scale: deps
 ## latency, and passes when the deployed files equal `weft render` of the
 ## final manifests and weft logged no error. `make test` runs it for 20s
 ## (hack/soak is one of MODULES). SOAK_FLAGS: -rate, -objects, -files,
-## -sample-every, -probe-every, -settle, -report FILE, -log FILE, -log-level.
+## -sample-every, -probe-every, -settle, -report FILE, -log FILE, -log-level,
+## -debounce (the target's render.debounce); weft runs with --pprof.
 SOAK_DURATION ?= 10m
 SOAK_FLAGS ?=
 soak: deps

@@ -374,20 +374,31 @@ func (d *deployer) route(ctx context.Context, m jetstream.Msg, v msg.Validated) 
 	case v.BundleHash != vs.LastGood:
 		return msg.Permanent(fmt.Errorf("%w: verdict %s v%d names bundle %s, the validation status %s", msg.ErrUnconfirmed, v.Target, v.Version, v.BundleHash, vs.LastGood))
 	}
-	if pin, err := d.readPin(ctx, v.Target); err != nil || pin != nil {
-		if pin != nil {
-			d.env.Log.InfoContext(ctx, "target pinned; the accepted bundle is kept in the history, not deployed", "target", v.Target, "version", v.Version, "pinned", pin.Version, "since", pin.Since, "by", pin.By)
-		}
+	return d.orderLastAccepted(ctx, v.Target, vs)
+}
+
+// orderLastAccepted orders the last accepted bundle vs names to every
+// instance of target, unless the target is pinned or its canary goes
+// first (the canary judge starts it: canaryStep; a site's target has no
+// canary). Both the verdict path and a site's status path order through
+// it, under one id.
+func (d *deployer) orderLastAccepted(ctx context.Context, target string, vs msg.ValidationStatus) error {
+	pin, err := d.readPin(ctx, target)
+	if err != nil {
 		return err
 	}
-	if d.canaryConf(v.Target) != nil {
-		d.env.Log.InfoContext(ctx, "accepted bundle goes to the canary instances first", "target", v.Target, "version", v.Version)
-		return nil // the canary judge starts it (canaryStep)
+	if pin != nil {
+		d.env.Log.InfoContext(ctx, "target pinned; the accepted bundle is kept in the history, not deployed", "target", target, "version", vs.LastGoodVersion, "pinned", pin.Version, "since", pin.Since, "by", pin.By)
+		return nil
+	}
+	if d.canaryConf(target) != nil {
+		d.env.Log.InfoContext(ctx, "accepted bundle goes to the canary instances first", "target", target, "version", vs.LastGoodVersion)
+		return nil
 	}
 	// The instances are read after the validation status: a Pod instance
 	// added after this read reads the status itself after it was added
 	// (podFollower.add), so it gets this bundle one way or the other.
-	ins, _ := d.instances.of(v.Target)
+	ins, _ := d.instances.of(target)
 	return d.order(ctx, ins, vs.LastGoodVersion, vs.LastGood, msg.OrderValidated, lastAcceptedID(vs))
 }
 
@@ -598,11 +609,12 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 	if err != nil {
 		return err
 	}
-	if !current && held == nil && st.Version < vs.LastGoodVersion {
+	if !current && held == nil && d.canaryConf(o.Target) == nil && st.Version < vs.LastGoodVersion {
 		// Superseded while the instance is still behind: the newest
 		// accepted bundle is carried out in its place, so a stream of
 		// acceptances faster than deploys does not starve the instance
-		// (its own order then finds it done).
+		// (its own order then finds it done). Not under a canary, whose
+		// record says what each instance gets.
 		log.DebugContext(ctx, "order superseded; the newest accepted bundle is carried out in its place", "last_good", vs.LastGoodVersion)
 		o.Version, o.BundleHash, current = vs.LastGoodVersion, vs.LastGood, true
 		log = log.With("carries_out", o.Version) // the lines below are of that bundle

@@ -31,8 +31,7 @@ func (d *deployer) followAccepted(ctx context.Context, w jetstream.KeyWatcher) e
 
 func (d *deployer) onAccepted(ctx context.Context, e jetstream.KeyValueEntry) {
 	target := strings.TrimPrefix(e.Key(), "validate.")
-	ins, ok := d.instances.of(target)
-	if !ok {
+	if _, ok := d.instances.of(target); !ok {
 		return
 	}
 	var vs msg.ValidationStatus
@@ -43,15 +42,7 @@ func (d *deployer) onAccepted(ctx context.Context, e jetstream.KeyValueEntry) {
 	if vs.LastGood == "" {
 		return
 	}
-	switch pin, err := d.readPin(ctx, target); {
-	case err != nil:
-		d.env.Log.ErrorContext(ctx, "pin unreadable; the last accepted bundle is not ordered now, a trigger or a restart orders what should run", "target", target, "err", err)
-		return
-	case pin != nil:
-		d.env.Log.InfoContext(ctx, "target pinned; the last accepted bundle is not deployed", "target", target, "version", vs.LastGoodVersion, "pinned", pin.Version)
-		return
-	}
-	if err := d.order(ctx, ins, vs.LastGoodVersion, vs.LastGood, msg.OrderValidated, lastAcceptedID(vs)); err != nil {
+	if err := d.orderLastAccepted(ctx, target, vs); err != nil {
 		d.env.Log.ErrorContext(ctx, "order of the last accepted bundle failed; its verdict, a trigger or a restart orders it", "target", target, "version", vs.LastGoodVersion, "err", err)
 	}
 }

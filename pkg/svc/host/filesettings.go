@@ -75,17 +75,18 @@ func serveSplit(ctx context.Context, s Settings, env svc.Env, h http.Handler) er
 	serve(s.Listen, "/healthz and /readyz", "/healthz", "/readyz")
 	metrics := []string{"/metrics"}
 	if s.Pprof {
-		metrics = append(metrics, pprofPaths...)
+		metrics = append(metrics, pprofPrefix)
 	}
 	serve(s.MetricsListen, "/metrics", metrics...)
 	return g.Wait()
 }
 
-// only serves paths with h and answers 404 to every other.
+// only serves paths with h and answers 404 to every other; a path ending
+// in "/" stands for every path under it.
 func only(h http.Handler, paths ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, p := range paths {
-			if r.URL.Path == p {
+			if r.URL.Path == p || strings.HasSuffix(p, "/") && strings.HasPrefix(r.URL.Path, p) {
 				h.ServeHTTP(w, r)
 				return
 			}
