@@ -299,22 +299,28 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 	}
 	log := v.env.Log.With("target", j.target, "version", j.version, "hash", short(j.hash))
 	if verdict.OK {
+		// A bundle the whole check accepted is the new base even when a
+		// newer one became pending meanwhile (that one stays pending):
+		// under changes that come faster than a whole check, the base
+		// still moves on, one whole check at a time.
+		wasPending := false
 		err := v.updateStatus(ctx, j.target, func(st *msg.ValidationStatus) bool {
-			if st.Pending != j.hash || st.PendingVersion != j.version {
-				return false
+			wasPending = st.Pending == j.hash && st.PendingVersion == j.version
+			newer := j.version > st.LastFullVersion
+			if wasPending {
+				st.Pending, st.PendingVersion, st.FullOnly = "", 0, false
 			}
-			st.Pending, st.PendingVersion, st.FullOnly = "", 0, false
-			if j.version > st.LastFullVersion {
+			if newer {
 				st.LastFull, st.LastFullVersion = j.hash, j.version
 			}
-			return true
+			return wasPending || newer
 		})
 		if errors.Is(err, errSuperseded) {
 			return nil
 		}
 		if err == nil {
 			v.fast.checks.WithLabelValues(j.target, "confirmed").Inc()
-			log.InfoContext(ctx, "provisionally accepted bundle confirmed by the whole check")
+			log.InfoContext(ctx, "provisionally accepted bundle confirmed by the whole check", "newer_pending", !wasPending)
 		}
 		return err
 	}

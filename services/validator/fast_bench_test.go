@@ -73,8 +73,10 @@ func ingressObjects(n int, gen map[int]int) []struct {
 
 // ingressBundles renders n Ingresses with the ingress library, then k
 // renders more, each after one EndpointSlice changed (a new address in a
-// server slot: a runtime-only change from the first).
-func ingressBundles(b *testing.B, n, k int) (msg.Bundle, []msg.Bundle) {
+// server slot: a runtime-only change from the first), the k EndpointSlices
+// spread over the n; then one render with all k changed (a base k renders
+// behind).
+func ingressBundles(b *testing.B, n, k int) (base msg.Bundle, cands []msg.Bundle, behind msg.Bundle) {
 	ix, err := index.New([]index.Spec{
 		{Type: "endpoints", IndexBy: []string{"metadata.namespace", "metadata.labels['kubernetes.io/service-name']"}},
 		{Type: "ingressclasses", IndexBy: []string{"metadata.name"}},
@@ -106,17 +108,20 @@ func ingressBundles(b *testing.B, n, k int) (msg.Bundle, []msg.Bundle) {
 		}
 		return res.Bundle
 	}
-	base := render()
-	var cands []msg.Bundle
-	for i := range k {
-		objs := ingressObjects(n, map[int]int{i * 7: 100 + i})
-		for _, o := range objs {
+	update := func(gen map[int]int) msg.Bundle {
+		for _, o := range ingressObjects(n, gen) {
 			rev++
 			ix.Upsert(o.typ, o.id, rev, o.obj)
 		}
-		cands = append(cands, render())
+		return render()
 	}
-	return base, cands
+	base = render()
+	all := map[int]int{}
+	for i := range k {
+		cands = append(cands, update(map[int]int{i * (n / k): 100 + i}))
+		all[i*(n/k)] = 100 + i
+	}
+	return base, cands, update(all)
 }
 
 // BenchmarkFastVerdict validates, through the whole scatter-gather of a
@@ -127,7 +132,9 @@ func ingressBundles(b *testing.B, n, k int) (msg.Bundle, []msg.Bundle) {
 // diffed against the cached base) and, measured in the same run as the
 // reference, without it (the whole `haproxy -c`: BenchmarkScatterGather's
 // path). It reports fast-ms and full-ms per validation and x-faster, their
-// ratio, and prove-ms: fastpath.Prove alone on decoded bundles. The candidates cycle through more bundles than the kind's cache
+// ratio, prove-ms: fastpath.Prove alone on decoded bundles, and
+// prove-behind-ms: Prove of a render that differs from the base in all the
+// candidates' changes at once, far apart in the file. The candidates cycle through more bundles than the kind's cache
 // holds, so every validation reads and decodes its candidate as a new
 // render's would.
 func BenchmarkFastVerdict(b *testing.B) {
@@ -146,7 +153,7 @@ func benchFast(b *testing.B, ingresses int) {
 	env := testkit.NewEnv(b, bus, "v1")
 	env.Env.Log = telemetry.NewLogger(io.Discard, slog.LevelError)
 	testkit.Run(b, func(ctx context.Context) error { return validator.Run(ctx, env.Env, cfg) })
-	base, cands := ingressBundles(b, ingresses, 8)
+	base, cands, behind := ingressBundles(b, ingresses, 8)
 	obs, _ := bus.JS.ObjectStore(context.Background(), msg.ObjectBundles)
 	for _, bnd := range append([]msg.Bundle{base}, cands...) {
 		data, _ := msg.EncodeBundle(bnd)
@@ -161,6 +168,13 @@ func benchFast(b *testing.B, ingresses int) {
 		}
 	}
 	prove := time.Since(proveStart) / time.Duration(len(cands))
+	behindStart := time.Now()
+	for range len(cands) {
+		if r, err := fastpath.Prove(base, behind); err != nil || r.Servers < len(cands) {
+			b.Fatalf("the render with every change must differ from the base in %d places, each in server lines only: %+v %v", len(cands), r, err)
+		}
+	}
+	proveBehind := time.Since(behindStart) / time.Duration(len(cands))
 	validate := func(i int, baseHash string) msg.ValidateReply {
 		c := cands[i%len(cands)]
 		res, err := gather.Validate(context.Background(), bus.NC, msg.ValidateSubject("edge"),
@@ -194,4 +208,5 @@ func benchFast(b *testing.B, ingresses int) {
 	b.ReportMetric(float64(med.Microseconds())/1000, "full-ms")
 	b.ReportMetric(float64(med)/float64(per), "x-faster")
 	b.ReportMetric(float64(prove.Microseconds())/1000, "prove-ms")
+	b.ReportMetric(float64(proveBehind.Microseconds())/1000, "prove-behind-ms")
 }

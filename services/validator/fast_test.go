@@ -204,6 +204,72 @@ func TestFastPath(t *testing.T) {
 	f.status("v5 confirmed", func(st msg.ValidationStatus) bool { return st.LastFull == b5.Hash })
 }
 
+// gated is the real haproxy kind whose whole checks run behind the rest
+// (the confirmations of provisionally accepted bundles) each wait for a
+// value on release, once they have sent their bundle's hash on entered.
+type gated struct {
+	kind.HAProxyChecker
+	entered chan string
+	release chan struct{}
+}
+
+func (g gated) Check(ctx context.Context, b msg.Bundle) ([]msg.Problem, error) {
+	if haproxycheck.IsBehind(ctx) {
+		g.entered <- b.Hash
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.HAProxyChecker.Check(ctx, b)
+}
+
+// TestConfirmationOfAnOlderPendingBundleMovesTheBase: when renders come
+// faster than whole checks, the bundle a whole check accepted becomes the
+// fast path's base (LastFull) even though a newer bundle is pending by
+// then; the newer one stays pending and is confirmed next.
+func TestConfirmationOfAnOlderPendingBundleMovesTheBase(t *testing.T) {
+	testkit.HAProxy(t)
+	entered, release := make(chan string, 4), make(chan struct{})
+	wrap := func(c kind.Checker) kind.Checker {
+		if h, ok := c.(kind.HAProxyChecker); ok {
+			return gated{HAProxyChecker: h, entered: entered, release: release}
+		}
+		return c
+	}
+	f, _ := startWith(t, cfgYAML, validator.WithCheckerWrap(validator.Options{}, wrap))
+	b1 := bundle(t, goodCfg, "a.example.com b\n")
+	if v := f.submit(b1); !v.OK || v.Provisional {
+		t.Fatalf("first bundle: ok=%v provisional=%v (%s); want a whole check's acceptance", v.OK, v.Provisional, v.Reason)
+	}
+	b2 := bundle(t, withServer("127.0.0.1:8081"), "a.example.com b\n")
+	b3 := bundle(t, withServer("127.0.0.1:8082"), "a.example.com b\n")
+	for i, b := range []msg.Bundle{b2, b3} {
+		if v := f.submit(b); !v.OK || !v.Provisional {
+			t.Fatalf("runtime-only change: ok=%v provisional=%v (%s); want a provisional acceptance", v.OK, v.Provisional, v.Reason)
+		}
+		if i == 0 {
+			if h := <-entered; h != b2.Hash {
+				t.Fatalf("the first whole check behind the rest is of %s, want v2's", h)
+			}
+		}
+	}
+	// v2's whole check, started before v3 was pending, finishes now.
+	release <- struct{}{}
+	st := f.status("v2 the base, v3 pending", func(st msg.ValidationStatus) bool { return st.LastFull == b2.Hash })
+	if st.LastFullVersion != 2 || st.Pending != b3.Hash || st.PendingVersion != 3 || st.LastGood != b3.Hash || st.FullOnly {
+		t.Fatalf("status after v2's whole check = %+v", st)
+	}
+	if h := <-entered; h != b3.Hash {
+		t.Fatalf("the second whole check behind the rest is of %s, want v3's", h)
+	}
+	release <- struct{}{}
+	f.status("v3 confirmed", func(st msg.ValidationStatus) bool {
+		return st.LastFull == b3.Hash && st.LastFullVersion == 3 && st.Pending == ""
+	})
+}
+
 // TestFastPathOff: validate.fast: false checks every bundle whole.
 func TestFastPathOff(t *testing.T) {
 	testkit.HAProxy(t)

@@ -125,37 +125,80 @@ func namedAsCrt(cfg []byte, abs string) bool {
 // diffServers compares two main configurations line by line: they must
 // have the same lines but for server lines whose runtime values changed,
 // each of which must be valid. It returns how many server lines changed.
-// Only the lines between the longest common prefix and suffix of whole
-// lines are looked at, so a change costs a comparison of the files, not a
-// split of them.
+// Equal runs are skipped by comparing the files (eachDiffering), so a
+// change costs a comparison of the files, not a split of them, however far
+// apart the changed lines are (a base several renders old differs in one
+// place per change since).
 func diffServers(base, cand []byte) (int, error) {
-	if bytes.Equal(base, cand) {
-		return 0, nil
-	}
-	p, bm, cm := middle(base, cand)
-	bl, cl := splitLines(bm), splitLines(cm)
-	if len(bl) != len(cl) || endsLine(bm) != endsLine(cm) {
-		return 0, fullf("main configuration: lines added or removed")
-	}
-	section := sectionAt(base[:p])
-	lineNo := func(i int) int { return bytes.Count(base[:p], []byte("\n")) + i + 1 }
 	n := 0
-	for i := range bl {
-		if len(cl[i]) > 0 && cl[i][0] != ' ' && cl[i][0] != '\t' {
-			section = strings.ToLower(firstField(cl[i]))
+	same, err := eachDiffering(base, cand, func(ia, ib int, bl, cl []byte) error {
+		lineNo := func() int { return bytes.Count(base[:ia], []byte("\n")) + 1 }
+		if s := sectionAt(cand[:ib+len(cl)]); s != "backend" && s != "listen" {
+			return fullf("main configuration line %d changed outside a backend", lineNo())
 		}
-		if bytes.Equal(bl[i], cl[i]) {
-			continue
-		}
-		if section != "backend" && section != "listen" {
-			return 0, fullf("main configuration line %d changed outside a backend", lineNo(i))
-		}
-		if err := serverChange(string(bl[i]), string(cl[i])); err != nil {
-			return 0, fmt.Errorf("main configuration line %d: %w", lineNo(i), err)
+		if err := serverChange(string(bl), string(cl)); err != nil {
+			return fmt.Errorf("main configuration line %d: %w", lineNo(), err)
 		}
 		n++
+		return nil
+	})
+	if err != nil && sameLines(base, cand) {
+		return 0, err
+	}
+	if err != nil || !same {
+		return 0, fullf("main configuration: lines added or removed")
 	}
 	return n, nil
+}
+
+// sameLines reports whether a and b have as many lines, the last ended by
+// a newline in both or in neither.
+func sameLines(a, b []byte) bool {
+	return (len(a) == 0) == (len(b) == 0) && bytes.Count(a, []byte("\n")) == bytes.Count(b, []byte("\n")) && endsLine(a) == endsLine(b)
+}
+
+// eachDiffering pairs the lines of a and b by position and calls f, in
+// order, for each pair that differs, with where each line starts and the
+// lines without their newline. It reports whether a and b have as many
+// lines, the last ended by a newline in both or in neither; when they do
+// not, f may have been called for pairs before the first line that tells.
+// It stops at f's first error and returns it (the report then means
+// nothing).
+func eachDiffering(a, b []byte, f func(ia, ib int, la, lb []byte) error) (bool, error) {
+	i, j := 0, 0 // line starts; every line before them is equal in pairs
+	for {
+		// Skip what is equal, in blocks, then byte by byte.
+		p, q := i, j
+		for p+chunk <= len(a) && q+chunk <= len(b) && bytes.Equal(a[p:p+chunk], b[q:q+chunk]) {
+			p, q = p+chunk, q+chunk
+		}
+		for p < len(a) && q < len(b) && a[p] == b[q] {
+			p, q = p+1, q+1
+		}
+		if p == len(a) && q == len(b) {
+			return true, nil
+		}
+		// Back to the start of the line the first difference is in.
+		back := p - (i + bytes.LastIndexByte(a[i:p], '\n') + 1)
+		i, j = p-back, q-back
+		la, lb := lineAt(a, i), lineAt(b, j)
+		if len(la) == 0 || len(lb) == 0 || endsLine(la) != endsLine(lb) {
+			return false, nil // one ended, or only one line has its newline
+		}
+		if err := f(i, j, bytes.TrimSuffix(la, []byte("\n")), bytes.TrimSuffix(lb, []byte("\n"))); err != nil {
+			return true, err
+		}
+		i, j = i+len(la), j+len(lb)
+	}
+}
+
+// lineAt is the line of b that starts at i, with its newline if it has
+// one; empty at the end of b.
+func lineAt(b []byte, i int) []byte {
+	if e := bytes.IndexByte(b[i:], '\n'); e >= 0 {
+		return b[i : i+e+1]
+	}
+	return b[i:]
 }
 
 // middle returns where the longest common prefix of whole lines of a and
