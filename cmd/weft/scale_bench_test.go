@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -67,6 +69,37 @@ func startChangesProfile(b *testing.B) func() {
 // stage times are read from them) in that file.
 var scaleLogs = flag.String("scale-logs", "", "write the services' logs of each scale benchmark to this file")
 
+// scaleSpans, when set, keeps every span of the services (the test
+// environment's recorder instead of weft up's tracer, which keeps none)
+// and writes those that start during the timed changes to this file, one
+// JSON object a line: name, trace, start (ms after the first change) and
+// ms, for where a change's time goes between and within the services.
+var scaleSpans = flag.String("scale-spans", "", "write the spans of the timed changes to this file")
+
+// writeSpans writes the spans -scale-spans asks for, of those that
+// started at or after from.
+func writeSpans(b *testing.B, s *scaleStack, from time.Time) {
+	if *scaleSpans == "" {
+		return
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, sp := range s.env.Spans.Ended() {
+		if sp.StartTime().Before(from) {
+			continue
+		}
+		_ = enc.Encode(map[string]any{
+			"name":  sp.Name(),
+			"trace": sp.SpanContext().TraceID().String(),
+			"start": float64(sp.StartTime().Sub(from).Microseconds()) / 1000,
+			"ms":    float64(sp.EndTime().Sub(sp.StartTime()).Microseconds()) / 1000,
+		})
+	}
+	if err := os.WriteFile(*scaleSpans, buf.Bytes(), 0o644); err != nil {
+		b.Error(err)
+	}
+}
+
 // writeHeapProfile writes the heap profile -scale-heap-profile asks for.
 func writeHeapProfile(b *testing.B) {
 	if *heapProfile == "" {
@@ -121,6 +154,9 @@ func reportStages(b *testing.B, s *scaleStack, starts, ends []time.Time) {
 		if err := os.WriteFile(*scaleLogs, []byte(s.env.Logs.String()), 0o644); err != nil {
 			b.Error(err)
 		}
+	}
+	if len(starts) > 0 {
+		writeSpans(b, s, starts[0])
 	}
 	for metric, v := range stageMedians(s.env.Logs.String(), starts, ends) {
 		b.ReportMetric(v, metric)

@@ -365,8 +365,11 @@ func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *
 	s := &stack{t: b, dir: dir, cfg: cfg, bus: testkit.NATS(b)}
 	s.env = testkit.NewEnv(b, s.bus, "scale")
 	// weft up's tracer, which keeps no span: the test environment's
-	// recorder keeps every one, hundreds of MB at 100,000 objects.
-	s.env.Env.Tracer = telemetry.NewTracerProvider()
+	// recorder keeps every one, hundreds of MB at 100,000 objects
+	// (kept when -scale-spans asks for them).
+	if *scaleSpans == "" {
+		s.env.Env.Tracer = telemetry.NewTracerProvider()
+	}
 	ss.started = time.Now()
 	var stops []func()
 	for _, sv := range Services {

@@ -113,6 +113,7 @@ type metrics struct {
 	reloads    *prometheus.CounterVec
 	dur        *prometheus.HistogramVec
 	canaries   *prometheus.CounterVec
+	prunes     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -133,8 +134,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		canaries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_deployer_canary_total", Help: "Canary verdicts (deploy.canary) by target and result (passed, refused).",
 		}, []string{"target", "result"}),
+		prunes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weft_deployer_history_prunes_total", Help: "History prune passes this replica ran (holding the prune lease).",
+		}),
 	}
-	return m, svc.Register(reg, Service, m.runtimeOps, m.deploys, m.reloads, m.dur, m.canaries)
+	return m, svc.Register(reg, Service, m.runtimeOps, m.deploys, m.reloads, m.dur, m.canaries, m.prunes)
 }
 
 type deployer struct {

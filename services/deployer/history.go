@@ -289,6 +289,7 @@ func (d *deployer) pruneOnce(ctx context.Context) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); l.Keep(wctx, cancel) }()
+	d.m.prunes.Inc()
 	if _, err := d.prune(wctx, time.Now()); err != nil && ctx.Err() == nil {
 		d.env.Log.WarnContext(ctx, "history not pruned; tried again later", "err", err)
 	}
@@ -306,8 +307,16 @@ func (d *deployer) askPrune() {
 	}
 }
 
-// prunePeriodically prunes when asked (askPrune) and every pruneEvery
-// until ctx is done: entries age out without a new bundle.
+// pruneDelay is how long an asked prune waits before it runs: it then
+// runs after the deploys of the verdict that asked, not beside them, and
+// the verdicts of a steady stream make one prune a pruneDelay, not one
+// each (a prune reads every status and history entry and takes a lease:
+// run per verdict, it took CPU and round trips from the deploys).
+var pruneDelay = time.Second
+
+// prunePeriodically prunes when asked (askPrune), pruneDelay after the
+// ask, and every pruneEvery until ctx is done: entries age out without a
+// new bundle.
 func (d *deployer) prunePeriodically(ctx context.Context) error {
 	t := time.NewTicker(pruneEvery)
 	defer t.Stop()
@@ -317,6 +326,17 @@ func (d *deployer) prunePeriodically(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-d.pruneAsked:
+			wait := time.NewTimer(pruneDelay)
+			select {
+			case <-ctx.Done():
+				wait.Stop()
+				return nil
+			case <-wait.C:
+			}
+			select {
+			case <-d.pruneAsked: // asked again meanwhile: this prune covers it
+			default:
+			}
 		}
 		d.pruneOnce(ctx)
 	}

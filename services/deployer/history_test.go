@@ -354,3 +354,30 @@ func TestPinHonouredByTwoReplicasOnACluster(t *testing.T) {
 		status(t, a, in, 3)
 	}
 }
+
+// TestPruneOnceForABurst: the verdicts of a burst ask for one prune, run
+// after it (not a prune per verdict beside its deploys), and the history
+// is then down to its keep.
+func TestPruneOnceForABurst(t *testing.T) {
+	dir := t.TempDir()
+	bus := testkit.NATS(t)
+	f, _ := run(t, bus, dir, "/etc/haproxy", fmt.Sprintf(twoInstances, 2))
+	const n = 20
+	for v := uint64(1); v <= n; v++ {
+		b := f.store(fmt.Sprintf("global\n# version %d\n", v))
+		f.verdict(msg.Validated{Target: "edge", Version: v, BundleHash: b.Hash, OK: true, At: time.Now()})
+	}
+	status(t, bus, "a", n)
+	history(t, bus, func(h msg.HistoryReply) error {
+		if !slices.Equal(versionsOf(h), []uint64{n, n - 1}) {
+			return fmt.Errorf("history %v, want %d, %d", versionsOf(h), n, n-1)
+		}
+		return nil
+	})
+	// The verdicts take well under a second (the prune's delay): one
+	// prune, or two or three when the burst straddles them (a prune a
+	// verdict made 6 here).
+	if p := testkit.LabeledValue(t, f.env.Registry, "weft_deployer_history_prunes_total", nil); p < 1 || p > 3 {
+		t.Fatalf("%v prunes for a burst of %d verdicts, want 1 to 3", p, n)
+	}
+}
