@@ -133,7 +133,7 @@ func (d *Driver) Drift(files []File) ([]string, error) {
 	defer root.Close()
 	var drifted []string
 	for _, f := range files {
-		disk, exists, err := readDisk(root, f.Path)
+		disk, exists, err := d.readDisk(root, f.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +172,7 @@ func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
 	inBundle := make(map[string]bool, len(files))
 	for i, f := range files {
 		inBundle[f.Path] = true
-		disk, exists, err := readDisk(root, f.Path)
+		disk, exists, err := d.readDisk(root, f.Path)
 		if err != nil {
 			return nil, err
 		}

@@ -164,6 +164,7 @@ type Driver struct {
 	admin  sockClient
 	sem    chan struct{}
 	hashes hashMemo
+	disk   diskMemo
 }
 
 // New validates opts, fills in the defaults and returns a Driver.

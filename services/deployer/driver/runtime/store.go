@@ -181,8 +181,9 @@ func (d *Driver) writeManifest(root *os.Root, m manifest) error {
 
 // readDisk returns the content of a bundle path in Dir; exists is false when
 // there is no regular file there. A directory there, or a file where one of
-// its parents goes, is an ErrConflict.
-func readDisk(root *os.Root, name string) (content []byte, exists bool, err error) {
+// its parents goes, is an ErrConflict. A file the driver wrote whose stamp
+// is the one it had right after the write is not read again (diskMemo).
+func (d *Driver) readDisk(root *os.Root, name string) (content []byte, exists bool, err error) {
 	for _, a := range ancestors(name) {
 		fi, err := root.Stat(a)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -209,11 +210,70 @@ func readDisk(root *os.Root, name string) (content []byte, exists bool, err erro
 		}
 		return nil, false, nil
 	}
+	if b, ok := d.disk.get(name, fi); ok {
+		return b, true, nil
+	}
 	b, err := root.ReadFile(name)
 	if err != nil {
 		return nil, false, fmt.Errorf("runtime: read %s: %w", name, err)
 	}
 	return b, true, nil
+}
+
+// diskMemo remembers, for each file the driver wrote, its content and its
+// stamp (device, inode, size, modification and change times) right after
+// the write, so that planning takes a file whose stamp has not changed
+// since for that content instead of reading it back: reading every file
+// of a large bundle back was most of an Apply's planning. Any write,
+// rename over, chmod or truncation by someone else changes the stamp
+// (the change time at least), and the file is read. What the stamp cannot
+// tell is a change in place, to the same size, within the filesystem's
+// timestamp granularity after the driver's own write; that is seen at the
+// next write. Content is held as given: read only.
+type diskMemo struct {
+	mu   sync.Mutex
+	last map[string]onDisk
+}
+
+type onDisk struct {
+	content []byte
+	stamp   stamp
+}
+
+// get returns the content remembered for name when fi has its stamp.
+func (m *diskMemo) get(name string, fi fs.FileInfo) ([]byte, bool) {
+	st, ok := stampOf(fi)
+	if !ok {
+		return nil, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	last, ok := m.last[name]
+	if !ok || last.stamp != st {
+		return nil, false
+	}
+	return last.content, true
+}
+
+// wrote remembers content as what name holds, with the stamp it has now;
+// without a stamp (an error, or a system without one) name is forgotten.
+func (m *diskMemo) wrote(root *os.Root, name string, content []byte) {
+	var st stamp
+	fi, err := root.Lstat(name)
+	ok := err == nil
+	if ok {
+		st, ok = stampOf(fi)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !ok {
+		delete(m.last, name)
+		return
+	}
+	if m.last == nil {
+		m.last = map[string]onDisk{}
+	}
+	m.last[name] = onDisk{content: content, stamp: st}
 }
 
 // writeFile writes a bundle file atomically, creating its directories.
@@ -234,6 +294,7 @@ func (d *Driver) writeFile(root *os.Root, m *manifest, f File) error {
 	if err := writeAtomic(root, f.Path, f.Content, d.modeOf(f), true); err != nil {
 		return fmt.Errorf("runtime: write %s: %w", f.Path, err)
 	}
+	d.disk.wrote(root, f.Path, f.Content)
 	return nil
 }
 
