@@ -116,11 +116,39 @@ const interruptedRedelivery = 500 * time.Millisecond
 // Handler handles one JetStream message.
 type Handler func(ctx context.Context, m jetstream.Msg) error
 
+// confirmInPlace are the waits after which a message the recorded state
+// does not confirm yet (msg.ErrUnconfirmed) is handled again in place,
+// before it is left for redelivery: the status write that follows a
+// message's publication lands within a millisecond or two, while a
+// redelivery costs the NAK's delay and the next pull (5-20 ms).
+var confirmInPlace = []time.Duration{time.Millisecond, 2 * time.Millisecond}
+
+// handleConfirming runs h, and again after each of confirmInPlace while it
+// returns a retryable ErrUnconfirmed: a handler checks the recorded state
+// before it changes anything, so running it again is running it once.
+func handleConfirming(ctx context.Context, m jetstream.Msg, h Handler) error {
+	err := h(ctx, m)
+	for _, wait := range confirmInPlace {
+		if !errors.Is(err, msg.ErrUnconfirmed) || msg.IsPermanent(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = h(ctx, m)
+	}
+	return err
+}
+
 func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {
 	start := time.Now()
 	ctx, span := startSpan(ctx, m.Headers(), m.Subject(), o)
 	defer span.End()
-	err := withKeepAlive(ctx, m, o.AckWait, func() error { return h(ctx, m) })
+	err := withKeepAlive(ctx, m, o.AckWait, func() error { return handleConfirming(ctx, m, h) })
 	d := msg.Classify(err)
 	if d.Action != msg.Ack && ctx.Err() != nil {
 		// The process is stopping: the handler was interrupted, its error

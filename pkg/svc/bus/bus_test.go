@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -285,5 +286,69 @@ func TestServeRejectsNegativeWorkers(t *testing.T) {
 	o.Stage, o.Workers = "requests", -1
 	if err := bus.Serve(context.Background(), b.NC, "weft.test.serve", "q", func(context.Context, *nats.Msg) error { return nil }, o); err == nil {
 		t.Fatal("Serve took a negative worker count")
+	}
+}
+
+// TestUnconfirmedHandledAgainInPlace: a message the recorded state does
+// not confirm yet is handled again in place a millisecond or two later,
+// not redelivered (the write that follows it lands meanwhile); one still
+// unconfirmed after that is redelivered.
+func TestUnconfirmedHandledAgainInPlace(t *testing.T) {
+	cases := []struct {
+		name        string
+		confirmedAt int      // the call from which the state confirms the message
+		want        []uint64 // the delivery of each call
+	}{
+		{"confirmed at the second try", 2, []uint64{1, 1}},
+		{"confirmed at the third try", 3, []uint64{1, 1, 1}},
+		{"still unconfirmed: redelivered", 4, []uint64{1, 1, 1, 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testkit.NATS(t)
+			env := testkit.NewEnv(t, b, "t")
+			ctx := context.Background()
+			cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{
+				Durable: "t", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := make(chan uint64, 10)
+			var n atomic.Int32
+			testkit.Run(t, func(ctx context.Context) error {
+				return bus.Consume(ctx, cons, func(ctx context.Context, m jetstream.Msg) error {
+					meta, err := m.Metadata()
+					if err != nil {
+						return err
+					}
+					calls <- meta.NumDelivered
+					if int(n.Add(1)) < tc.confirmedAt {
+						return msg.Unconfirmed(msg.AgeOf(meta, nil), "render x v1: the renderer's status is at v0")
+					}
+					return nil
+				}, options(t, env))
+			})
+			if _, err := bus.Publish(ctx, b.JS, msg.RenderSubject("x"), "", msg.Render{Target: "x", Version: 1, BundleHash: "h"}); err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for len(got) < len(tc.want) {
+				select {
+				case n := <-calls:
+					got = append(got, n)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("handled %d times (%v), want %d", len(got), got, len(tc.want))
+				}
+			}
+			select {
+			case n := <-calls:
+				t.Fatalf("handled again (delivery %d) after %v", n, got)
+			case <-time.After(300 * time.Millisecond):
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("deliveries of the calls = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
