@@ -100,6 +100,16 @@ func writeSpans(b *testing.B, s *scaleStack, from time.Time) {
 	}
 }
 
+// writeLogs writes the services' logs where -scale-logs asks.
+func writeLogs(b *testing.B, s *scaleStack) {
+	if *scaleLogs == "" {
+		return
+	}
+	if err := os.WriteFile(*scaleLogs, []byte(s.env.Logs.String()), 0o644); err != nil {
+		b.Error(err)
+	}
+}
+
 // writeHeapProfile writes the heap profile -scale-heap-profile asks for.
 func writeHeapProfile(b *testing.B) {
 	if *heapProfile == "" {
@@ -150,11 +160,7 @@ func reportLatency(b *testing.B, lat []time.Duration, reloads int) {
 // reportStages adds the median time of each stage of the pipeline
 // (stageMedians), from the services' logs.
 func reportStages(b *testing.B, s *scaleStack, starts, ends []time.Time) {
-	if *scaleLogs != "" {
-		if err := os.WriteFile(*scaleLogs, []byte(s.env.Logs.String()), 0o644); err != nil {
-			b.Error(err)
-		}
-	}
+	writeLogs(b, s)
 	if len(starts) > 0 {
 		writeSpans(b, s, starts[0])
 	}
@@ -237,6 +243,7 @@ func BenchmarkInitialSyncToServed(b *testing.B) {
 			s := startScale(b, fromManifests, w, dir, kube, cs, port)
 			took := s.allServed(b, 10*time.Minute).Sub(s.started)
 			writeHeapProfile(b)
+			writeLogs(b, s)
 			s.stop()
 			reportOnce(b, map[string]float64{"sync-s": took.Seconds()})
 		})

@@ -227,3 +227,94 @@ func TestLoadSkipsUnreadableResource(t *testing.T) {
 		t.Errorf("the unreadable resource is not logged:\n%s", logs)
 	}
 }
+
+// TestStartBesideSourcesReadsBucketWhole: a renderer started before its
+// sources have synced gets their objects as changes; it leaves them to one
+// read of the whole bucket once every source has synced, and what it
+// renders is the bucket: of the objects it read at start, those deleted
+// since are gone from the first render although their deletions' changes
+// are among those the whole read covers.
+func TestStartBesideSourcesReadsBucketWhole(t *testing.T) {
+	const lateN = 2000
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	ctx := context.Background()
+	var early []msg.Change
+	for i := range 50 {
+		early = append(early, f.writeIn("default", fmt.Sprintf("early-%02d", i), 80))
+	}
+	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if _, err := f.bus.JS.Consumer(ctx, msg.StreamChanges, renderer.ChangesConsumer("r1")); err != nil {
+			return err // the renderer has read the bucket at start when its feed exists
+		}
+		return nil
+	})
+	kv, _ := f.bus.JS.KeyValue(ctx, msg.BucketResources)
+	stream, _ := f.bus.JS.Stream(ctx, msg.KVStream(msg.BucketResources))
+	var later []msg.Change
+	for _, c := range early[:20] {
+		if err := kv.Delete(ctx, c.Key); err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later = append(later, msg.Change{Source: c.Source, Type: c.Type, Key: c.Key, Op: msg.OpDelete, Name: c.Name, Revision: info.State.LastSeq})
+	}
+	// Written and announced at once, as a watcher's pipelined writes are.
+	var acks []jetstream.PubAckFuture
+	for i := range lateN {
+		name := fmt.Sprintf("late-%04d", i)
+		obj := map[string]any{"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": map[string]any{"port": 80}}
+		data, err := msg.Encode(msg.Resource{Source: "m", Type: "services", Namespace: "default", Name: name, Hash: name, Object: obj})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(msg.ResourceSubject(msg.ResourceKey("m", "services", "default", name)))
+		m.Data = data
+		m.Header.Set(msg.HeaderSchema, msg.SchemaResource)
+		a, err := f.bus.JS.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	for i, a := range acks {
+		select {
+		case pa := <-a.Ok():
+			name := fmt.Sprintf("late-%04d", i)
+			later = append(later, msg.Change{Source: "m", Type: "services", Key: msg.ResourceKey("m", "services", "default", name), Op: msg.OpPut, Name: name, Revision: pa.Sequence})
+		case err := <-a.Err():
+			t.Fatal(err)
+		}
+	}
+	for _, c := range later {
+		out, _ := msg.NewMsg(msg.ChangeSubject("m", "services"), "", c)
+		if _, err := f.bus.JS.PublishMsgAsync(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-f.bus.JS.PublishAsyncComplete():
+	case <-time.After(10 * time.Second):
+		t.Fatal("announcements not acknowledged")
+	}
+	f.synced()
+	_, b := f.render(1)
+	cfgFile := file(b, "haproxy.cfg")
+	if n := strings.Count(cfgFile, "\n# "); n != 30+lateN {
+		t.Fatalf("the first render has %d services, want %d (50 early, 20 of them deleted, %d late)", n, 30+lateN, lateN)
+	}
+	if strings.Contains(cfgFile, "# early-00\n") || !strings.Contains(cfgFile, "# early-20\n") || !strings.Contains(cfgFile, fmt.Sprintf("# late-%04d", lateN-1)) {
+		t.Fatalf("the first render is not the bucket's objects:\n%s", cfgFile[:min(len(cfgFile), 400)])
+	}
+	if !strings.Contains(f.env.Logs.String(), "read the whole resources bucket") {
+		t.Fatal("the changes were read one by one, not as the whole bucket")
+	}
+}

@@ -290,6 +290,13 @@ type renderer struct {
 	expected map[string]bool
 	markers  map[string]uint64
 	seen     uint64 // bucket revision this renderer has caught up with
+	// loaded is the bucket revision up to which the index holds every
+	// key's last write from a read of the whole bucket (load, readWhole):
+	// a change up to it is known.
+	loaded uint64
+	// skipped is the highest revision of a change left, before the
+	// first sync, to the read of the whole bucket (syncWhole).
+	skipped uint64
 	// feedCheck names the readiness check of this replica's change feed.
 	feedCheck string
 	// feed is the name of the change feed's durable consumer ("" before
@@ -607,9 +614,11 @@ func (r *renderer) onMessage(ctx context.Context, m jetstream.Msg) error {
 		}
 		// With more changes already waiting, this one is part of a
 		// burst: it must not take the leading edge.
-		meta, err := m.Metadata()
-		more := err == nil && meta.NumPending > 0
-		return r.onChange(ctx, c, msg.AgeOf(m.Metadata()), more)
+		var pending uint64
+		if meta, err := m.Metadata(); err == nil {
+			pending = meta.NumPending
+		}
+		return r.onChange(ctx, c, msg.AgeOf(m.Metadata()), pending)
 	}
 	return msg.Permanent(fmt.Errorf("unexpected subject %s", m.Subject()))
 }
@@ -629,13 +638,29 @@ func (r *renderer) onSync(ctx context.Context, s msg.Sync, age time.Duration) er
 		return msg.Unconfirmed(age, "sync of %s.%s is not in the status bucket", s.Source, s.Type)
 	}
 	r.markers[s.Source+"."+s.Type] = st.Revision
-	r.checkSynced()
-	return nil
+	return r.syncWhole(ctx)
 }
 
-func (r *renderer) onChange(ctx context.Context, c msg.Change, age time.Duration, more bool) error {
+func (r *renderer) onChange(ctx context.Context, c msg.Change, age time.Duration, pending uint64) error {
 	if _, typ, _, _, err := msg.ParseResourceKey(c.Key); err != nil || typ != c.Type {
 		return msg.Permanent(fmt.Errorf("change of type %q names key %q of another type", c.Type, c.Key))
+	}
+	select {
+	case <-r.synced:
+	default:
+		// Before the first sync nothing renders: the changes are left
+		// to one read of the whole bucket once every source has synced.
+		r.skipped = max(r.skipped, c.Revision)
+		return r.syncWhole(ctx)
+	}
+	if c.Revision <= r.loaded {
+		// The index holds the key's last write up to a revision read
+		// whole since: this change is in it.
+		if c.Revision > r.seen {
+			r.seen = c.Revision
+			r.checkSynced()
+		}
+		return nil
 	}
 	// A type this renderer does not index changes nothing, but its
 	// revision is checked against the bucket all the same before it
@@ -656,7 +681,7 @@ func (r *renderer) onChange(ctx context.Context, c msg.Change, age time.Duration
 		if !ts.affected.Swap(false) {
 			continue // nothing the target's last render read changed
 		}
-		ts.poke(sc, msg.ChangeSubject(c.Source, c.Type), more)
+		ts.poke(sc, msg.ChangeSubject(c.Source, c.Type), pending > 0)
 	}
 	return nil
 }
