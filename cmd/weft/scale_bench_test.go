@@ -276,6 +276,7 @@ func BenchmarkHundredThousand(b *testing.B) {
 	s := startScale(b, fromManifests, w, dir, kube, cs, port)
 	load := s.allServed(b, 20*time.Minute).Sub(s.started)
 	writeHeapProfile(b)
+	writeLogs(b, s)
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
