@@ -89,9 +89,12 @@ lint:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@cd pkg/testkit && $(GO) test -count=1 -run '^TestModuleBoundaries$$' .
 
-## test: lint, then every test of every module
+## test: lint, then every test of every module, in one go test over the
+## workspace (go.work): packages of every module are built and tested side
+## by side, as many at a time as there are CPUs, so no module's slowest
+## package holds the others back
 test: deps lint
-	@set -o pipefail; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) ./...) || exit 1; done
+	@$(GO) test $(TEST_FLAGS) $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
 ## bench: the benchmarks (results and method in BENCHMARKS.md)
 bench: deps
