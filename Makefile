@@ -3,6 +3,9 @@
 SHELL := /bin/bash
 GO ?= go
 MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc pkg/testkit services/watcher services/renderer services/validator services/deployer services/puller cmd/weft deploy/k8s deploy/monitoring hack/chaos hack/soak
+# PACKAGES: every package of every module, for one go command over the
+# workspace (go.work), which builds and tests them side by side
+PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 CONFIG ?= examples/quickstart/weft.yaml
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 BENCH ?= .
@@ -86,15 +89,15 @@ deps:
 ## (no service requires or imports another service; pkg/ imports none)
 lint:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@$(GO) vet $(PACKAGES)
 	@cd pkg/testkit && $(GO) test -count=1 -run '^TestModuleBoundaries$$' .
 
 ## test: lint, then every test of every module, in one go test over the
-## workspace (go.work): packages of every module are built and tested side
-## by side, as many at a time as there are CPUs, so no module's slowest
-## package holds the others back
+## workspace: packages of every module are built and tested side by side,
+## as many at a time as there are CPUs, so no module's slowest package
+## holds the others back
 test: deps lint
-	@$(GO) test $(TEST_FLAGS) $(addsuffix /...,$(addprefix ./,$(MODULES)))
+	@$(GO) test $(TEST_FLAGS) $(PACKAGES)
 
 ## bench: the benchmarks (results and method in BENCHMARKS.md)
 bench: deps
