@@ -201,12 +201,7 @@ func BenchmarkRendererInitialLoad(b *testing.B) {
 // no resource is logged and left out; every other object is loaded and
 // rendered.
 func TestLoadSkipsUnreadableResource(t *testing.T) {
-	cfg, err := config.Parse([]byte(cfgYAML), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, bus: testkit.NATS(t)}
-	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f, cfg := newFixture(t)
 	for i := range 50 {
 		f.write(fmt.Sprintf("svc%02d", i), 1000+i)
 	}
@@ -236,12 +231,7 @@ func TestLoadSkipsUnreadableResource(t *testing.T) {
 // are among those the whole read covers.
 func TestStartBesideSourcesReadsBucketWhole(t *testing.T) {
 	const lateN = 2000
-	cfg, err := config.Parse([]byte(cfgYAML), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, bus: testkit.NATS(t)}
-	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f, cfg := newFixture(t)
 	ctx := context.Background()
 	var early []msg.Change
 	for i := range 50 {

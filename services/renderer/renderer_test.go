@@ -45,6 +45,19 @@ type fixture struct {
 	env *testkit.Env
 }
 
+// newFixture is a fixture on a bus of its own, replica r1's environment,
+// with cfgYAML parsed; the renderer is not started.
+func newFixture(t *testing.T) (*fixture, *config.Config) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(cfgYAML), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, bus: testkit.NATS(t)}
+	f.env = testkit.NewEnv(t, f.bus, "r1")
+	return f, cfg
+}
+
 func (f *fixture) put(name string, port int) {
 	f.t.Helper()
 	c := f.write(name, port)
@@ -139,12 +152,7 @@ func file(b msg.Bundle, p string) string {
 }
 
 func TestRenderer(t *testing.T) {
-	cfg, err := config.Parse([]byte(cfgYAML), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, bus: testkit.NATS(t)}
-	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f, cfg := newFixture(t)
 	f.put("web", 80) // present before the renderer starts
 	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
 	f.put("api", 8000) // arrives before the sync marker: no render yet
@@ -229,12 +237,7 @@ func (f *fixture) del(name string) {
 // the very next write of the bucket (kubectl delete, then apply) is
 // rendered again.
 func TestDeleteThenRecreateRenders(t *testing.T) {
-	cfg, err := config.Parse([]byte(cfgYAML), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, bus: testkit.NATS(t)}
-	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f, cfg := newFixture(t)
 	f.put("web", 80)
 	f.put("api", 8000)
 	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
@@ -255,12 +258,7 @@ func TestDeleteThenRecreateRenders(t *testing.T) {
 // before the source synced; it is dead-lettered, and the real marker
 // opens rendering.
 func TestForgedSyncOpensNothing(t *testing.T) {
-	cfg, err := config.Parse([]byte(cfgYAML), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, bus: testkit.NATS(t)}
-	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f, cfg := newFixture(t)
 	f.put("web", 80)
 	testkit.Run(t, func(ctx context.Context) error { return renderer.Run(ctx, f.env.Env, cfg) })
 	ctx := context.Background()
@@ -305,12 +303,7 @@ func TestForgedSyncOpensNothing(t *testing.T) {
 // out at the next version instead of being dropped as a duplicate, and
 // the status names that version.
 func TestRenderVersionTakenBefore(t *testing.T) {
-	cfg, err := config.Parse([]byte(cfgYAML), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, bus: testkit.NATS(t)}
-	f.env = testkit.NewEnv(t, f.bus, "r1")
+	f, cfg := newFixture(t)
 	ctx := context.Background()
 	earlier, _ := msg.NewMsg(msg.RenderSubject("edge"), msg.RenderID("edge", 1), msg.Render{Target: "edge", Version: 1, BundleHash: "earlier"})
 	if _, err := f.bus.JS.PublishMsg(ctx, earlier); err != nil {

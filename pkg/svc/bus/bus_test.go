@@ -29,6 +29,21 @@ func options(t *testing.T, env *testkit.Env) bus.Options {
 	return bus.Options{Service: "test", Stage: "renders", Log: env.Log, Tracer: env.Tracer.Tracer("test"), Metrics: m, DLQ: env.JS, AckWait: 300 * time.Millisecond}
 }
 
+// rendersConsumer is a bus, an environment and a durable consumer "t" of
+// the renders stream with ackWait.
+func rendersConsumer(t *testing.T, ackWait time.Duration) (*testkit.Bus, *testkit.Env, jetstream.Consumer) {
+	t.Helper()
+	b := testkit.NATS(t)
+	env := testkit.NewEnv(t, b, "t")
+	cons, err := b.JS.CreateOrUpdateConsumer(context.Background(), msg.StreamRenders, jetstream.ConsumerConfig{
+		Durable: "t", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, env, cons
+}
+
 // TestConsumeSettles checks each handler outcome's ack decision.
 func TestConsumeSettles(t *testing.T) {
 	cases := []struct {
@@ -57,15 +72,8 @@ func TestConsumeSettles(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b := testkit.NATS(t)
-			env := testkit.NewEnv(t, b, "t")
+			b, env, cons := rendersConsumer(t, 300*time.Millisecond)
 			ctx := context.Background()
-			cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{
-				Durable: "t", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 300 * time.Millisecond,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
 			var calls atomic.Int32
 			done := make(chan struct{}, 10)
 			o := options(t, env)
@@ -305,15 +313,8 @@ func TestUnconfirmedHandledAgainInPlace(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b := testkit.NATS(t)
-			env := testkit.NewEnv(t, b, "t")
+			b, env, cons := rendersConsumer(t, 5*time.Second)
 			ctx := context.Background()
-			cons, err := b.JS.CreateOrUpdateConsumer(ctx, msg.StreamRenders, jetstream.ConsumerConfig{
-				Durable: "t", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
 			calls := make(chan uint64, 10)
 			var n atomic.Int32
 			testkit.Run(t, func(ctx context.Context) error {
