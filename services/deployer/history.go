@@ -326,12 +326,8 @@ func (d *deployer) prunePeriodically(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-d.pruneAsked:
-			wait := time.NewTimer(pruneDelay)
-			select {
-			case <-ctx.Done():
-				wait.Stop()
+			if sleep(ctx, pruneDelay) != nil {
 				return nil
-			case <-wait.C:
 			}
 			select {
 			case <-d.pruneAsked: // asked again meanwhile: this prune covers it

@@ -54,7 +54,10 @@ func (r *renderer) readBucket(ctx context.Context) (all []index.Put, last uint64
 			}
 			var st msg.SyncStatus
 			if msg.Decode(e.Value(), &st) == nil {
-				r.markers[st.Source+"."+st.Type] = st.Revision
+				// Only raised: a read behind one already taken (another
+				// NATS node's copy) does not lower what must be seen.
+				k := st.Source + "." + st.Type
+				r.markers[k] = max(r.markers[k], st.Revision)
 			}
 		}
 	}

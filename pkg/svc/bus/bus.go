@@ -132,16 +132,24 @@ func handleConfirming(ctx context.Context, m jetstream.Msg, h Handler) error {
 		if !errors.Is(err, msg.ErrUnconfirmed) || msg.IsPermanent(err) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleep(ctx, wait) != nil {
 			return err
-		case <-t.C:
 		}
 		err = h(ctx, m)
 	}
 	return err
+}
+
+// sleep waits d, or until ctx is done: then it returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {

@@ -176,12 +176,8 @@ func renew(ctx context.Context, o Options, after uint64) (MessageSource, error) 
 			return cons, nil
 		}
 		o.Log.WarnContext(ctx, "renewing consumer failed; will retry", "stage", o.Stage, "err", err, "retry_in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, delay); err != nil {
+			return nil, err
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
