@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -406,12 +407,15 @@ type FilteredWatcher interface {
 // JetStream does not answer (a NATS node lost, streams electing their
 // leaders) until ctx is done, as Open does; a bucket that does not exist
 // is final. The watch lives as long as ctx; each try is bounded by the
-// client's request timeout.
+// client's request timeout. Each try is given its own copy of keys: the
+// client writes the bucket's subject prefix into the slice it is given, so
+// a try after a failed one would otherwise ask for "$KV.<bucket>.<key>"
+// keys and be refused as invalid.
 func Watch(ctx context.Context, kv FilteredWatcher, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
 	var w jetstream.KeyWatcher
 	err := Open(ctx, "watch "+strings.Join(keys, " "), func(context.Context) error {
 		var err error
-		w, err = kv.WatchFiltered(ctx, keys, opts...)
+		w, err = kv.WatchFiltered(ctx, slices.Clone(keys), opts...)
 		return err
 	})
 	return w, err

@@ -155,6 +155,58 @@ func TestProvisionGivesUpWithTheLastError(t *testing.T) {
 	}
 }
 
+// failingFirst is a real bucket whose first watch fails after the client
+// has taken the keys, as a watch asked while a NATS node is lost does.
+type failingFirst struct {
+	jetstream.KeyValue
+	tries int
+}
+
+func (f *failingFirst) WatchFiltered(ctx context.Context, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	if f.tries++; f.tries == 1 {
+		gone, cancel := context.WithCancel(ctx)
+		cancel()
+		if w, err := f.KeyValue.WatchFiltered(gone, keys, opts...); err == nil {
+			_ = w.Stop()
+		}
+		return nil, errors.New("no responders")
+	}
+	return f.KeyValue.WatchFiltered(ctx, keys, opts...)
+}
+
+// TestWatchAgainAfterAFailedTry: the try after a failed watch asks for the
+// same keys and gets their values.
+func TestWatchAgainAfterAFailedTry(t *testing.T) {
+	js := jetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "pin.a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	f := &failingFirst{KeyValue: kv}
+	keys := []string{"pin.*"}
+	w, err := msg.Watch(ctx, f, keys)
+	if err != nil {
+		t.Fatalf("watch after a failed try: %v (tries %d)", err, f.tries)
+	}
+	defer func() { _ = w.Stop() }()
+	if f.tries != 2 || keys[0] != "pin.*" {
+		t.Fatalf("tries %d, keys %q: want 2 tries and the caller's keys as given", f.tries, keys)
+	}
+	select {
+	case e := <-w.Updates():
+		if e == nil || e.Key() != "pin.a" {
+			t.Fatalf("first update %v, want pin.a", e)
+		}
+	case <-ctx.Done():
+		t.Fatal("no update")
+	}
+}
+
 func TestIsWrongLastSequence(t *testing.T) {
 	api := func(code jetstream.ErrorCode) error {
 		return fmt.Errorf("update: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "wrong last sequence"})

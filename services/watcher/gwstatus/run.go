@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,7 +152,9 @@ func (r *runner) follow(ctx context.Context) {
 	keys := []string{msg.ValidationStatusKey(r.o.Target), msg.PinKey(r.o.Target)}
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
-		w, err := r.o.Status.WatchFiltered(ctx, keys)
+		// A copy each time: the client writes the bucket's prefix into
+		// the keys it is given.
+		w, err := r.o.Status.WatchFiltered(ctx, slices.Clone(keys))
 		if err == nil {
 			backoff = 0
 			for e := range w.Updates() {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -156,7 +158,7 @@ func TestRunServedBundle(t *testing.T) {
 		Target: "gateway",
 		Spec: config.GatewayStatus{ControllerName: controller, Resync: config.Duration(time.Hour),
 			From: &config.IngressStatusFrom{Service: "lb/haproxy"}},
-		Client: dyn, Kube: cs, Status: status, Bundles: bundles,
+		Client: dyn, Kube: cs, Status: &firstWatchEnds{KeyValue: status}, Bundles: bundles,
 		Leases: statuslease.Leases{KV: leases, Pub: bus.JS}, Owner: "w1",
 		Log: env.Log, Metrics: m,
 	}
@@ -213,6 +215,22 @@ func TestRunServedBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("False/Pinned", "True/Programmed", "[map[type:IPAddress value:203.0.113.5]]")
+}
+
+// firstWatchEnds is a real bucket whose first watch ends at once, as one
+// does when its NATS node is lost: the runner must watch the same keys
+// again.
+type firstWatchEnds struct {
+	jetstream.KeyValue
+	watches atomic.Int32
+}
+
+func (f *firstWatchEnds) WatchFiltered(ctx context.Context, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w, err := f.KeyValue.WatchFiltered(ctx, keys, opts...)
+	if err == nil && f.watches.Add(1) == 1 {
+		_ = w.Stop()
+	}
+	return w, err
 }
 
 func reasonOf(conds []any, typ string) string {
