@@ -29,17 +29,23 @@ func CacheDir() string {
 
 // GoBuild builds the main package pkg (an import path of the workspace,
 // such as "github.com/weftio/weft/services/deployer/cmd/weft-deployer")
-// into a temporary folder and returns the binary's path. When the test
-// binary has the race detector, so does the program. The build cache makes
-// a second build take a moment.
+// and returns the binary's path. When the test binary has the race
+// detector, so does the program. The binary is built into a folder of
+// CacheDir kept per workspace, package and race mode, where the go command
+// leaves a binary that is up to date as it is: a second build, in this
+// process or another, costs a check instead of a link (tens of seconds of
+// CPU for a binary with the race detector). Callers must not change the
+// file.
 func GoBuild(t testing.TB, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), path.Base(pkg))
-	args := []string{"-o", bin}
+	mode := "plain"
+	var args []string
 	if raceEnabled {
+		mode = "race"
 		args = append(args, "-race")
 	}
-	if err := goBuild("", nil, append(args, pkg)...); err != nil {
+	bin, err := buildInto(path.Join(mode, pkg), nil, append(args, pkg)...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
@@ -77,16 +83,25 @@ var goTools = struct {
 }{built: map[string]string{}}
 
 func goTool(pkg string) (string, error) {
+	return buildInto(path.Join("tool", pkg), nil, pkg)
+}
+
+// buildInto runs `go build -o <bin> args...` in the workspace's root, with
+// the workspace's go.work, where bin is a file of a folder of CacheDir
+// named after the workspace and key (base: key's last element), and
+// returns bin. Test processes of several packages may build the same
+// program at once: one at a time builds into a folder.
+func buildInto(key string, env []string, args ...string) (string, error) {
 	root, err := workspaceRoot()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(root))
-	dir := filepath.Join(CacheDir(), "gotools", hex.EncodeToString(sum[:6]))
+	ws := sha256.Sum256([]byte(root))
+	k := sha256.Sum256([]byte(key))
+	dir := filepath.Join(CacheDir(), "gobuild", hex.EncodeToString(ws[:6]), hex.EncodeToString(k[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	// Test processes of several packages may build the same tool at once.
 	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return "", err
@@ -96,9 +111,9 @@ func goTool(pkg string) (string, error) {
 		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
-	bin := filepath.Join(dir, path.Base(pkg))
-	env := []string{"GOWORK=" + filepath.Join(root, "go.work")}
-	if err := goBuild(root, env, "-o", bin, pkg); err != nil {
+	bin := filepath.Join(dir, path.Base(key))
+	env = append([]string{"GOWORK=" + filepath.Join(root, "go.work")}, env...)
+	if err := goBuild(root, env, append([]string{"-o", bin}, args...)...); err != nil {
 		return "", err
 	}
 	return bin, nil
