@@ -184,9 +184,12 @@ func (s *etcdSource) follow(ctx context.Context, c *clientv3.Client, rep *report
 		if r.prefix {
 			opts = append(opts, clientv3.WithPrefix())
 		}
-		wch := c.Watch(wctx, r.key, opts...)
 		wg.Go(func() {
-			for resp := range wch {
+			// Watch waits until the server has created the watch: here,
+			// so that a server lost meanwhile holds up neither the next
+			// full read nor the report of the outage (cancelling wctx
+			// ends the wait).
+			for resp := range c.Watch(wctx, r.key, opts...) {
 				select {
 				case merged <- resp:
 				case <-wctx.Done():

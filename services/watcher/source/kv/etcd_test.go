@@ -124,6 +124,29 @@ func TestEtcdRestart(t *testing.T) {
 	}
 }
 
+// TestEtcdLostBeforeTheWatch kills the server after a full read, before
+// the source asks for its watch: the outage is reported at the next full
+// read, and the changes made once the server is back arrive.
+func TestEtcdLostBeforeTheWatch(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	srv.put(t, "/app/a", "1")
+	s := mustNew(t, config.Source{Type: config.SourceEtcd, Endpoints: []string{srv.url}, Prefix: "/app", Rescan: config.Duration(200 * time.Millisecond)}, fast...).(*etcdSource)
+	var lists atomic.Int32
+	s.afterList = func() {
+		if lists.Add(1) == 1 {
+			srv.stop()
+		}
+	}
+	rec := newRecorder(t)
+	start(t, s, rec)
+	waitValues(t, rec, map[string]string{"/a": "1"})
+	waitProblem(t, rec, 0, "etcd: kv: backend unavailable: read /app")
+	srv.start()
+	srv.put(t, "/app/a", "2")
+	waitValues(t, rec, map[string]string{"/a": "2"})
+}
+
 // TestEtcdDownAtStart starts the source before the server.
 func TestEtcdDownAtStart(t *testing.T) {
 	t.Parallel()
