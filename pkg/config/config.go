@@ -385,6 +385,14 @@ type Validate struct {
 	// whole `haproxy -c` after the verdict; false: every bundle is
 	// checked whole before its verdict.
 	Fast *bool `json:"fast,omitempty"`
+	// ConfirmGap (default 2s) spaces the fast path's whole checks: the
+	// next whole check of a target starts no sooner than this after the
+	// last one ended, nor sooner than twice that check's length, so that
+	// under a stream of changes the background `haproxy -c` takes at most
+	// a third of a core and the changes' own path keeps the rest. A
+	// bundle pending after a quiet spell is checked at once; a stream of
+	// changes has its newest bundle checked once per gap.
+	ConfirmGap Duration `json:"confirm_gap,omitempty"`
 }
 
 // FastPath reports whether validate.fast is on (the default).
@@ -549,6 +557,7 @@ const (
 	DefaultRescan          = 30 * time.Second
 	DefaultDebounce        = 100 * time.Millisecond
 	DefaultValidateTimeout = 10 * time.Second
+	DefaultConfirmGap      = 2 * time.Second
 	DefaultInstance        = "local"
 )
 
@@ -691,6 +700,9 @@ func (c *Config) defaults() {
 		slices.Sort(t.Validate.Kinds)
 		if t.Validate.Timeout == 0 {
 			t.Validate.Timeout = Duration(DefaultValidateTimeout)
+		}
+		if t.Validate.ConfirmGap == 0 {
+			t.Validate.ConfirmGap = Duration(DefaultConfirmGap)
 		}
 		c.ingressStatusDefaults(&t)
 		c.gatewayStatusDefaults(&t)
@@ -913,6 +925,7 @@ func (c *Config) checkTarget(ps *problems, name string, t Target) {
 		{f.k("render", "max_idle"), t.Render.MaxIdle},
 		{f.k("render", "max_wait"), t.Render.MaxWait},
 		{f.k("validate", "timeout"), t.Validate.Timeout},
+		{f.k("validate", "confirm_gap"), t.Validate.ConfirmGap},
 	} {
 		if dur.d < 0 {
 			bad(dur.p, "must not be negative")

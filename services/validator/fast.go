@@ -171,16 +171,18 @@ type confirmJob struct {
 	cause   trace.SpanContext
 }
 
-// confirmer holds, per target, the newest bundle whose whole check is due:
-// an older one not started yet is superseded (latest wins).
+// confirmer holds, per target, the newest bundle whose whole check is due
+// (an older one not started yet is superseded: latest wins) and the
+// earliest time its next whole check may start.
 type confirmer struct {
-	mu   sync.Mutex
-	jobs map[string]confirmJob
-	wake chan struct{}
+	mu        sync.Mutex
+	jobs      map[string]confirmJob
+	notBefore map[string]time.Time
+	wake      chan struct{}
 }
 
 func newConfirmer() *confirmer {
-	return &confirmer{jobs: map[string]confirmJob{}, wake: make(chan struct{}, 1)}
+	return &confirmer{jobs: map[string]confirmJob{}, notBefore: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 func (c *confirmer) add(j confirmJob) {
@@ -189,20 +191,42 @@ func (c *confirmer) add(j confirmJob) {
 		c.jobs[j.target] = j
 	}
 	c.mu.Unlock()
+	c.poke()
+}
+
+func (c *confirmer) poke() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (c *confirmer) next() (confirmJob, bool) {
+// next takes a job whose target's whole check may start at now. With
+// none, wait is how long until the first job waiting may start (0: no
+// job waits).
+func (c *confirmer) next(now time.Time) (j confirmJob, wait time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for t, j := range c.jobs {
+		if d := c.notBefore[t].Sub(now); d > 0 {
+			if wait == 0 || d < wait {
+				wait = d
+			}
+			continue
+		}
 		delete(c.jobs, t)
-		return j, true
+		return j, 0, true
 	}
-	return confirmJob{}, false
+	return confirmJob{}, wait, false
+}
+
+// checked records that a whole check of target ran from start to end: the
+// next starts no sooner than gap after end, nor sooner than twice the
+// check's length after it.
+func (c *confirmer) checked(target string, start, end time.Time, gap time.Duration) {
+	c.mu.Lock()
+	c.notBefore[target] = end.Add(max(gap, 2*end.Sub(start)))
+	c.mu.Unlock()
 }
 
 // defaultPendingSweep is how often every target's status is read for a
@@ -215,9 +239,11 @@ func (v *validator) runConfirmer(ctx context.Context) error {
 	defer sweep.Stop()
 	v.sweepPending(ctx)
 	for {
+		var wait time.Duration
 		for {
-			j, ok := v.confirms.next()
+			j, w, ok := v.confirms.next(time.Now())
 			if !ok {
+				wait = w
 				break
 			}
 			if err := v.confirm1(ctx, j); err != nil {
@@ -230,10 +256,15 @@ func (v *validator) runConfirmer(ctx context.Context) error {
 				time.AfterFunc(delay, func() { v.confirms.add(j) })
 			}
 		}
+		var due <-chan time.Time
+		if wait > 0 {
+			due = time.After(wait) // garbage once it fires or is dropped
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-v.confirms.wake:
+		case <-due:
 		case <-sweep.C:
 			v.sweepPending(ctx)
 		}
@@ -281,8 +312,10 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(j.target),
 		msg.ValidateRequest{Target: j.target, Version: j.version, BundleHash: j.hash, Confirm: true}, kinds, tc.Validate.Timeout.D())
+	v.confirms.checked(j.target, start, time.Now(), tc.Validate.ConfirmGap.D())
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
 	}

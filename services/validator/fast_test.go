@@ -270,6 +270,50 @@ func TestConfirmationOfAnOlderPendingBundleMovesTheBase(t *testing.T) {
 	})
 }
 
+// TestWholeChecksSpacedByTheGap: under a stream of runtime-only changes,
+// the whole check of the newest pending bundle starts validate.confirm_gap
+// after the previous whole check ended, not at once; the bundles
+// meanwhile are accepted provisionally without waiting for it.
+func TestWholeChecksSpacedByTheGap(t *testing.T) {
+	testkit.HAProxy(t)
+	const gap = 1500 * time.Millisecond
+	entered, release := make(chan string, 4), make(chan struct{}, 4)
+	wrap := func(c kind.Checker) kind.Checker {
+		if h, ok := c.(kind.HAProxyChecker); ok {
+			return gated{HAProxyChecker: h, entered: entered, release: release}
+		}
+		return c
+	}
+	f, _ := startWith(t, strings.Replace(cfgYAML, "timeout: 5s}", "timeout: 5s, confirm_gap: 1500ms}", 1), validator.WithCheckerWrap(validator.Options{}, wrap))
+	f.submit(bundle(t, goodCfg, "a.example.com b\n"))
+	b2 := bundle(t, withServer("127.0.0.1:8081"), "a.example.com b\n")
+	if v := f.submit(b2); !v.OK || !v.Provisional {
+		t.Fatalf("v2: ok=%v provisional=%v (%s); want a provisional acceptance", v.OK, v.Provisional, v.Reason)
+	}
+	if h := <-entered; h != b2.Hash {
+		t.Fatalf("first whole check behind the rest is of %s, want v2's at once", h)
+	}
+	released := time.Now() // v2's whole check ends after this
+	release <- struct{}{}
+	f.status("v2 confirmed", func(st msg.ValidationStatus) bool { return st.LastFull == b2.Hash && st.Pending == "" })
+	b3 := bundle(t, withServer("127.0.0.1:8082"), "a.example.com b\n")
+	b4 := bundle(t, withServer("127.0.0.1:8083"), "a.example.com b\n")
+	for _, b := range []msg.Bundle{b3, b4} {
+		if v := f.submit(b); !v.OK || !v.Provisional {
+			t.Fatalf("ok=%v provisional=%v (%s); want a provisional acceptance", v.OK, v.Provisional, v.Reason)
+		}
+	}
+	h := <-entered
+	if waited := time.Since(released); waited < gap {
+		t.Fatalf("the next whole check started %v after the last one was released, want at least the gap %v", waited, gap)
+	}
+	if h != b4.Hash {
+		t.Fatalf("the next whole check is of %s, want the newest pending (v4)", h)
+	}
+	release <- struct{}{}
+	f.status("v4 confirmed", func(st msg.ValidationStatus) bool { return st.LastFull == b4.Hash && st.Pending == "" })
+}
+
 // TestFastPathOff: validate.fast: false checks every bundle whole.
 func TestFastPathOff(t *testing.T) {
 	testkit.HAProxy(t)
