@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // CacheDir is weft's own cache of programs built for tests:
@@ -98,10 +99,15 @@ func buildInto(key string, env []string, args ...string) (string, error) {
 	}
 	ws := sha256.Sum256([]byte(root))
 	k := sha256.Sum256([]byte(key))
-	dir := filepath.Join(CacheDir(), "gobuild", hex.EncodeToString(ws[:6]), hex.EncodeToString(k[:6]))
+	builds := filepath.Join(CacheDir(), "gobuild")
+	wsDir := filepath.Join(builds, hex.EncodeToString(ws[:6]))
+	dir := filepath.Join(wsDir, hex.EncodeToString(k[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	now := time.Now()
+	_ = os.Chtimes(wsDir, now, now) // in use: kept by pruneBuilds
+	pruneBuilds(builds, now.Add(-buildsKept))
 	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return "", err
@@ -117,6 +123,25 @@ func buildInto(key string, env []string, args ...string) (string, error) {
 		return "", err
 	}
 	return bin, nil
+}
+
+// buildsKept is how long the programs built for the tests of a workspace
+// are kept after their last use: a folder of a removed checkout does not
+// stay for ever (a program with the race detector is 100 MB or more).
+const buildsKept = 7 * 24 * time.Hour
+
+// pruneBuilds removes the folders of builds whose workspace last used them
+// before cutoff, as far as it can.
+func pruneBuilds(builds string, cutoff time.Time) {
+	entries, err := os.ReadDir(builds)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && e.IsDir() && info.ModTime().Before(cutoff) {
+			_ = os.RemoveAll(filepath.Join(builds, e.Name()))
+		}
+	}
 }
 
 // workspaceRoot is the folder holding the go.work of the working directory.
