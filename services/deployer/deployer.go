@@ -96,6 +96,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/pkg/svc/pause"
 )
 
 // Service is the name in metrics, logs and the DLQ subject.
@@ -673,7 +674,7 @@ func (d *deployer) bundle(ctx context.Context, in *instance, hash string) (msg.B
 	b, err := d.bundles.LoadBundle(ctx, hash)
 	deadline := time.Now().Add(msg.ConfirmWait)
 	for wait := 50 * time.Millisecond; (errors.Is(err, msg.ErrNotStored) || errors.Is(err, msg.ErrChunkMissing)) && d.env.Site != "" && time.Now().Before(deadline); wait = min(2*wait, time.Second) {
-		if err := sleep(ctx, wait); err != nil {
+		if err := pause.For(ctx, wait); err != nil {
 			return msg.Bundle{}, err
 		}
 		b, err = d.bundles.LoadBundle(ctx, hash)
@@ -688,18 +689,6 @@ func (d *deployer) bundle(ctx context.Context, in *instance, hash string) (msg.B
 		return msg.Bundle{}, fmt.Errorf("bundle %s: %w", hash, err)
 	}
 	return b, nil
-}
-
-// sleep waits d, or until ctx is done: then it returns ctx's error.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // finish publishes the outcome of the order with stream sequence seq and

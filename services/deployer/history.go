@@ -15,6 +15,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/lease"
+	"github.com/weftio/weft/pkg/svc/pause"
 )
 
 // The history of a target is kept in msg.BucketHistory, one entry per
@@ -326,7 +327,7 @@ func (d *deployer) prunePeriodically(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-d.pruneAsked:
-			if sleep(ctx, pruneDelay) != nil {
+			if pause.For(ctx, pruneDelay) != nil {
 				return nil
 			}
 			select {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
@@ -47,12 +48,8 @@ func Publish[T msg.Message](ctx context.Context, p Publisher, subject, id string
 		if !msg.IsDuplicateInProcess(err) || id == "" {
 			return nil, fmt.Errorf("publish %s: %w", subject, err)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if pause.For(ctx, delay) != nil {
 			return nil, fmt.Errorf("publish %s: %w", subject, err)
-		case <-t.C:
 		}
 	}
 }
@@ -132,24 +129,12 @@ func handleConfirming(ctx context.Context, m jetstream.Msg, h Handler) error {
 		if !errors.Is(err, msg.ErrUnconfirmed) || msg.IsPermanent(err) {
 			return err
 		}
-		if sleep(ctx, wait) != nil {
+		if pause.For(ctx, wait) != nil {
 			return err
 		}
 		err = h(ctx, m)
 	}
 	return err
-}
-
-// sleep waits d, or until ctx is done: then it returns ctx's error.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func handleJS(ctx context.Context, m jetstream.Msg, h Handler, o Options) {

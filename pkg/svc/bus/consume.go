@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/pause"
 )
 
 // MessageSource is the part of jetstream.Consumer that Consume needs.
@@ -176,7 +177,7 @@ func renew(ctx context.Context, o Options, after uint64) (MessageSource, error) 
 			return cons, nil
 		}
 		o.Log.WarnContext(ctx, "renewing consumer failed; will retry", "stage", o.Stage, "err", err, "retry_in", delay)
-		if err := sleep(ctx, delay); err != nil {
+		if err := pause.For(ctx, delay); err != nil {
 			return nil, err
 		}
 		delay = min(2*delay, 2*time.Second)

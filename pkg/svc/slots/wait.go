@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/pause"
 )
 
 // Waiting for a free slot. A caller refused with a *FullError waits with a
@@ -203,12 +204,8 @@ func (f *frees) run(ctx context.Context, v *scopeView) {
 			delay = watchRetryMin // it had worked a while
 		}
 		f.log.Warn("watching the slots of a scope for frees failed; waiting pulls poll until it is back", "scope", v.scope, "err", err, "retry_in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if pause.For(ctx, delay) != nil {
 			return
-		case <-t.C:
 		}
 		delay = min(2*delay, watchRetryMax)
 	}

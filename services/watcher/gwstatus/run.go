@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/ingstatus"
 	"github.com/weftio/weft/services/watcher/statuslease"
 )
@@ -152,9 +152,7 @@ func (r *runner) follow(ctx context.Context) {
 	keys := []string{msg.ValidationStatusKey(r.o.Target), msg.PinKey(r.o.Target)}
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
-		// A copy each time: the client writes the bucket's prefix into
-		// the keys it is given.
-		w, err := r.o.Status.WatchFiltered(ctx, slices.Clone(keys))
+		w, err := msg.Watch(ctx, r.o.Status, keys)
 		if err == nil {
 			backoff = 0
 			for e := range w.Updates() {
@@ -170,10 +168,8 @@ func (r *runner) follow(ctx context.Context) {
 		}
 		backoff = statuslease.Backoff(backoff)
 		r.log.WarnContext(ctx, "gateway status: watching the target's status; watching again", "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
+		if pause.For(ctx, backoff) != nil {
 			return
-		case <-time.After(backoff):
 		}
 	}
 }

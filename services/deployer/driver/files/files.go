@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/weftio/weft/pkg/svc/pause"
 )
 
 // Sentinel errors; every error returned by the package that falls in one of
@@ -187,7 +189,7 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{opts: opts, names: n, sem: make(chan struct{}, 1), waitFor: sleepCtx}
+	d := &Driver{opts: opts, names: n, sem: make(chan struct{}, 1), waitFor: pause.For}
 	if d.uid, err = resolveID("owner", opts.Owner); err != nil {
 		return nil, err
 	}
@@ -236,17 +238,6 @@ func (d *Driver) kept(root *os.Root, f File) (fs.FileMode, bool) {
 
 func checkVars(src, dir string) map[string]string {
 	return map[string]string{"src": shellQuote(src), "dir": shellQuote(dir)}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func (d *Driver) lock(ctx context.Context) error {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/weftio/weft/pkg/svc/pause"
 )
 
 // pollFirst and pollMax bound the pause between two looks at the master.
@@ -36,7 +38,7 @@ func (d *Driver) procState(ctx context.Context) (procState, error) {
 		if cerr := ctx.Err(); cerr != nil {
 			return procState{}, fmt.Errorf("%w (last: %w)", cerr, err)
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := pause.For(ctx, wait); err != nil {
 			return procState{}, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		}
 		wait = min(wait*2, pollMax)
@@ -104,7 +106,7 @@ func (d *Driver) reload(ctx context.Context) (int, error) {
 				return st.reloads, nil
 			}
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := pause.For(ctx, wait); err != nil {
 			return last.reloads, fmt.Errorf("%w: no new worker after %s (show proc: %d reloads, workers %v): %w", ErrReloadFailed, d.opts.ReloadTimeout, last.reloads, last.workers, err)
 		}
 		wait = min(wait*2, pollMax)
@@ -135,7 +137,7 @@ func (d *Driver) waitOldWorkers(ctx context.Context, previous []int) {
 				return
 			}
 		}
-		if sleep(ctx, wait) != nil {
+		if pause.For(ctx, wait) != nil {
 			return
 		}
 		wait = min(wait*2, pollMax)
@@ -181,20 +183,9 @@ func (d *Driver) waitWorker(ctx context.Context, pid int) error {
 				err = fmt.Errorf("master CLI: %s", trimAnswer(out))
 			}
 		}
-		if serr := sleep(ctx, wait); serr != nil {
+		if serr := pause.For(ctx, wait); serr != nil {
 			return fmt.Errorf("%w: new worker %d did not answer: %w (%w)", ErrReloadFailed, pid, serr, err)
 		}
 		wait = min(wait*2, pollMax)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

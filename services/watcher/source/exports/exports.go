@@ -54,6 +54,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/kubeclient"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/source/kube"
 	"github.com/weftio/weft/services/watcher/store"
@@ -488,12 +489,8 @@ func (s *Source) retry(ctx context.Context, c *configMap) {
 		case <-c.failures:
 		}
 		for wait := s.retryMin; c.failed(); wait = min(2*wait, s.retryMax) {
-			timer := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
+			if pause.For(ctx, wait) != nil {
 				return
-			case <-timer.C:
 			}
 			s.read(ctx, c)
 		}

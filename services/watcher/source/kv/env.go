@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 )
 
@@ -60,7 +61,7 @@ func (s *envSource) Run(ctx context.Context, sink source.Sink) error {
 				return nil
 			}
 			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
+			if pause.For(ctx, bo.next()) != nil {
 				return nil
 			}
 			continue

@@ -13,6 +13,7 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 )
 
@@ -103,7 +104,7 @@ func (s *etcdSource) Run(ctx context.Context, sink source.Sink) error {
 					return nil
 				}
 				sink.Problem(ctx, s.unavailable(err, "connect %s", strings.Join(s.endpoints, ",")))
-				if !sleep(ctx, bo.next()) {
+				if pause.For(ctx, bo.next()) != nil {
 					return nil
 				}
 				continue

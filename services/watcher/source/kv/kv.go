@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 )
 
@@ -249,12 +250,12 @@ func listThenFollow(ctx context.Context, sink source.Sink, bo *backoff, list, fo
 	}
 	if err != nil {
 		sink.Problem(ctx, err)
-		return sleep(ctx, bo.next())
+		return pause.For(ctx, bo.next()) == nil
 	}
 	bo.reset()
 	if err := follow(); err != nil && ctx.Err() == nil {
 		sink.Problem(ctx, err)
-		if !sleep(ctx, bo.next()) {
+		if pause.For(ctx, bo.next()) != nil {
 			return false
 		}
 	}
@@ -300,16 +301,4 @@ func endpointsAndPassword(src config.Source, environ func() []string) (string, e
 		return "", fmt.Errorf("%w: username and password_env or password_file go together", ErrConfig)
 	}
 	return pass, nil
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 )
 
@@ -120,7 +121,7 @@ func (s *natsSource) Run(ctx context.Context, sink source.Sink) error {
 		}
 		if err != nil {
 			sink.Problem(ctx, err)
-			if !sleep(ctx, bo.next()) {
+			if pause.For(ctx, bo.next()) != nil {
 				return nil
 			}
 		} else if s.poll {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 )
 
@@ -408,7 +409,7 @@ func (s *redisSource) subscribe(ctx context.Context, c *redis.Client, sink sourc
 			return
 		}
 		sink.Problem(ctx, s.unavailable(err, "keyspace subscription"))
-		if !sleep(ctx, bo.next()) {
+		if pause.For(ctx, bo.next()) != nil {
 			return
 		}
 	}

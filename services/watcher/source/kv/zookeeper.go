@@ -14,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 )
 
@@ -258,7 +259,7 @@ func (s *zookeeperSource) Run(ctx context.Context, sink source.Sink) error {
 					return nil
 				}
 				sink.Problem(ctx, s.unavailable(err, "authenticate as %s at %s", s.user, strings.Join(s.servers, ",")))
-				if !sleep(ctx, bo.next()) {
+				if pause.For(ctx, bo.next()) != nil {
 					return nil
 				}
 				continue
