@@ -191,10 +191,6 @@ func (c *confirmer) add(j confirmJob) {
 		c.jobs[j.target] = j
 	}
 	c.mu.Unlock()
-	c.poke()
-}
-
-func (c *confirmer) poke() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -315,13 +311,15 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 	start := time.Now()
 	res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(j.target),
 		msg.ValidateRequest{Target: j.target, Version: j.version, BundleHash: j.hash, Confirm: true}, kinds, tc.Validate.Timeout.D())
-	v.confirms.checked(j.target, start, time.Now(), tc.Validate.ConfirmGap.D())
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
 	}
 	if !res.Decided(tc.Validate.MinKinds) {
 		return errors.New(undecidedReason(res))
 	}
+	// A check without a verdict is tried again on runConfirmer's own
+	// backoff; one with a verdict spaces the next.
+	v.confirms.checked(j.target, start, time.Now(), tc.Validate.ConfirmGap.D())
 	verdict := msg.Validated{Target: j.target, Version: j.version, BundleHash: j.hash, At: time.Now().UTC(),
 		OK: res.Accepted(tc.Validate.MinKinds), Replies: res.Replies, Missing: res.Missing}
 	verdict.Reason = reason(res, verdict.OK)
