@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"slices"
@@ -395,7 +392,7 @@ func (s *scaleStack) served(b testing.TB, host, want string, timeout time.Durati
 	var got string
 	for time.Now().Before(deadline) {
 		var phases string
-		if got, phases = tracedGet(s.port, host); got == "200 "+want {
+		if got, phases = tracedGet(s.port, host, "/"); got == "200 "+want {
 			return time.Now()
 		}
 		if phases != "" {
@@ -405,38 +402,6 @@ func (s *scaleStack) served(b testing.TB, host, want string, timeout time.Durati
 	}
 	b.Fatalf("%s never answered %q within %s (last: %q)", host, want, timeout, got)
 	return time.Time{}
-}
-
-// slowProbe is how long a probe takes before tracedGet says where its
-// time went.
-const slowProbe = 300 * time.Millisecond
-
-// tracedGet is httpGet of host's "/" on a fresh connection; when it takes
-// slowProbe or more, phases says when it connected, wrote its request and
-// got the first byte of the answer.
-func tracedGet(port int, host string) (got, phases string) {
-	start := time.Now()
-	var connected, wrote, first time.Duration
-	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-		ConnectDone:          func(string, string, error) { connected = time.Since(start) },
-		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = time.Since(start) },
-		GotFirstResponseByte: func() { first = time.Since(start) },
-	})
-	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://127.0.0.1:%d/", port), nil)
-	req.Host = host
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Do(req)
-	if err != nil {
-		got = "error: " + err.Error()
-	} else {
-		body, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		got = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
-	}
-	if took := time.Since(start); took >= slowProbe {
-		phases = fmt.Sprintf("took %v: connected %v, request written %v, first byte %v (0: not reached)", took, connected, wrote, first)
-	}
-	return got, phases
 }
 
 // only checks that a few more fresh connections to host are all answered

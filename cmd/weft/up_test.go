@@ -1,17 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -119,16 +122,44 @@ func onPorts(t testing.TB, dir string, httpPort, backendPort int) {
 // httpGet returns "<status> <body>" of GET http://127.0.0.1:port<path>
 // with Host host, on a new connection.
 func httpGet(port int, host, path string) string {
-	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
+	got, _ := tracedGet(port, host, path)
+	return got
+}
+
+// slowProbe is how long a probe takes before tracedGet says where its
+// time went.
+const slowProbe = 300 * time.Millisecond
+
+// tracedGet asks host for path on a fresh connection and returns the
+// status and the body; when that takes slowProbe or more, phases says
+// when it connected, wrote its request and got the first byte of the
+// answer.
+func tracedGet(port int, host, path string) (got, phases string) {
+	start := time.Now()
+	// The transport may still call these after Do gave up.
+	var connected, wrote, first atomic.Int64
+	since := func(at *atomic.Int64) { at.Store(int64(time.Since(start))) }
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		ConnectDone:          func(string, string, error) { since(&connected) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { since(&wrote) },
+		GotFirstResponseByte: func() { since(&first) },
+	})
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
 	req.Host = host
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "error: " + err.Error()
+		got = "error: " + err.Error()
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		got = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	if took := time.Since(start); took >= slowProbe {
+		phases = fmt.Sprintf("took %v: connected %v, request written %v, first byte %v (0: not reached)", took,
+			time.Duration(connected.Load()), time.Duration(wrote.Load()), time.Duration(first.Load()))
+	}
+	return got, phases
 }
 
 // bothWebs checks that shop.example.com/ is answered by web-1 and web-2
