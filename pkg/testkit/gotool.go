@@ -45,7 +45,7 @@ func GoBuild(t testing.TB, pkg string) string {
 		mode = "race"
 		args = append(args, "-race")
 	}
-	bin, err := buildInto(path.Join(mode, pkg), nil, append(args, pkg)...)
+	bin, err := buildInto(path.Join(mode, pkg), append(args, pkg)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func GoTool(t testing.TB, pkg string) string {
 	if bin, ok := goTools.built[pkg]; ok {
 		return bin
 	}
-	bin, err := goTool(pkg)
+	bin, err := buildInto(path.Join("tool", pkg), pkg)
 	if err != nil {
 		t.Fatalf("Go tool %s: %v", pkg, err)
 	}
@@ -83,16 +83,12 @@ var goTools = struct {
 	built map[string]string
 }{built: map[string]string{}}
 
-func goTool(pkg string) (string, error) {
-	return buildInto(path.Join("tool", pkg), nil, pkg)
-}
-
 // buildInto runs `go build -o <bin> args...` in the workspace's root, with
 // the workspace's go.work, where bin is a file of a folder of CacheDir
 // named after the workspace and key (base: key's last element), and
 // returns bin. Test processes of several packages may build the same
 // program at once: one at a time builds into a folder.
-func buildInto(key string, env []string, args ...string) (string, error) {
+func buildInto(key string, args ...string) (string, error) {
 	root, err := workspaceRoot()
 	if err != nil {
 		return "", err
@@ -118,7 +114,7 @@ func buildInto(key string, env []string, args ...string) (string, error) {
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 	bin := filepath.Join(dir, path.Base(key))
-	env = append([]string{"GOWORK=" + filepath.Join(root, "go.work")}, env...)
+	env := []string{"GOWORK=" + filepath.Join(root, "go.work")}
 	if err := goBuild(root, env, append([]string{"-o", bin}, args...)...); err != nil {
 		return "", err
 	}
