@@ -74,7 +74,7 @@ func TestAuditAndWhyEndToEnd(t *testing.T) {
 	testkit.HAProxy(t)
 	dir := t.TempDir()
 	copyTree(t, quickstart, dir)
-	onPorts(t, dir, freePort(t), freePort(t))
+	onPorts(t, dir, testkit.FreePort(t), testkit.FreePort(t))
 	rawAnnotation(t, dir)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -46,7 +46,7 @@ import (
 func TestDeployerKilledMidDeployConverges(t *testing.T) {
 	testkit.HAProxy(t)
 	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/deployer/cmd/weft-deployer")
-	httpPort, backendPort := freePort(t), freePort(t)
+	httpPort, backendPort := testkit.FreePort(t), testkit.FreePort(t)
 	for _, e := range []struct{ addr, name string }{{"127.0.0.1", "web-1"}, {"127.0.0.2", "web-2"}, {"127.0.0.3", "api-1"}, {"127.0.0.5", "blog-1"}, {"127.0.0.6", "news-1"}, {"127.0.0.7", "docs-1"}} {
 		echo(t, net.JoinHostPort(e.addr, strconv.Itoa(backendPort)), e.name)
 	}

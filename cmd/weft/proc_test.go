@@ -31,7 +31,7 @@ type demoRun struct {
 func startDemo(t *testing.T, extra ...string) *demoRun {
 	t.Helper()
 	testkit.HAProxy(t)
-	d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+	d := &demoRun{dir: t.TempDir(), httpPort: testkit.FreePort(t), backendPort: testkit.FreePort(t), nats: testkit.FreePort(t), probe: testkit.FreePort(t)}
 	copyTree(t, quickstart, d.dir)
 	onPorts(t, d.dir, d.httpPort, d.backendPort)
 	d.args = append([]string{"up", "--demo", "--config", filepath.Join(d.dir, "weft.yaml"),
@@ -168,7 +168,7 @@ func TestUpStoppedWhileStarting(t *testing.T) {
 	for _, step := range []string{"echo backend listening", "HAProxy serves the target", "embedded NATS server started", "serving /healthz"} {
 		t.Run(step, func(t *testing.T) {
 			testkit.HAProxy(t)
-			d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+			d := &demoRun{dir: t.TempDir(), httpPort: testkit.FreePort(t), backendPort: testkit.FreePort(t), nats: testkit.FreePort(t), probe: testkit.FreePort(t)}
 			copyTree(t, quickstart, d.dir)
 			onPorts(t, d.dir, d.httpPort, d.backendPort)
 			d.weftProcess = startWeft(t, "up", "--demo", "--config", filepath.Join(d.dir, "weft.yaml"),
@@ -241,7 +241,7 @@ func TestUpKilledLeavesNothing(t *testing.T) {
 // when the process that started it is killed, and leaves nothing behind.
 func TestUpExitsWithItsParent(t *testing.T) {
 	testkit.HAProxy(t)
-	d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+	d := &demoRun{dir: t.TempDir(), httpPort: testkit.FreePort(t), backendPort: testkit.FreePort(t), nats: testkit.FreePort(t), probe: testkit.FreePort(t)}
 	copyTree(t, quickstart, d.dir)
 	onPorts(t, d.dir, d.httpPort, d.backendPort)
 	logFile := filepath.Join(t.TempDir(), "weft.log")
@@ -412,7 +412,7 @@ func TestMakeRunStopsWithMake(t *testing.T) {
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
-			d := &demoRun{dir: t.TempDir(), httpPort: freePort(t), backendPort: freePort(t), nats: freePort(t), probe: freePort(t)}
+			d := &demoRun{dir: t.TempDir(), httpPort: testkit.FreePort(t), backendPort: testkit.FreePort(t), nats: testkit.FreePort(t), probe: testkit.FreePort(t)}
 			copyTree(t, quickstart, d.dir)
 			onPorts(t, d.dir, d.httpPort, d.backendPort)
 			out := &testkit.SyncBuffer{}

@@ -310,8 +310,8 @@ targets:
 func prepareScale(b testing.TB, src scaleSource, n int) (w *scaleWorld, dir string, kube *testkit.KubeEnv, cs kubernetes.Interface, httpPort int) {
 	b.Helper()
 	testkit.HAProxy(b)
-	backendPort := freePort(b)
-	httpPort = freePort(b)
+	backendPort := testkit.FreePort(b)
+	httpPort = testkit.FreePort(b)
 	backends := loopbackBackends
 	if src == fromKube {
 		backends = kubeBackends

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/weftio/weft/pkg/testkit"
 	"net"
 	"path/filepath"
 	"slices"
@@ -23,7 +24,7 @@ type servedStack struct {
 }
 
 func startServed(b *testing.B) servedStack {
-	httpPort, backendPort := freePort(b), freePort(b)
+	httpPort, backendPort := testkit.FreePort(b), testkit.FreePort(b)
 	for _, e := range []struct{ addr, name string }{{"127.0.0.1", "web-1"}, {"127.0.0.2", "web-2"}, {"127.0.0.9", "web-9"}, {"127.0.0.3", "api-1"}, {"127.0.0.5", "blog-1"}} {
 		echo(b, net.JoinHostPort(e.addr, strconv.Itoa(backendPort)), e.name)
 	}

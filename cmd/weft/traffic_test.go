@@ -16,16 +16,6 @@ import (
 	"github.com/weftio/weft/services/deployer/driver/runtime"
 )
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // echo serves its name on addr until the test ends.
 func echo(t testing.TB, addr, name string) {
 	t.Helper()
@@ -71,7 +61,7 @@ func runtimeQuickstart(t testing.TB, dir string) {
 // would refuse is never deployed while the old configuration keeps serving.
 func TestTrafficThroughHAProxy(t *testing.T) {
 	testkit.HAProxy(t)
-	httpPort, backendPort := freePort(t), freePort(t)
+	httpPort, backendPort := testkit.FreePort(t), testkit.FreePort(t)
 	for _, e := range []struct{ addr, name string }{{"127.0.0.1", "web-1"}, {"127.0.0.2", "web-2"}, {"127.0.0.9", "web-9"}, {"127.0.0.3", "api-1"}, {"127.0.0.5", "blog-1"}} {
 		echo(t, net.JoinHostPort(e.addr, strconv.Itoa(backendPort)), e.name)
 	}

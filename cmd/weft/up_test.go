@@ -204,7 +204,7 @@ func TestUpDemo(t *testing.T) {
 	testkit.HAProxy(t)
 	dir := t.TempDir()
 	copyTree(t, quickstart, dir)
-	httpPort, backendPort := freePort(t), freePort(t)
+	httpPort, backendPort := testkit.FreePort(t), testkit.FreePort(t)
 	onPorts(t, dir, httpPort, backendPort)
 	p := startWeft(t, "up", "--demo", "--config", filepath.Join(dir, "weft.yaml"), "--nats-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0")
 
@@ -275,7 +275,7 @@ func TestUpDemoFallsBackToTheConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	copyTree(t, quickstart, dir)
 	p := filepath.Join(dir, "weft.yaml")
-	y := strings.Replace(readFile(p), "bind 127.0.0.1:18080", fmt.Sprintf(`bind {{ "127.0.0.1" }}:%d`, freePort(t)), 1)
+	y := strings.Replace(readFile(p), "bind 127.0.0.1:18080", fmt.Sprintf(`bind {{ "127.0.0.1" }}:%d`, testkit.FreePort(t)), 1)
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}

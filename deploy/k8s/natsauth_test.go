@@ -65,12 +65,12 @@ func natsCredentials(t *testing.T, a *apiServer, bin string, in installation) {
 		t.Fatalf("the key Job's second run created Secrets:\n%s", again.output)
 	}
 
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	srv := runNATS(t, objs, job.secrets, map[string]string{
 		"port: 4222":      "listen: 127.0.0.1:" + strconv.Itoa(port),
-		"port: 7422":      "listen: 127.0.0.1:" + strconv.Itoa(freePort(t)),
-		"port: 6222":      "listen: 127.0.0.1:" + strconv.Itoa(freePort(t)),
-		"http_port: 8222": "http_port: " + strconv.Itoa(freePort(t)),
+		"port: 7422":      "listen: 127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)),
+		"port: 6222":      "listen: 127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)),
+		"http_port: 8222": "http_port: " + strconv.Itoa(testkit.FreePort(t)),
 	}, nil)
 	testkit.Eventually(t, time.Minute, func() error {
 		if done, err := srv.Exited(); done {
@@ -494,14 +494,4 @@ func write(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -61,7 +61,7 @@ func TestSiteLeafNodeDialsTheHub(t *testing.T) {
 	// the hub's block in the hub's one file, after the permissions
 	hubKeys, siteKeys := generatedKeys(t, ""), generatedKeys(t, jobPermissionsInclude)
 	perms := configMapsOf(t, base)[volumeConfigMapOf(t, base, "permissions")]["permissions.conf"]
-	hubLeafPort := freePort(t)
+	hubLeafPort := testkit.FreePort(t)
 	hub := testkit.NATSServer(t, fmt.Sprintf("jetstream {\n  store_dir: %q\n  domain: hub\n}\n%s\n%s\n%s",
 		t.TempDir(), strings.Replace(leafBlock, "port: 7422", fmt.Sprintf("listen: \"127.0.0.1:%d\"", hubLeafPort), 1), perms, hubKeys["weft-nats-auth"]["auth.conf"]))
 	dir := t.TempDir()
@@ -90,14 +90,14 @@ func TestSiteLeafNodeDialsTheHub(t *testing.T) {
 		{"another key", siteKeys["weft-nats-site-link"]["seed"], false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			port := freePort(t)
+			port := testkit.FreePort(t)
 			secrets := map[string]map[string]string{"weft-nats-hub-link": {"seed": tc.seed}}
 			for k, v := range siteKeys {
 				secrets[k] = v
 			}
 			srv := runNATS(t, site, secrets, map[string]string{
 				"port: 4222":      "listen: 127.0.0.1:" + strconv.Itoa(port),
-				"http_port: 8222": "http_port: " + strconv.Itoa(freePort(t)),
+				"http_port: 8222": "http_port: " + strconv.Itoa(testkit.FreePort(t)),
 			}, map[string]string{"HUB_URL": fmt.Sprintf("nats-leaf://127.0.0.1:%d", hubLeafPort)})
 			url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 			testkit.Eventually(t, time.Minute, func() error {

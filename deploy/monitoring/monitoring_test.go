@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -251,7 +250,7 @@ func TestQueriesMatchWhatWeftExports(t *testing.T) {
 
 	dir := t.TempDir()
 	copyQuickstart(t, dir)
-	natsPort, weftPort, agentPort := freePort(t), freePort(t), freePort(t)
+	natsPort, weftPort, agentPort := testkit.FreePort(t), testkit.FreePort(t), testkit.FreePort(t)
 	up := testkit.StartProcess(t, weft, "up", "--demo", "--config", filepath.Join(dir, "weft.yaml"),
 		"--nats-listen", "127.0.0.1:"+strconv.Itoa(natsPort), "--listen", "127.0.0.1:"+strconv.Itoa(weftPort))
 	weftMetrics := "http://127.0.0.1:" + strconv.Itoa(weftPort) + "/metrics"
@@ -344,8 +343,8 @@ func copyQuickstart(t *testing.T, dir string) {
 			t.Fatal(err)
 		}
 	}
-	edit(t, filepath.Join(dir, "weft.yaml"), "bind 127.0.0.1:18080", "bind 127.0.0.1:"+strconv.Itoa(freePort(t)))
-	backend := "port: " + strconv.Itoa(freePort(t))
+	edit(t, filepath.Join(dir, "weft.yaml"), "bind 127.0.0.1:18080", "bind 127.0.0.1:"+strconv.Itoa(testkit.FreePort(t)))
+	backend := "port: " + strconv.Itoa(testkit.FreePort(t))
 	for _, f := range []string{"endpoints.yaml", "blog.yaml"} {
 		for _, p := range []string{"port: 8080", "port: 9000", "port: 2368"} {
 			editAll(t, filepath.Join(dir, "manifests", f), p, backend)
@@ -378,16 +377,6 @@ func editAll(t *testing.T, file, old, new string) {
 	if err := os.WriteFile(file, []byte(strings.ReplaceAll(string(data), old, new)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitFor polls f for up to 3 minutes (the first start of a race build is

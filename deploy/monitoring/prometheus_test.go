@@ -37,7 +37,7 @@ func startPrometheus(t *testing.T, targets map[string]string) *prometheus {
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	p := &prometheus{api: "http://127.0.0.1:" + strconv.Itoa(port) + "/api/v1/"}
 	p.proc = testkit.StartProcess(t, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address=127.0.0.1:"+strconv.Itoa(port))

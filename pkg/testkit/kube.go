@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -331,42 +330,6 @@ func healthy(client *http.Client, url string) error {
 		return errors.New(resp.Status)
 	}
 	return nil
-}
-
-// freePort returns a port free on 127.0.0.1 for a program the test starts
-// later. It is taken below the kernel's ephemeral range where it can: a port
-// the kernel handed out (127.0.0.1:0) may be handed out again, to any
-// outgoing connection, before the program binds it, while a port below the
-// range is only ever taken by a listener that names it.
-func freePort() (int, error) {
-	if lo, ok := ephemeralLow(); ok && lo > 11000 {
-		for range 50 {
-			port := 10000 + rand.IntN(lo-10000)
-			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-				_ = l.Close()
-				return port, nil
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (Linux).
-func ephemeralLow() (int, bool) {
-	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, false
-	}
-	var lo, hi int
-	if _, err := fmt.Sscan(string(data), &lo, &hi); err != nil {
-		return 0, false
-	}
-	return lo, true
 }
 
 // tail returns the last n lines of the file at path.

@@ -95,14 +95,3 @@ func (s *Server) Output() string {
 	}
 	return s.out.String()
 }
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
-// below the kernel's ephemeral range where it can.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	p, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -40,7 +39,7 @@ func TestSiteLinkUser(t *testing.T) {
 	if !strings.Contains(auth, `permissions: $weft_site_link, allowed_connection_types: ["LEAFNODE"]}`) {
 		t.Fatalf("the site link's user is not a leaf-node user:\n%s", auth)
 	}
-	leafPort := freePort(t)
+	leafPort := testkit.FreePort(t)
 	hub := testkit.NATSServer(t, fmt.Sprintf("jetstream {\n  store_dir: %q\n  domain: hub\n}\nleafnodes {\n  listen: \"127.0.0.1:%d\"\n  no_advertise: true\n}\n%s\n%s",
 		t.TempDir(), leafPort, natsauth.PermissionsConfig(), auth))
 	seed, err := os.ReadFile(natsauth.SeedFile(keys, msg.RoleSiteLink))
@@ -209,16 +208,6 @@ func connectAs(t *testing.T, url, seedFile string) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestSiteLinkPermissions checks the site-link role's generated allow

@@ -192,7 +192,7 @@ func newRigFiles(tb testing.TB, bundle func(r *rig) []File, opts ...func(*Option
 	// HAProxy binds it: then try other ones.
 	var initial []File
 	for attempt := 1; ; attempt++ {
-		r.httpPort, r.tlsPort = freePort(tb), freePort(tb)
+		r.httpPort, r.tlsPort = testkit.FreePort(tb), testkit.FreePort(tb)
 		initial = bundle(r)
 		for _, f := range initial {
 			p := filepath.Join(r.dir, filepath.FromSlash(f.Path))
@@ -570,16 +570,6 @@ func (r *rig) manifest() manifest {
 func (r *rig) port(name string) string {
 	_, p, _ := net.SplitHostPort(r.echo[name])
 	return p
-}
-
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // selfSigned returns a PEM certificate and key for cn.

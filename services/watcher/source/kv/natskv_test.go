@@ -121,7 +121,7 @@ func TestNATSBucketMissing(t *testing.T) {
 // reports the outage and reads everything again once the server is back.
 func TestNATSRestart(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	storeDir := t.TempDir()
 	var (
 		mu  sync.Mutex

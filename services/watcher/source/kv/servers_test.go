@@ -3,7 +3,6 @@ package kv
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -20,17 +19,6 @@ import (
 
 	"github.com/weftio/weft/pkg/testkit"
 )
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // process is a server run as a child process, restartable on the same
 // ports and data.
@@ -103,8 +91,8 @@ type etcdServer struct {
 func startEtcd(t testing.TB, extra ...string) *etcdServer {
 	t.Helper()
 	bin := etcdBinary(t)
-	client := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
-	peer := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	client := "http://127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+	peer := "http://127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 	args := append([]string{bin,
 		"--name", "test",
 		"--data-dir", filepath.Join(t.TempDir(), "data"),
@@ -177,7 +165,7 @@ type redisServer struct {
 
 func startRedis(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	args := append([]string{redisBinary(t),
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir(),
