@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,12 +75,7 @@ func TestAuditAndWhyEndToEnd(t *testing.T) {
 	copyTree(t, quickstart, dir)
 	onPorts(t, dir, testkit.FreePort(t), testkit.FreePort(t))
 	rawAnnotation(t, dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := testkit.FreeAddr(t)
 	url := "nats://" + addr
 	startWeft(t, "up", "--demo", "--config", filepath.Join(dir, "weft.yaml"), "--nats-listen", addr, "--listen", "127.0.0.1:0")
 

@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -183,12 +182,12 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "data")
-	metrics := freeAddr(t)
+	metrics := testkit.FreeAddr(t)
 	logPath := filepath.Join(dir, "weft.log")
 	if *logTo != "" {
 		logPath = *logTo
 	}
-	stop := startWeft(t, bin, logPath, "up", "--config", cfg, "--data-dir", data, "--nats-listen", freeAddr(t),
+	stop := startWeft(t, bin, logPath, "up", "--config", cfg, "--data-dir", data, "--nats-listen", testkit.FreeAddr(t),
 		"--listen", metrics, "--watch-config=false", "--log-level", *logLevel, "--pprof")
 	defer stop()
 
@@ -353,16 +352,6 @@ func served(ctx context.Context, path, want string) bool {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // treeSize is the bytes of the files under dir.

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -77,4 +78,11 @@ func ephemeralLow() (int, bool) {
 		return 0, false
 	}
 	return lo, true
+}
+
+// FreeAddr is FreePort as an address on 127.0.0.1, for a program's
+// --listen flag.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }

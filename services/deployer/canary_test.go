@@ -36,7 +36,7 @@ func startHAProxy(t *testing.T, bin, dir, cfg string) canaryHAProxy {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := canaryHAProxy{dir: dir, port: fmt.Sprint(freeTCPPort(t)), admin: filepath.Join(dir, "admin.sock")}
+	h := canaryHAProxy{dir: dir, port: fmt.Sprint(testkit.FreePort(t)), admin: filepath.Join(dir, "admin.sock")}
 	if err := os.WriteFile(filepath.Join(dir, "haproxy.cfg"), []byte(strings.ReplaceAll(cfg, "/etc/haproxy", dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -61,16 +61,6 @@ func startHAProxy(t *testing.T, bin, dir, cfg string) canaryHAProxy {
 		return err
 	})
 	return h
-}
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func adminDo(sock, cmd string) (string, error) {
@@ -351,7 +341,7 @@ func TestCanaryThroughHAProxy(t *testing.T) {
 	}
 
 	// (2) v3 points be_app at a closed port: DOWN on a, refused.
-	closed := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	closed := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	r.accept(3, canaryConfig("v3", closed, closed, closed))
 	refused := r.waitCanary(3, msg.CanaryRefused)
 	if want := "canary: instance a: backend be_app: 3 of 3 servers down"; !strings.HasPrefix(refused.Reason, want) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,12 +79,7 @@ func BenchmarkWatcherProcess(b *testing.B) {
 func runProcess(b *testing.B, bin, cfg, source string, objects int) {
 	b.Helper()
 	bus := testkit.NATS(b)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := testkit.FreeAddr(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--config", cfg, "--nats-url", bus.URL, "--listen", addr, "--watch-config=false", "--log-level", "warn")

@@ -164,34 +164,49 @@ func (l *Lease) Run(ctx context.Context, yield func() bool, changed func(held bo
 // Try makes one attempt to take or renew the lease. It reports whether the
 // lease is held now, and whether the attempt had a verdict (false: the
 // bucket did not answer, and a held lease is kept while its TTL lasts).
+// A create (the lease not held) that found the key held, whose holder then
+// freed it before it was read, is made again (up to createRaces times):
+// the bucket answered, and the key is free. A renewal is not: a lease
+// whose key is gone was lost.
 func (l *Lease) Try(ctx context.Context) (held, settled bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	start := l.now()
-	var rev uint64
-	var err error
-	switch {
-	case l.held && l.pub != nil:
-		rev, err = l.renew(ctx)
-	case l.held:
-		rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
-	case l.pub != nil:
-		rev, err = l.kv.Create(ctx, l.key, []byte(l.owner), jetstream.KeyTTL(l.ttl))
-	default:
-		rev, err = l.kv.Create(ctx, l.key, []byte(l.owner))
-	}
-	switch {
-	case err == nil:
-		l.held, l.rev, l.until = true, rev, start.Add(l.ttl)
-		return true, true
-	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || msg.IsWrongLastSequence(err):
-		// Someone wrote the key since: maybe this owner, by a write whose
-		// reply was lost.
-		return l.adopt(ctx)
-	default:
-		return l.keep(), false
+	creating := !l.held
+	for race := 0; ; race++ {
+		start := l.now()
+		var rev uint64
+		var err error
+		switch {
+		case l.held && l.pub != nil:
+			rev, err = l.renew(ctx)
+		case l.held:
+			rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
+		case l.pub != nil:
+			rev, err = l.kv.Create(ctx, l.key, []byte(l.owner), jetstream.KeyTTL(l.ttl))
+		default:
+			rev, err = l.kv.Create(ctx, l.key, []byte(l.owner))
+		}
+		switch {
+		case err == nil:
+			l.held, l.rev, l.until = true, rev, start.Add(l.ttl)
+			return true, true
+		case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || msg.IsWrongLastSequence(err):
+			// Someone wrote the key since: maybe this owner, by a write
+			// whose reply was lost.
+			held, settled, gone := l.adopt(ctx)
+			if gone && creating && race < createRaces && ctx.Err() == nil {
+				continue
+			}
+			return held, settled
+		default:
+			return l.keep(), false
+		}
 	}
 }
+
+// createRaces bounds how many times Try creates the key again after the
+// key it found held was gone when read.
+const createRaces = 8
 
 // renew is an Update of the key with its TTL: a publish on the revision
 // this lease wrote last.
@@ -205,8 +220,9 @@ func (l *Lease) renew(ctx context.Context) (uint64, error) {
 }
 
 // adopt reads the key after a conflict: a key naming this owner is this
-// lease's, at the revision read.
-func (l *Lease) adopt(ctx context.Context) (held, settled bool) {
+// lease's, at the revision read. It also reports whether the key was gone
+// (expired or released since the conflict).
+func (l *Lease) adopt(ctx context.Context) (held, settled, gone bool) {
 	e, err := l.kv.Get(ctx, l.key)
 	switch {
 	case err == nil && string(e.Value()) == l.owner:
@@ -215,16 +231,20 @@ func (l *Lease) adopt(ctx context.Context) (held, settled bool) {
 			// Our write, but its TTL is over by our clock: the bucket
 			// may drop it any moment and another owner take it. Held
 			// only if a renewal on it lands now.
-			return l.renewStale(ctx)
+			held, settled = l.renewStale(ctx)
+			return held, settled, false
 		}
-		return true, true
-	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
-		// Another owner's, or already gone (expired or released): the
-		// next attempt creates it if nobody else does.
+		return true, true, false
+	case err == nil:
+		// Another owner's.
 		l.held = false
-		return false, err == nil
+		return false, true, false
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// Already gone: the next attempt creates it if nobody else does.
+		l.held = false
+		return false, false, true
 	default:
-		return l.keep(), false
+		return l.keep(), false, false
 	}
 }
 

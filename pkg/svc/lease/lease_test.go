@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 // call and then reports a timeout (its reply was lost), "down" fails
 // without performing it (the bucket did not answer), "read-down" fails
 // reads only, "hang" blocks a write until its context ends (a request
-// nobody answers).
+// nobody answers), "freed" makes a create find the key held by a rival
+// that frees it before the lease reads it.
 type faultyKV struct {
 	jetstream.KeyValue
 	mu    sync.Mutex
@@ -50,6 +52,16 @@ func (f *faultyKV) take(faults ...string) string {
 }
 
 func (f *faultyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if f.take("freed") != "" {
+		if _, err := f.KeyValue.Create(ctx, key, []byte("rival")); err != nil {
+			return 0, err
+		}
+		_, err := f.KeyValue.Create(ctx, key, value, opts...)
+		if derr := f.KeyValue.Delete(ctx, key); derr != nil {
+			return 0, derr
+		}
+		return 0, err
+	}
 	return f.write(ctx, func() (uint64, error) { return f.KeyValue.Create(ctx, key, value, opts...) })
 }
 
@@ -436,6 +448,40 @@ func TestStaleOwnKeyIsRenewedBeforeItIsHeld(t *testing.T) {
 			}
 			if !tc.held && string(after.Value()) != "replica-b" {
 				t.Fatalf("the key is %q, want the rival's", after.Value())
+			}
+		})
+	}
+}
+
+// TestCreateAgainAfterTheHolderFreedTheKey: a create that finds the key
+// held, by a holder that frees it before the lease reads it, is made again
+// in the same Try: the bucket answered, the key is free. Past the bound of
+// such races, the Try has no verdict.
+func TestCreateAgainAfterTheHolderFreedTheKey(t *testing.T) {
+	kv := bucket(t)
+	for _, tc := range []struct {
+		name          string
+		races         int
+		held, settled bool
+	}{
+		{"freed once", 1, true, true},
+		{"freed three times", 3, true, true},
+		{"freed past the bound", 20, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &faultyKV{KeyValue: kv}
+			key := "freed." + strings.ReplaceAll(tc.name, " ", "-")
+			l, err := lease.New(f, key, "replica-a", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.inject("freed", tc.races)
+			if held, settled := l.Try(context.Background()); held != tc.held || settled != tc.settled {
+				t.Fatalf("Try: held %v settled %v, want %v %v", held, settled, tc.held, tc.settled)
+			}
+			e, err := kv.Get(context.Background(), key)
+			if tc.held && (err != nil || string(e.Value()) != "replica-a") {
+				t.Fatalf("the bucket holds %v (%v), want the lease's owner", e, err)
 			}
 		})
 	}

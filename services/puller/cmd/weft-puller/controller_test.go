@@ -42,8 +42,8 @@ func TestControllerCommand(t *testing.T) {
 		Containers:   []corev1.Container{{Name: "web", Image: "registry.example.com/web:1"}},
 	})
 
-	w := testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t))
-	c := testkit.StartProcess(t, puller, "controller", "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t), "--log-level", "debug")
+	w := testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", b.URL, "--listen", testkit.FreeAddr(t))
+	c := testkit.StartProcess(t, puller, "controller", "--config", cfg, "--nats-url", b.URL, "--listen", testkit.FreeAddr(t), "--log-level", "debug")
 	testkit.Eventually(t, 2*time.Minute, func() error {
 		for _, p := range []*testkit.Process{w, c} {
 			if done, err := p.Exited(); done {

@@ -38,8 +38,8 @@ func TestGateCommand(t *testing.T) {
 	createPolicies(t, kube, gatedPolicy("gated"))
 	pod := gatedDB(t, cs)
 
-	listen := freeAddr(t)
-	w := testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t))
+	listen := testkit.FreeAddr(t)
+	w := testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", b.URL, "--listen", testkit.FreeAddr(t))
 	g := testkit.StartProcess(t, puller, "gate", "--config", cfg, "--nats-url", b.URL, "--listen", listen,
 		"--tls-cert", hooks.CertFile, "--tls-key", hooks.KeyFile, "--webhook-listen", hooks.Addr, "--release-interval", "1s", "--log-level", "debug")
 	alive := func() {
@@ -234,8 +234,8 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := testkit.StartProcess(t, bin, "gate", "--config", cfg, "--nats-url", b.URL, "--listen", freeAddr(t),
-		"--tls-cert", filepath.Join(dir, "absent.crt"), "--tls-key", filepath.Join(dir, "absent.key"), "--webhook-listen", freeAddr(t))
+	p := testkit.StartProcess(t, bin, "gate", "--config", cfg, "--nats-url", b.URL, "--listen", testkit.FreeAddr(t),
+		"--tls-cert", filepath.Join(dir, "absent.crt"), "--tls-key", filepath.Join(dir, "absent.key"), "--webhook-listen", testkit.FreeAddr(t))
 	testkit.Eventually(t, time.Minute, func() error {
 		done, _ := p.Exited()
 		if !done {

@@ -130,10 +130,10 @@ puller:
 	defer wg.Wait()
 	defer stop()
 
-	testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", nc.URL(), "--replicas", "3", "--listen", freeAddr(t))
+	testkit.StartProcess(t, watcher, "--config", cfg, "--nats-url", nc.URL(), "--replicas", "3", "--listen", testkit.FreeAddr(t))
 	replica := func(i int) *testkit.Process {
 		return testkit.StartProcess(t, puller, "controller", "--config", cfg, "--nats-url", nc.URLs()[i],
-			"--replicas", "3", "--listen", freeAddr(t))
+			"--replicas", "3", "--listen", testkit.FreeAddr(t))
 	}
 	procs := make([]*testkit.Process, killReplicas)
 	for i := range procs {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,7 +33,7 @@ func TestAgentCommand(t *testing.T) {
 	b := testkit.NATS(t)
 	reg := imagetest.Registry(t)
 	img := reg.PushPlain(t, "shop/web", "1")
-	listen := freeAddr(t)
+	listen := testkit.FreeAddr(t)
 	p := testkit.StartProcess(t, bin, "agent", "--node", "n1", "--cri-socket", sock, "--nats-url", b.URL,
 		"--kubeconfig", kube.Kubeconfig, "--listen", listen, "--log-level", "debug")
 
@@ -136,16 +135,6 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
-}
-
 func get(url string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -184,7 +173,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
+	listen := testkit.FreeAddr(t)
 	p := testkit.StartProcess(t, bin, "agent", "--node", "n1", "--cri-socket", dir+"/none.sock", "--nats-url", b.URL,
 		"--kubeconfig", kubeconfig, "--listen", listen)
 	testkit.Eventually(t, 30*time.Second, func() error {
@@ -228,7 +217,7 @@ func TestAgentKilledMidPull(t *testing.T) {
 	img := reg.PushPlain(t, "shop/web", "1")
 	held.Store(true)
 	args := []string{"agent", "--node", "n1", "--cri-socket", sock, "--nats-url", b.URL, "--kubeconfig", kube.Kubeconfig}
-	first := testkit.StartProcess(t, bin, append(args, "--listen", freeAddr(t))...)
+	first := testkit.StartProcess(t, bin, append(args, "--listen", testkit.FreeAddr(t))...)
 	o := msg.PullOrder{PullTarget: msg.PullTarget{Namespace: "shop", Name: "web", UID: "u1", Image: img.Ref, Node: "n1", Attempt: 1},
 		Mode: msg.PullModeCRI, Deadline: time.Now().Add(2 * time.Minute)}
 	if _, err := bus.Publish(context.Background(), b.JS, msg.PullSubject("n1"), o.ID(), o); err != nil {
@@ -249,7 +238,7 @@ func TestAgentKilledMidPull(t *testing.T) {
 	}
 	first.Kill(t)
 	held.Store(false)
-	testkit.StartProcess(t, bin, append(args, "--listen", freeAddr(t))...)
+	testkit.StartProcess(t, bin, append(args, "--listen", testkit.FreeAddr(t))...)
 	testkit.Eventually(t, time.Minute, func() error {
 		st := pullState(t, kv, o)
 		if st.Phase != msg.PullPulled {
@@ -376,7 +365,7 @@ func TestAgentKilledHoldingSlots(t *testing.T) {
 		held.Store(true)
 		// The longest TTL: the slots cannot expire while the order passes
 		// from the dead agent to the next (AckWait 2 s).
-		first := testkit.StartProcess(t, bin, agentArgs(b, "n1", "15s", freeAddr(t))...)
+		first := testkit.StartProcess(t, bin, agentArgs(b, "n1", "15s", testkit.FreeAddr(t))...)
 		o := order("u1", img.Ref, "n1", msg.PullLimits{Cluster: 1, PerNode: 1, PerRegistry: 1})
 		publish(t, b, o)
 		select {
@@ -396,7 +385,7 @@ func TestAgentKilledHoldingSlots(t *testing.T) {
 		}
 		first.Kill(t)
 		held.Store(false)
-		second := testkit.StartProcess(t, bin, agentArgs(b, "n1", "15s", freeAddr(t))...)
+		second := testkit.StartProcess(t, bin, agentArgs(b, "n1", "15s", testkit.FreeAddr(t))...)
 		pulls, err := b.JS.KeyValue(context.Background(), msg.BucketPulls)
 		if err != nil {
 			t.Fatal(err)
@@ -448,7 +437,7 @@ func TestAgentKilledHoldingSlots(t *testing.T) {
 		img2 := reg.PushPlain(t, "shop/waits", "1")
 		ops := watchSlots(t, b)
 		held.Store(true)
-		first := testkit.StartProcess(t, bin, agentArgs(b, "n1", "3s", freeAddr(t))...)
+		first := testkit.StartProcess(t, bin, agentArgs(b, "n1", "3s", testkit.FreeAddr(t))...)
 		o1 := order("u1", img1.Ref, "n1", msg.PullLimits{Cluster: 1})
 		publish(t, b, o1)
 		select {
@@ -456,7 +445,7 @@ func TestAgentKilledHoldingSlots(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("the first agent never pulled:\n%s", first.Output())
 		}
-		listen := freeAddr(t)
+		listen := testkit.FreeAddr(t)
 		testkit.StartProcess(t, bin, agentArgs(b, "n2", "3s", listen)...)
 		o2 := order("u2", img2.Ref, "n2", msg.PullLimits{Cluster: 1})
 		publish(t, b, o2)

@@ -69,7 +69,7 @@ func TestControllerAndGateOnTheirOwnUsers(t *testing.T) {
 			t.Fatal(err)
 		}
 		return append(args, "--config", configs[name], "--nats-url", srv.URL, "--nats-nkey", natsauth.SeedFile(srv.Keys, role),
-			"--provision=false", "--listen", freeAddr(t))
+			"--provision=false", "--listen", testkit.FreeAddr(t))
 	}
 	procs := map[string]*testkit.Process{
 		"watcher":    testkit.StartProcess(t, watcher, as("watcher", msg.RoleWatcher)...),

@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,16 +13,6 @@ import (
 	"github.com/weftio/weft/services/puller/gate"
 	"github.com/weftio/weft/services/puller/gate/webhook"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
-}
 
 // TestCertificateReload: the server serves a new certificate once its files
 // change, and keeps the last good one (reporting the error) when the new
@@ -37,7 +26,7 @@ func TestCertificateReload(t *testing.T) {
 		t.Fatal("a server started without its certificate files")
 	}
 	testkit.WriteServingCert(t, certFile, keyFile, 1)
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	s, err := webhook.New(view, webhook.Options{Addr: addr, CertFile: certFile, KeyFile: keyFile}, logger(t), reg)
 	if err != nil {
 		t.Fatal(err)
