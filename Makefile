@@ -6,8 +6,16 @@ MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc p
 # PACKAGES: every package of every module, for one go command over the
 # workspace (go.work), which builds and tests them side by side
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
+# TEST_PACKAGES: PACKAGES with the modules whose tests take longest first:
+# the go command starts packages in the order given as they become ready,
+# so these start first and none runs alone at the end
+SLOW_FIRST := cmd/weft services/puller services/deployer deploy/k8s hack/chaos pkg/msg
+TEST_PACKAGES := $(addsuffix /...,$(addprefix ./,$(SLOW_FIRST) $(filter-out $(SLOW_FIRST),$(MODULES))))
 CONFIG ?= examples/quickstart/weft.yaml
-TEST_FLAGS ?= -race -count=1 -timeout 15m
+# -p: one test binary more than there are CPUs at once (the default is as
+# many), since the tests that wait for processes and timeouts leave a CPU
+# idle at times
+TEST_FLAGS ?= -race -count=1 -timeout 15m -p $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 BENCH ?= .
 # VERSION is what `weft --version` prints for a `make build` binary.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
@@ -96,10 +104,10 @@ lint:
 
 ## test: lint, then every test of every module, in one go test over the
 ## workspace: packages of every module are built and tested side by side,
-## as many at a time as there are CPUs, so no module's slowest package
-## holds the others back
+## one more at a time than there are CPUs, the slowest first, so no
+## module's slowest package holds the others back
 test: deps lint
-	@$(GO) test $(TEST_FLAGS) $(PACKAGES)
+	@$(GO) test $(TEST_FLAGS) $(TEST_PACKAGES)
 
 ## bench: the benchmarks (results and method in BENCHMARKS.md)
 bench: deps
