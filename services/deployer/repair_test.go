@@ -32,9 +32,13 @@ func TestTriggerDeploysLastAccepted(t *testing.T) {
 	if d.Outcome != msg.OutcomeApplied || d.Version != 2 || d.BundleHash != b2.Hash || f.file("haproxy.cfg") != "global # two\n" {
 		t.Fatalf("re-deploy: outcome %+v, haproxy.cfg %q; want the last accepted bundle", d, f.file("haproxy.cfg"))
 	}
-	if st := f.deployStatus(); st.Version != 2 || st.BundleHash != b2.Hash {
-		t.Fatalf("status after the re-deploy = %+v", st)
-	}
+	// The outcome is published before the status is written.
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if st := f.deployStatus(); st.Version != 2 || st.BundleHash != b2.Hash {
+			return fmt.Errorf("status after the re-deploy = %+v", st)
+		}
+		return nil
+	})
 }
 
 // TestStartRepairsInstance: a deployer starting on an instance whose status
