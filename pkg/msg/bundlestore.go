@@ -131,8 +131,11 @@ func ChunkSubject(hash string) string { return "$O." + ObjectBundles + ".C.sha25
 // Defaults of BundleStore.
 const (
 	// DefaultChunkCache bounds the chunks a BundleStore keeps in memory
-	// after reading them.
-	DefaultChunkCache = 32 << 20
+	// after reading them, until it reads a bundle larger than two thirds
+	// of it. A reader reads nearly the same bundle each time, so the
+	// chunks of a few bundles are all it reads again; each reading
+	// service of a process has its own store.
+	DefaultChunkCache = 8 << 20
 	// DefaultWrittenChunks bounds how many chunks a BundleStore remembers
 	// having stored.
 	DefaultWrittenChunks = 1 << 16
