@@ -7,14 +7,14 @@ MODULES := pkg/msg pkg/config pkg/haproxycfg pkg/kubeclient pkg/render pkg/svc p
 # workspace (go.work), which builds and tests them side by side
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 # TEST_PACKAGES: PACKAGES with the modules whose tests take longest first:
-# the go command starts packages in the order given as they become ready,
-# so these start first and none runs alone at the end
+# the go command takes ready work in the order the packages are given, so
+# these start first rather than last
 SLOW_FIRST := cmd/weft services/puller services/deployer deploy/k8s hack/chaos pkg/msg
 TEST_PACKAGES := $(addsuffix /...,$(addprefix ./,$(SLOW_FIRST) $(filter-out $(SLOW_FIRST),$(MODULES))))
 CONFIG ?= examples/quickstart/weft.yaml
 # -p: one test binary more than there are CPUs at once (the default is as
-# many), since the tests that wait for processes and timeouts leave a CPU
-# idle at times
+# many): some tests wait on processes and timeouts with a CPU idle; cold
+# runs on 2 CPUs took 33-35 min so against 38-45 (BENCHMARKS.md, "CI")
 TEST_FLAGS ?= -race -count=1 -timeout 15m -p $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 BENCH ?= .
 # VERSION is what `weft --version` prints for a `make build` binary.

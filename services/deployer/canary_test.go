@@ -341,7 +341,7 @@ func TestCanaryThroughHAProxy(t *testing.T) {
 	}
 
 	// (2) v3 points be_app at a closed port: DOWN on a, refused.
-	closed := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	closed := testkit.FreeAddr(t)
 	r.accept(3, canaryConfig("v3", closed, closed, closed))
 	refused := r.waitCanary(3, msg.CanaryRefused)
 	if want := "canary: instance a: backend be_app: 3 of 3 servers down"; !strings.HasPrefix(refused.Reason, want) {

@@ -174,18 +174,7 @@ func (l *Lease) Try(ctx context.Context) (held, settled bool) {
 	creating := !l.held
 	for race := 0; ; race++ {
 		start := l.now()
-		var rev uint64
-		var err error
-		switch {
-		case l.held && l.pub != nil:
-			rev, err = l.renew(ctx)
-		case l.held:
-			rev, err = l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
-		case l.pub != nil:
-			rev, err = l.kv.Create(ctx, l.key, []byte(l.owner), jetstream.KeyTTL(l.ttl))
-		default:
-			rev, err = l.kv.Create(ctx, l.key, []byte(l.owner))
-		}
+		rev, err := l.write(ctx)
 		switch {
 		case err == nil:
 			l.held, l.rev, l.until = true, rev, start.Add(l.ttl)
@@ -194,13 +183,26 @@ func (l *Lease) Try(ctx context.Context) (held, settled bool) {
 			// Someone wrote the key since: maybe this owner, by a write
 			// whose reply was lost.
 			held, settled, gone := l.adopt(ctx)
-			if gone && creating && race < createRaces && ctx.Err() == nil {
-				continue
+			if !gone || !creating || race == createRaces || ctx.Err() != nil {
+				return held, settled
 			}
-			return held, settled
 		default:
 			return l.keep(), false
 		}
+	}
+}
+
+// write is Try's write: a renewal of a held lease, else a create.
+func (l *Lease) write(ctx context.Context) (uint64, error) {
+	switch {
+	case l.held && l.pub != nil:
+		return l.renew(ctx)
+	case l.held:
+		return l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
+	case l.pub != nil:
+		return l.kv.Create(ctx, l.key, []byte(l.owner), jetstream.KeyTTL(l.ttl))
+	default:
+		return l.kv.Create(ctx, l.key, []byte(l.owner))
 	}
 }
 

@@ -234,9 +234,9 @@ func (s *Slots) take(ctx context.Context, owner string, l Limit) (*slot, error) 
 		}
 		held, settled := ls.Try(ctx)
 		for retry := 0; !held && !settled && retry < retries && ctx.Err() == nil; retry++ {
-			// No verdict: the bucket did not answer, or the slot was
-			// freed between the create that found it held and the read
-			// of its holder. Ask again.
+			// No verdict: the bucket did not answer (a slot freed
+			// between the create that found it held and the read of
+			// its holder is created again within Try). Ask again.
 			held, settled = ls.Try(ctx)
 		}
 		if held {
