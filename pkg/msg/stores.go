@@ -322,7 +322,10 @@ func retryUnanswered(ctx context.Context, callTimeout time.Duration, what string
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s: %d tries, the last: %w", what, try, err)
+			// ctx's own error is wrapped too: a caller stopped while
+			// JetStream did not answer sees context.Canceled, not the
+			// last try's timeout.
+			return fmt.Errorf("%s: %w after %d tries, the last: %w", what, context.Cause(ctx), try, err)
 		case <-t.C:
 		}
 		delay = min(2*delay, 2*time.Second)

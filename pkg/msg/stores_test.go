@@ -155,6 +155,37 @@ func TestProvisionGivesUpWithTheLastError(t *testing.T) {
 	}
 }
 
+// TestOpenStoppedWhileUnanswered: a service stopped while its tries go
+// unanswered returns an error that is its context's (a stop, not a
+// failure), still naming the last try's; a budget that runs out is the
+// deadline's.
+func TestOpenStoppedWhileUnanswered(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"stopped", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(300*time.Millisecond, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+		{"budget", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 300*time.Millisecond)
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			unanswered := errors.New("nats: timeout")
+			err := msg.Open(ctx, "svc: buckets", func(context.Context) error { return unanswered })
+			if !errors.Is(err, tc.want) || !errors.Is(err, unanswered) || !strings.Contains(err.Error(), "svc: buckets: ") {
+				t.Fatalf("err = %v, want one wrapping %v and the last try's error", err, tc.want)
+			}
+		})
+	}
+}
+
 // failingFirst is a real bucket whose first watch fails after the client
 // has taken the keys, as a watch asked while a NATS node is lost does.
 type failingFirst struct {
