@@ -527,15 +527,25 @@ func superseded(r msg.Render, rs msg.RenderStatus) bool {
 	return rs.Version > r.Version && rs.BundleHash != "" && rs.BundleHash != r.BundleHash
 }
 
-// writeStatus records verdict in the validation status. A status beyond
-// the version the renderer's status is at (rendered) was written from a
-// message nothing confirmed; it is replaced, not trusted to order.
+// writeStatus records verdict in the validation status. rendered is the
+// version the renderer's status was at when the render was confirmed. A
+// validation status beyond it is read against the renderer's status again
+// (another replica may have validated a newer render since); one beyond
+// that too was written from a message nothing confirmed, and is replaced,
+// not trusted to order.
 func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated, rendered uint64) error {
 	key := msg.ValidationStatusKey(verdict.Target)
 	var st msg.ValidationStatus
 	rev, err := msg.LoadStatus(ctx, v.status, key, &st)
 	if err != nil && rev == 0 {
 		return err
+	}
+	if st.Version > rendered {
+		var rs msg.RenderStatus
+		if _, err := msg.LoadStatus(ctx, v.status, msg.RenderStatusKey(verdict.Target), &rs); err != nil {
+			return msg.Retry(err, time.Second)
+		}
+		rendered = max(rendered, rs.Version)
 	}
 	if st.Version > rendered {
 		v.env.Log.WarnContext(ctx, "validation status names a version never rendered; replaced", "target", verdict.Target, "version", st.Version, "rendered", rendered)

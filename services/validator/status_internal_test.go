@@ -1,0 +1,62 @@
+package validator
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
+)
+
+// TestWriteStatusReadsTheRendererAgain: a verdict on a render confirmed
+// when the renderer's status was at v1 finds a validation status at v2. If
+// the renderer's status has reached v2 since (another replica validated
+// the newer render meanwhile), that status stays and the older verdict
+// does not move it back; if it has not, the status was written from a
+// message nothing confirmed and is replaced.
+func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
+	newer := msg.ValidationStatus{Target: "edge", Version: 2, BundleHash: "b", OK: true, LastGood: "b", LastGoodVersion: 2}
+	verdict := msg.Validated{Target: "edge", Version: 1, BundleHash: "a", OK: true}
+	tests := []struct {
+		name         string
+		rendered     uint64 // the renderer's status when the verdict is written
+		wantVersion  uint64
+		wantLastGood string
+		wantReplaced bool
+	}{
+		{name: "a newer render validated meanwhile", rendered: 2, wantVersion: 2, wantLastGood: "b"},
+		{name: "a status beyond every render", rendered: 1, wantVersion: 1, wantLastGood: "a", wantReplaced: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			bus := testkit.NATS(t)
+			env := testkit.NewEnv(t, bus, "v1")
+			status, err := bus.JS.KeyValue(ctx, msg.BucketStatus)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := msg.StoreStatus(ctx, status, msg.RenderStatusKey("edge"), msg.RenderStatus{Target: "edge", Version: tc.rendered, BundleHash: "b"}, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := msg.StoreStatus(ctx, status, msg.ValidationStatusKey("edge"), newer, 0); err != nil {
+				t.Fatal(err)
+			}
+			v := &validator{env: env.Env, status: status}
+			if err := v.writeStatus(ctx, verdict, 1); err != nil {
+				t.Fatal(err)
+			}
+			var st msg.ValidationStatus
+			if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Version != tc.wantVersion || st.LastGood != tc.wantLastGood {
+				t.Fatalf("validation status v%d, last good %q; want v%d, %q", st.Version, st.LastGood, tc.wantVersion, tc.wantLastGood)
+			}
+			if replaced := strings.Contains(env.Logs.String(), "never rendered"); replaced != tc.wantReplaced {
+				t.Fatalf("replaced: %v, want %v; logs:\n%s", replaced, tc.wantReplaced, env.Logs.String())
+			}
+		})
+	}
+}
