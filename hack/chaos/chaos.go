@@ -171,7 +171,7 @@ func Run(t testing.TB, o Options) *Result {
 		r.t.Errorf("write events.log: %v", err)
 	}
 	r.res.Dir = r.dir
-	if r.res.Converged && r.res.InitialConverged && !o.Keep {
+	if r.res.Converged && r.res.InitialConverged && len(r.res.Races) == 0 && !o.Keep {
 		_ = os.RemoveAll(r.dir)
 		r.res.Dir = ""
 	}
@@ -218,22 +218,28 @@ func (r *run) setupDir() {
 	r.t.Cleanup(func() { _ = mf.log.Close() })
 }
 
-// buildBinaries builds the service binaries and weft into the run folder
-// unless Options.Bin has them.
+// buildBinaries puts the service binaries and weft in the run folder
+// unless Options.Bin has them. They are built as the test binary is
+// (testkit.GoBuild): under `go test -race` with the race detector, so a
+// race in a service fails the run (Result.Races) and their packages are
+// compiled once, for the tests and them alike.
 func (r *run) buildBinaries() {
 	r.bin = r.o.Bin
 	if r.bin != "" {
 		return
 	}
 	r.bin = filepath.Join(r.dir, "bin")
-	pkgs := []string{"./cmd/weft"}
-	for _, s := range services {
-		pkgs = append(pkgs, fmt.Sprintf("./services/%s/cmd/weft-%s", s, s))
+	if err := os.MkdirAll(r.bin, 0o755); err != nil {
+		r.t.Fatal(err)
 	}
-	cmd := exec.Command("go", append([]string{"build", "-o", r.bin + "/"}, pkgs...)...)
-	cmd.Dir = r.o.Root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		r.t.Fatalf("build %v: %v\n%s", pkgs, err, out)
+	pkgs := map[string]string{"weft": "github.com/weftio/weft/cmd/weft"}
+	for _, s := range services {
+		pkgs["weft-"+s] = fmt.Sprintf("github.com/weftio/weft/services/%s/cmd/weft-%s", s, s)
+	}
+	for name, pkg := range pkgs {
+		if err := os.Symlink(testkit.GoBuild(r.t, pkg), filepath.Join(r.bin, name)); err != nil {
+			r.t.Fatal(err)
+		}
 	}
 }
 

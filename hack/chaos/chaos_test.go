@@ -57,6 +57,9 @@ func report(t *testing.T, res *chaos.Result, table string) {
 	if res.Heartbeats != "" {
 		t.Errorf("validator heartbeats: %s", res.Heartbeats)
 	}
+	if len(res.Races) > 0 {
+		t.Errorf("data races reported by %v (their logs are in the run folder %s)", res.Races, res.Dir)
+	}
 }
 
 // TestChaos is `make chaos`: every service with Replicas processes on a

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // Result is the record of a run.
@@ -52,6 +54,9 @@ type Result struct {
 	// Heartbeats: what the leases bucket lacked (or held beyond the
 	// running validators) at the end; empty when they matched.
 	Heartbeats string
+	// Races: the processes (one entry per race report) whose log has a
+	// race detector's report; binaries built with -race only.
+	Races []string
 
 	Failover       []time.Duration
 	Takeover       []time.Duration
@@ -209,6 +214,9 @@ func (r *run) collectLogs() {
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		for sc.Scan() {
 			line := sc.Bytes()
+			if bytes.Contains(line, []byte(testkit.RaceReport)) {
+				r.res.Races = append(r.res.Races, p.name)
+			}
 			var rec struct {
 				Level string `json:"level"`
 				Msg   string `json:"msg"`
@@ -259,6 +267,9 @@ func (res *Result) Summary() string {
 		} else {
 			fmt.Fprintf(&b, "render lease holder killed -> edit deployed: %v (missed %d)\n", roundAll(res.Failover), res.FailoverMissed)
 		}
+	}
+	if len(res.Races) > 0 {
+		fmt.Fprintf(&b, "data races reported by: %s\n", strings.Join(res.Races, ", "))
 	}
 	if res.Heartbeats != "" {
 		fmt.Fprintf(&b, "validator heartbeats: %s\n", res.Heartbeats)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -37,12 +38,20 @@ func StartProcess(t testing.TB, bin string, args ...string) *Process {
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		// A program built by GoBuild under `go test -race` has the race
+		// detector, which reports on the program's output and goes on.
+		if strings.Contains(p.out.String(), RaceReport) {
+			t.Errorf("%s (pid %d) reported a data race", filepath.Base(bin), p.cmd.Process.Pid)
+		}
 		if t.Failed() {
 			t.Logf("output of %s (pid %d):\n%s", filepath.Base(bin), p.cmd.Process.Pid, p.out)
 		}
 	})
 	return p
 }
+
+// RaceReport opens every report of the race detector.
+const RaceReport = "WARNING: DATA RACE"
 
 // Pid is the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
