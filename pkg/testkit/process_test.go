@@ -16,9 +16,11 @@ type recorder struct {
 	cleanups []func()
 }
 
-func (r *recorder) Helper()                        {}
-func (r *recorder) Logf(string, ...any)            {}
-func (r *recorder) Errorf(format string, a ...any) { r.errors = append(r.errors, fmt.Sprintf(format, a...)) }
+func (r *recorder) Helper()             {}
+func (r *recorder) Logf(string, ...any) {}
+func (r *recorder) Errorf(format string, a ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, a...))
+}
 func (r *recorder) Fatalf(format string, a ...any) { r.TB.Fatalf(format, a...) }
 func (r *recorder) Failed() bool                   { return len(r.errors) > 0 }
 func (r *recorder) Cleanup(f func())               { r.cleanups = append(r.cleanups, f) }
