@@ -5,6 +5,10 @@
 // /readyz and /metrics, and runs the given services until SIGINT/SIGTERM,
 // then stops them and waits. Every binary's main calls Main.
 //
+// The Go runtime's memory limit is set, once per process, to 90% of the
+// memory limit of the process's cgroup (its container's), unless
+// GOMEMLIMIT is set (applyMemoryLimit).
+//
 // A configuration file is followed: on SIGHUP, and when it changes on disk
 // (unless --watch-config=false), it is read again, validated by the
 // validator's template kind (liveconfig.FollowFile) and, when it passes,
@@ -269,6 +273,7 @@ func Run(ctx context.Context, s Settings, b Binary) error {
 	}
 	log := telemetry.NewLogger(os.Stderr, level)
 	log.Debug("settings", "log_level", s.LogLevel, "listen", s.Listen, "metrics_listen", s.MetricsListen)
+	applyMemoryLimit(log)
 	tracing, err := startTracing(ctx, b, log)
 	if err != nil {
 		return err
