@@ -541,6 +541,44 @@ func TestAgentAsksTheLimiter(t *testing.T) {
 	}
 }
 
+// stall is a Limiter whose first request fails (the slots could not be
+// read) and whose later ones wait until the order's deadline.
+type stall struct {
+	mu    sync.Mutex
+	asked int
+}
+
+func (s *stall) Acquire(ctx context.Context, _ msg.PullOrder) (context.Context, func(), error) {
+	s.mu.Lock()
+	s.asked++
+	first := s.asked == 1
+	s.mu.Unlock()
+	if first {
+		return nil, nil, errors.New("the slots could not be read")
+	}
+	<-ctx.Done()
+	return nil, nil, fmt.Errorf("take a pull slot: %w", ctx.Err())
+}
+
+// TestAgentDeadlineDuringATry: a try the order's deadline cuts short
+// fails the order naming the deadline and what the try before it failed
+// on, which says more than the cut.
+func TestAgentDeadlineDuringATry(t *testing.T) {
+	s := &stall{}
+	r := newRig(t, func(o *agent.Options) { o.Limiter = s })
+	img := r.open.PushPlain(t, "shop/web", "1")
+	p := r.pulled(t, r.order(t, img.Ref, 3*time.Second))
+	want := "; the last try: the slots could not be read"
+	if p.Outcome != msg.PullOutcomeFailed || !strings.Contains(p.Error, "deadline") || !strings.HasSuffix(p.Error, want) {
+		t.Fatalf("outcome %+v, want failed by the deadline, ending %q", p, want)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.asked < 2 {
+		t.Fatalf("limiter asked %d times, want the failed try and the one the deadline cut", s.asked)
+	}
+}
+
 // TestAgentGetsItsConsumerBack: a consumer deleted under a running agent
 // (or lost with the NATS node that held it) is made again, and the orders
 // published meanwhile are carried out. On a work queue a consumer must

@@ -140,7 +140,7 @@ func (a *agent) carryOut(ctx context.Context, o msg.PullOrder, deliveries int) e
 	case err != nil && cri.IsPermanent(err):
 		return a.finish(ctx, o, started, result{err: err}, log)
 	case err != nil:
-		return a.failedTry(ctx, o, started, err, tries, log)
+		return a.failedTry(ctx, o, started, err, tries, last, log)
 	case ok:
 		return a.finish(ctx, o, started, result{outcome: msg.PullOutcomePresent, image: img, ref: img.ID}, log)
 	}
@@ -151,7 +151,7 @@ func (a *agent) carryOut(ctx context.Context, o msg.PullOrder, deliveries int) e
 	case err != nil && (msg.IsPermanent(err) || cri.IsPermanent(err)):
 		return a.finish(ctx, o, started, result{err: err}, log)
 	case err != nil:
-		return a.failedTry(ctx, o, started, err, tries, log)
+		return a.failedTry(ctx, o, started, err, tries, last, log)
 	}
 	defer release()
 	a.started(o.ID())
@@ -159,13 +159,13 @@ func (a *agent) carryOut(ctx context.Context, o msg.PullOrder, deliveries int) e
 		started = time.Now().UTC() // the pull begins now, its slots held
 	}
 	if err := a.record(lctx, o.PullTarget, msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: kept}); err != nil {
-		return a.failedTry(ctx, o, started, a.lost(lctx, pctx, err), tries, log)
+		return a.failedTry(ctx, o, started, a.lost(lctx, pctx, err), tries, last, log)
 	}
 	a.metrics.active.Inc()
 	res := a.pull(lctx, o)
 	a.metrics.active.Dec()
 	if res.err != nil && !cri.IsPermanent(res.err) {
-		return a.failedTry(ctx, o, started, a.lost(lctx, pctx, res.err), tries, log)
+		return a.failedTry(ctx, o, started, a.lost(lctx, pctx, res.err), tries, last, log)
 	}
 	return a.finish(ctx, o, started, res, log)
 }
@@ -203,13 +203,19 @@ func (a *agent) pull(ctx context.Context, o msg.PullOrder) result {
 // failedTry handles a failure worth retrying: interrupted by the shutdown,
 // it is left to bus; past the order's deadline it ends the order as
 // failed; otherwise the order is retried after a growing delay, the
-// status saying why.
-func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Time, err error, tries int, log *slog.Logger) error {
+// status saying why. last is why the try before failed, or what it waited
+// for: a try the deadline cut short says nothing more than that it was
+// cut, so the outcome names last as well.
+func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Time, err error, tries int, last string, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		return err
 	}
 	if !time.Now().Before(o.Deadline) {
-		return a.finish(ctx, o, started, result{err: fmt.Errorf("the deadline %s passed: %w", o.Deadline.UTC().Format(time.RFC3339), err)}, log)
+		err = fmt.Errorf("the deadline %s passed: %w", o.Deadline.UTC().Format(time.RFC3339), err)
+		if last != "" && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w; the last try: %s", err, last)
+		}
+		return a.finish(ctx, o, started, result{err: err}, log)
 	}
 	a.metrics.retries.Inc()
 	p := msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: retrying + err.Error()}
