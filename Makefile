@@ -30,11 +30,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 ## with haproxy installed, also HAProxy on 127.0.0.1:18080 and echo backends.
 ## weft is built, then run as make's own child (no `go run` between them)
 ## with --exit-with-parent: a SIGTERM to make (as `timeout` or a CI runner
-## sends) stops weft and HAProxy, and so does make being killed.
+## sends) stops weft and HAProxy, and so does make being killed. RUN_BIN:
+## where weft is built (the tests build it into a folder of their own, with
+## the race detector as they have it)
+RUN_BIN ?= bin/weft
 run:
-	mkdir -p bin
-	$(GO) build -o bin/weft ./cmd/weft
-	exec bin/weft up --demo --exit-with-parent --config $(CONFIG)
+	mkdir -p $(dir $(RUN_BIN))
+	$(GO) build -o $(RUN_BIN) ./cmd/weft
+	exec $(RUN_BIN) up --demo --exit-with-parent --config $(CONFIG)
 
 ## build: every binary into bin/
 build:

@@ -416,8 +416,10 @@ func TestMakeRunStopsWithMake(t *testing.T) {
 			copyTree(t, quickstart, d.dir)
 			onPorts(t, d.dir, d.httpPort, d.backendPort)
 			out := &testkit.SyncBuffer{}
-			mk := exec.Command("make", "-C", root, "run", "CONFIG="+filepath.Join(d.dir, "weft.yaml"))
-			mk.Env = append(os.Environ(), "WEFT_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(d.nats), "WEFT_LISTEN=127.0.0.1:"+strconv.Itoa(d.probe))
+			// weft built into the test's folder (the checkout's bin/ is
+			// left alone), as the other tests' programs are.
+			mk := exec.Command("make", "-C", root, "run", "CONFIG="+filepath.Join(d.dir, "weft.yaml"), "RUN_BIN="+filepath.Join(d.dir, "bin", "weft"))
+			mk.Env = append(os.Environ(), "WEFT_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(d.nats), "WEFT_LISTEN=127.0.0.1:"+strconv.Itoa(d.probe), "GOFLAGS="+testkit.GoFlags())
 			mk.Stdout, mk.Stderr = out, out
 			// A weft left behind holds the output pipe: Wait returns anyway.
 			mk.WaitDelay = 5 * time.Second

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,6 +51,18 @@ func GoBuild(t testing.TB, pkg string) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// GoFlags is GOFLAGS for a build of a weft program that a test starts
+// another way than GoBuild (`make run`): the environment's GOFLAGS, and
+// -race when the test binary has the race detector, so the build uses the
+// packages compiled for the tests instead of compiling them all again.
+func GoFlags() string {
+	flags := os.Getenv("GOFLAGS")
+	if raceEnabled {
+		flags = strings.TrimSpace(flags + " -race")
+	}
+	return flags
 }
 
 // GoTool returns the path of the Go tool pkg (the import path of a main
