@@ -126,11 +126,7 @@ func (a *agent) carryOut(ctx context.Context, o msg.PullOrder, deliveries int) e
 		}
 	}
 	if !time.Now().Before(o.Deadline) {
-		why := fmt.Sprintf("the deadline %s passed before the pull could begin", o.Deadline.UTC().Format(time.RFC3339))
-		if last != "" {
-			why += "; the last try: " + last
-		}
-		return a.finish(ctx, o, started, result{err: errors.New(why)}, log)
+		return a.finish(ctx, o, started, result{err: pastDeadline(o, nil, last)}, log)
 	}
 	pctx, cancel := context.WithDeadline(ctx, o.Deadline)
 	defer cancel()
@@ -203,19 +199,13 @@ func (a *agent) pull(ctx context.Context, o msg.PullOrder) result {
 // failedTry handles a failure worth retrying: interrupted by the shutdown,
 // it is left to bus; past the order's deadline it ends the order as
 // failed; otherwise the order is retried after a growing delay, the
-// status saying why. last is why the try before failed, or what it waited
-// for: a try the deadline cut short says nothing more than that it was
-// cut, so the outcome names last as well.
+// status saying why (last: see pastDeadline).
 func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Time, err error, tries int, last string, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		return err
 	}
 	if !time.Now().Before(o.Deadline) {
-		err = fmt.Errorf("the deadline %s passed: %w", o.Deadline.UTC().Format(time.RFC3339), err)
-		if last != "" && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w; the last try: %s", err, last)
-		}
-		return a.finish(ctx, o, started, result{err: err}, log)
+		return a.finish(ctx, o, started, result{err: pastDeadline(o, err, last)}, log)
 	}
 	a.metrics.retries.Inc()
 	p := msg.ImagePull{Image: o.Image, Phase: msg.PullPulling, Attempts: o.Attempt, Started: started, Message: retrying + err.Error()}
@@ -223,6 +213,22 @@ func (a *agent) failedTry(ctx context.Context, o msg.PullOrder, started time.Tim
 		log.WarnContext(ctx, "recording the retry failed", "err", rerr)
 	}
 	return msg.Retry(err, backoff(tries, o.Deadline))
+}
+
+// pastDeadline is the error of an order whose deadline passed. cause ended
+// the try (nil: no try began); last is why the try before failed, or what
+// it waited for, named when cause says no more than that the deadline cut
+// the try short.
+func pastDeadline(o msg.PullOrder, cause error, last string) error {
+	at := o.Deadline.UTC().Format(time.RFC3339)
+	err := fmt.Errorf("the deadline %s passed before the pull could begin", at)
+	if cause != nil {
+		err = fmt.Errorf("the deadline %s passed: %w", at, cause)
+	}
+	if last != "" && (cause == nil || errors.Is(cause, context.DeadlineExceeded)) {
+		err = fmt.Errorf("%w; the last try: %s", err, last)
+	}
+	return err
 }
 
 // retrying starts the status message of an order that failed in a way
