@@ -14,33 +14,46 @@ import (
 // the renderer's status has reached v2 since (another replica validated
 // the newer render meanwhile), that status stays and the older verdict
 // does not move it back; if it has not, the status was written from a
-// message nothing confirmed and is replaced.
+// message nothing confirmed and is replaced. On a 3-node cluster (R3
+// buckets), as replicas run: the renderer's and the other replica's writes
+// go through one node, this validator reads and writes through another.
 func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
-	newer := msg.ValidationStatus{Target: "edge", Version: 2, BundleHash: "b", OK: true, LastGood: "b", LastGoodVersion: 2}
-	verdict := msg.Validated{Target: "edge", Version: 1, BundleHash: "a", OK: true}
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := testkit.NATSCluster(t)
+	others := c.Bus(t, 0)
+	c.Provision(t, others)
+	bus := c.Bus(t, 1)
+	ctx := context.Background()
+	othersStatus, err := others.JS.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name         string
+		target       string
 		rendered     uint64 // the renderer's status when the verdict is written
 		wantVersion  uint64
 		wantLastGood string
 		wantReplaced bool
 	}{
-		{name: "a newer render validated meanwhile", rendered: 2, wantVersion: 2, wantLastGood: "b"},
-		{name: "a status beyond every render", rendered: 1, wantVersion: 1, wantLastGood: "a", wantReplaced: true},
+		{name: "a newer render validated meanwhile", target: "edge-1", rendered: 2, wantVersion: 2, wantLastGood: "b"},
+		{name: "a status beyond every render", target: "edge-2", rendered: 1, wantVersion: 1, wantLastGood: "a", wantReplaced: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			bus := testkit.NATS(t)
+			newer := msg.ValidationStatus{Target: tc.target, Version: 2, BundleHash: "b", OK: true, LastGood: "b", LastGoodVersion: 2}
+			verdict := msg.Validated{Target: tc.target, Version: 1, BundleHash: "a", OK: true}
 			env := testkit.NewEnv(t, bus, "v1")
-			status, err := bus.JS.KeyValue(ctx, msg.BucketStatus)
-			if err != nil {
+			if _, err := msg.StoreStatus(ctx, othersStatus, msg.RenderStatusKey(tc.target), msg.RenderStatus{Target: tc.target, Version: tc.rendered, BundleHash: "b"}, 0); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := msg.StoreStatus(ctx, status, msg.RenderStatusKey("edge"), msg.RenderStatus{Target: "edge", Version: tc.rendered, BundleHash: "b"}, 0); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := msg.StoreStatus(ctx, status, msg.ValidationStatusKey("edge"), newer, 0); err != nil {
+			if _, err := msg.StoreStatus(ctx, othersStatus, msg.ValidationStatusKey(tc.target), newer, 0); err != nil {
 				t.Fatal(err)
 			}
 			v := &validator{env: env.Env, status: status}
@@ -48,7 +61,7 @@ func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			var st msg.ValidationStatus
-			if _, err := msg.LoadStatus(ctx, status, msg.ValidationStatusKey("edge"), &st); err != nil {
+			if _, err := msg.LoadStatus(ctx, othersStatus, msg.ValidationStatusKey(tc.target), &st); err != nil {
 				t.Fatal(err)
 			}
 			if st.Version != tc.wantVersion || st.LastGood != tc.wantLastGood {
