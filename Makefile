@@ -107,10 +107,10 @@ lint:
 	@# -race as the tests build: vet's compiles of the dependencies are
 	@# then the tests' own (from empty caches, once instead of twice)
 	@$(GO) vet -race $(PACKAGES)
-	@# -race (and the tests' flags) for the same reason: without it this
+	@# with the tests' flags (-race) for the same reason: without -race this
 	@# one test compiled its ~1,000 dependencies (Kubernetes, the NATS
 	@# server) a second time
-	@cd pkg/testkit && $(GO) test -race -vet=off -ldflags=-w -count=1 -run '^TestModuleBoundaries$$' .
+	@cd pkg/testkit && $(GO) test $(TEST_FLAGS) -run '^TestModuleBoundaries$$' .
 
 ## test: lint, then every test of every module, in one go test over the
 ## workspace: packages of every module are built and tested side by side,

@@ -67,7 +67,8 @@ type Options struct {
 	// Bin holds weft, weft-watcher, weft-renderer, weft-validator and
 	// weft-deployer; empty builds them into the run folder.
 	Bin string
-	// Root is the repository (for the quickstart configuration and builds).
+	// Root is the repository (for the quickstart configuration; the
+	// binaries are built by testkit.GoBuild, from the workspace).
 	Root string
 	// Dir is the run folder; empty makes one in the temp folder. It is
 	// deleted after a converged run unless Keep.

@@ -86,8 +86,9 @@ func cgroupMemoryLimit(procCgroup, root string) (limit int64, from string, ok bo
 		}
 	}
 	if v1 != "" {
-		// Inside a container the memory controller is mounted at the
-		// container's own cgroup; on a host, at the root of the hierarchy.
+		// On a host the memory controller is mounted at the root of the
+		// hierarchy, the process's cgroup below it; inside a container,
+		// at the container's own cgroup.
 		for _, file := range []string{
 			filepath.Join(root, "memory", filepath.Clean("/"+v1), "memory.limit_in_bytes"),
 			filepath.Join(root, "memory", "memory.limit_in_bytes"),
