@@ -60,6 +60,18 @@ func TestOneTraceFromChangeToDeploy(t *testing.T) {
 		}
 		return nil
 	})
+	// The order's steps are spans of their own inside the order's.
+	steps := map[string]bool{}
+	for _, sp := range s.env.Spans.Ended() {
+		if sp.Parent().SpanID() == deploy.SpanContext().SpanID() {
+			steps[sp.Name()] = true
+		}
+	}
+	for _, name := range []string{"deployer lease", "deployer read state", "deployer load bundle", "deployer apply " + s.cfg.Targets["quickstart"].Deploy.Driver} {
+		if !steps[name] {
+			t.Errorf("the order's span has no step %q (its steps: %v)", name, keys(steps))
+		}
+	}
 }
 
 func keys(m map[string]bool) []string {

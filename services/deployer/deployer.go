@@ -97,6 +97,7 @@ import (
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/svc/pause"
+	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
 // Service is the name in metrics, logs and the DLQ subject.
@@ -585,21 +586,15 @@ func (d *deployer) attempt(ctx context.Context, log *slog.Logger, in *instance, 
 // carryOut brings the instance to the order's bundle and records the
 // outcome; an error means the order was not carried out.
 func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance, o msg.DeployOrder, seq uint64) error {
-	st, rev, err := d.readStatus(ctx, in)
+	sctx, span := telemetry.Step(ctx, "deployer read state")
+	st, rev, vs, pin, err := d.readState(sctx, in, o.Target)
+	span.End()
 	if err != nil {
 		return err
 	}
 	if seq != 0 && st.Order == seq {
 		log.InfoContext(ctx, "order delivered again after it was carried out; acknowledged", "order", seq)
 		return nil
-	}
-	vs, err := d.validation(ctx, o.Target)
-	if err != nil {
-		return err
-	}
-	pin, err := d.readPin(ctx, o.Target)
-	if err != nil {
-		return err
 	}
 	if st.Version > vs.LastGoodVersion {
 		// Written from an order nothing confirmed: it orders nothing.
@@ -639,11 +634,15 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 		}
 		return d.finish(ctx, out, seq, start, nil, 0)
 	}
-	b, err := d.bundle(ctx, in, o.BundleHash)
+	sctx, span = telemetry.Step(ctx, "deployer load bundle")
+	b, err := d.bundle(sctx, in, o.BundleHash)
+	span.End()
 	if err != nil {
 		return err
 	}
-	res, aerr := in.apply.Apply(ctx, b)
+	sctx, span = telemetry.Step(ctx, "deployer apply "+in.driver)
+	res, aerr := in.apply.Apply(sctx, b)
+	span.End()
 	out.Written, out.Removed, out.Reloaded, out.ReloadReason, out.RuntimeOps = res.Written, res.Removed, res.Reloaded, res.ReloadReason, res.RuntimeOps
 	switch {
 	case aerr == nil && len(res.Written)+len(res.Removed)+len(res.RuntimeOps) == 0 && !res.Reloaded:
@@ -664,6 +663,20 @@ func (d *deployer) carryOut(ctx context.Context, log *slog.Logger, in *instance,
 			"runtime_ops", res.RuntimeOps, "reloaded", res.Reloaded, "reload_reason", res.ReloadReason)
 	}
 	return d.finish(ctx, out, seq, start, &st, rev)
+}
+
+// readState reads what an order is checked against, the three at once:
+// the instance's deploy status (with its revision), the target's
+// validation status and its pin. The deploy status changes only under the
+// instance's lease, which the caller holds; the others may change at any
+// time, so no order among the reads matters.
+func (d *deployer) readState(ctx context.Context, in *instance, target string) (st msg.DeployStatus, rev uint64, vs msg.ValidationStatus, pin *msg.Pin, err error) {
+	var g errgroup.Group
+	g.Go(func() (err error) { st, rev, err = d.readStatus(ctx, in); return err })
+	g.Go(func() (err error) { vs, err = d.validation(ctx, target); return err })
+	g.Go(func() (err error) { pin, err = d.readPin(ctx, target); return err })
+	err = g.Wait()
+	return
 }
 
 // bundle reads a bundle from the object store, relocated for in. At a

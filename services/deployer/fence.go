@@ -9,6 +9,7 @@ import (
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/lease"
+	"github.com/weftio/weft/pkg/svc/telemetry"
 )
 
 // errLeaseLost ends an order's handling whose deploy lease passed to
@@ -35,7 +36,9 @@ func (d *deployer) fenced(ctx context.Context, in *instance, f func(context.Cont
 	if err != nil {
 		return err
 	}
+	_, span := telemetry.Step(ctx, "deployer lease")
 	held, settled := l.Try(ctx)
+	span.End()
 	switch {
 	case !held && settled:
 		return msg.Retry(fmt.Errorf("instance %s/%s: %w", in.target, in.name, msg.ErrBusy), fenceRetry)

@@ -1,5 +1,6 @@
 // Package telemetry carries OpenTelemetry trace context through NATS message
-// headers (W3C traceparent), builds the JSON logger every service logs
+// headers (W3C traceparent), starts the spans of a handling's steps (Step),
+// builds the JSON logger every service logs
 // with (its records carry the current trace and span ids, and durations
 // are written as Go duration strings ("1.5s", "250ms"), not nanoseconds),
 // and makes a process's tracer providers (Tracing): one per service, whose
@@ -84,4 +85,12 @@ func (h traceHandler) WithAttrs(a []slog.Attr) slog.Handler {
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
 	return traceHandler{h.Handler.WithGroup(name)}
+}
+
+// Step starts a span for one step of the work ctx's span stands for (a
+// message's handling), from that span's own provider: a step is traced
+// exactly when its work is, and costs nothing when it is not. The caller
+// ends it.
+func Step(ctx context.Context, name string) (context.Context, trace.Span) {
+	return trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/weftio/weft").Start(ctx, name)
 }

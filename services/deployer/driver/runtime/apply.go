@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/services/deployer/driver/internal/mapfile"
 )
 
@@ -39,18 +40,10 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 	}
 	defer root.Close()
 
-	m, found, err := readManifest(root)
+	_, span := telemetry.Step(ctx, "runtime plan")
+	m, found, p, err := d.planAll(root, files, &res)
+	span.End()
 	if err != nil {
-		return res, err
-	}
-	p, err := d.plan(root, files, m)
-	if err != nil {
-		return res, err
-	}
-	res.Unchanged = len(p.unchanged)
-	// HAProxy does not see permissions: a file with the right content
-	// and the wrong mode (a key left world-readable) is set back in place.
-	if err := d.fixModes(root, p, &res); err != nil {
 		return res, err
 	}
 
@@ -58,7 +51,9 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 		return res, d.applyNothing(ctx, root, p, m, found, &res)
 	}
 
-	reason, detail, ops, err := d.decide(ctx, p, m, found)
+	sctx, span := telemetry.Step(ctx, "runtime decide")
+	reason, detail, ops, err := d.decide(sctx, p, m, found)
+	span.End()
 	if err != nil {
 		return res, err
 	}
@@ -74,6 +69,25 @@ func (d *Driver) Apply(ctx context.Context, files []File) (Result, error) {
 		res.RuntimeError = detail
 	}
 	return res, d.applyReload(ctx, root, p, m, reason, &res)
+}
+
+// planAll reads the manifest and plans the Apply, then sets the mode of
+// the unchanged files back where it differs: HAProxy does not see
+// permissions, so a file with the right content and the wrong mode (a key
+// left world-readable) is fixed in place.
+func (d *Driver) planAll(root *os.Root, files []File, res *Result) (manifest, bool, *plan, error) {
+	m, found, err := readManifest(root)
+	if err != nil {
+		return m, found, nil, err
+	}
+	t := newTree(root)
+	defer t.close()
+	p, err := d.plan(t, files, m)
+	if err != nil {
+		return m, found, nil, err
+	}
+	res.Unchanged = len(p.unchanged)
+	return m, found, p, d.fixModes(t, p, res)
 }
 
 // applyNothing finishes an Apply whose files are all as wanted: the
@@ -131,13 +145,15 @@ func (d *Driver) Drift(files []File) ([]string, error) {
 		return nil, fmt.Errorf("runtime: open Dir: %w", err)
 	}
 	defer root.Close()
+	t := newTree(root)
+	defer t.close()
 	var drifted []string
 	for _, f := range files {
-		disk, exists, err := d.readDisk(root, f.Path)
+		disk, exists, err := d.readDisk(t, f.Path)
 		if err != nil {
 			return nil, err
 		}
-		if !exists || !bytes.Equal(disk, f.Content) || d.modeDiffers(root, f) {
+		if !exists || !bytes.Equal(disk, f.Content) || d.modeDiffers(t, f) {
 			drifted = append(drifted, f.Path)
 		}
 	}
@@ -167,12 +183,12 @@ type plan struct {
 	drifted []string
 }
 
-func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
+func (d *Driver) plan(t *tree, files []File, m manifest) (*plan, error) {
 	p := &plan{hash: d.hashes.of, files: files, old: map[string][]byte{}}
 	inBundle := make(map[string]bool, len(files))
 	for i, f := range files {
 		inBundle[f.Path] = true
-		disk, exists, err := d.readDisk(root, f.Path)
+		disk, exists, err := d.readDisk(t, f.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -204,7 +220,7 @@ func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
 		}
 		// Only a regular file is removed; anything else there is no
 		// longer the driver's.
-		if fi, err := root.Lstat(s); err == nil && fi.Mode().IsRegular() {
+		if fi, err := t.lstat(s); err == nil && fi != nil && fi.Mode().IsRegular() {
 			p.stale = append(p.stale, s)
 		}
 	}
@@ -214,12 +230,16 @@ func (d *Driver) plan(root *os.Root, files []File, m manifest) (*plan, error) {
 
 // fixModes sets the permission of the unchanged files whose mode on disk
 // is not the one they are delivered with, and adds them to res.Written.
-func (d *Driver) fixModes(root *os.Root, p *plan, res *Result) error {
+func (d *Driver) fixModes(t *tree, p *plan, res *Result) error {
+	unchanged := make(map[string]bool, len(p.unchanged))
+	for _, u := range p.unchanged {
+		unchanged[u] = true
+	}
 	for _, f := range p.files {
-		if !slices.Contains(p.unchanged, f.Path) || !d.modeDiffers(root, f) {
+		if !unchanged[f.Path] || !d.modeDiffers(t, f) {
 			continue
 		}
-		if err := root.Chmod(f.Path, d.modeOf(f)); err != nil {
+		if err := t.root.Chmod(f.Path, d.modeOf(f)); err != nil {
 			return fmt.Errorf("runtime: chmod %s: %w", f.Path, err)
 		}
 		res.Written = append(res.Written, f.Path)
@@ -406,11 +426,16 @@ func (d *Driver) applyRuntime(ctx context.Context, root *os.Root, p *plan, m man
 		// files nor the new ones until the files are written: an
 		// interruption must make the next Apply reload.
 		next.Pending = "runtime commands"
-		if err := d.writeManifest(root, next); err != nil {
+		_, span := telemetry.Step(ctx, "runtime pending")
+		err := d.writeManifest(root, next)
+		span.End()
+		if err != nil {
 			return false, err
 		}
 	}
-	done, err := d.runOps(ctx, ops)
+	sctx, span := telemetry.Step(ctx, "runtime commands")
+	done, err := d.runOps(sctx, ops)
+	span.End()
 	res.RuntimeOps = done
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -419,20 +444,31 @@ func (d *Driver) applyRuntime(ctx context.Context, root *os.Root, p *plan, m man
 		res.RuntimeError = err.Error()
 		return false, nil
 	}
-	if err := d.writeChanged(root, p, &next, res); err != nil {
+	_, span = telemetry.Step(ctx, "runtime write")
+	err = d.writeRuntimeDone(root, p, next, res)
+	span.End()
+	if err != nil {
 		return false, err
+	}
+	sctx, span = telemetry.Step(ctx, "runtime reload count")
+	res.Reloads, err = d.reloadCount(sctx)
+	span.End()
+	return true, err
+}
+
+// writeRuntimeDone writes the files once the runtime commands took, removes
+// the stale ones and records the delivery in the manifest.
+func (d *Driver) writeRuntimeDone(root *os.Root, p *plan, next manifest, res *Result) error {
+	if err := d.writeChanged(root, p, &next, res); err != nil {
+		return err
 	}
 	removed, rmErr := removeStale(root, &next, p.stale)
 	res.Removed = removed
 	final := p.nextManifest(next)
 	if err := d.writeManifest(root, final); err != nil {
-		return false, errors.Join(rmErr, err)
+		return errors.Join(rmErr, err)
 	}
-	if rmErr != nil {
-		return false, rmErr
-	}
-	res.Reloads, err = d.reloadCount(ctx)
-	return true, err
+	return rmErr
 }
 
 // applyReload writes the files, reloads, then removes the files that left

@@ -81,7 +81,9 @@ func TestReadDiskTakesWhatItWrote(t *testing.T) {
 			if c.change != nil {
 				c.change(t, filepath.Join(dir, name))
 			}
-			got, exists, err := d.readDisk(root, name)
+			tr := newTree(root)
+			defer tr.close()
+			got, exists, err := d.readDisk(tr, name)
 			switch {
 			case err != nil:
 				t.Fatal(err)

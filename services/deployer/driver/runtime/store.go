@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/weftio/weft/services/deployer/driver/internal/bundlepath"
 )
@@ -183,26 +182,10 @@ func (d *Driver) writeManifest(root *os.Root, m manifest) error {
 // there is no regular file there. A directory there, or a file where one of
 // its parents goes, is an ErrConflict. A file the driver wrote whose stamp
 // is the one it had right after the write is not read again (diskMemo).
-func (d *Driver) readDisk(root *os.Root, name string) (content []byte, exists bool, err error) {
-	for _, a := range ancestors(name) {
-		fi, err := root.Stat(a)
-		if errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		if err != nil {
-			return nil, false, fmt.Errorf("runtime: stat %s: %w", a, err)
-		}
-		if !fi.IsDir() {
-			return nil, false, fmt.Errorf("%w: %s needs %s to be a directory", ErrConflict, name, a)
-		}
-	}
-	fi, err := root.Lstat(name)
-	switch {
-	case err == nil:
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return nil, false, nil
-	default:
-		return nil, false, fmt.Errorf("runtime: stat %s: %w", name, err)
+func (d *Driver) readDisk(t *tree, name string) (content []byte, exists bool, err error) {
+	fi, err := t.lstat(name)
+	if err != nil || fi == nil {
+		return nil, false, err
 	}
 	if !fi.Mode().IsRegular() {
 		if fi.IsDir() {
@@ -213,9 +196,9 @@ func (d *Driver) readDisk(root *os.Root, name string) (content []byte, exists bo
 	if b, ok := d.disk.get(name, fi); ok {
 		return b, true, nil
 	}
-	b, err := root.ReadFile(name)
+	b, err := t.readFile(name)
 	if err != nil {
-		return nil, false, fmt.Errorf("runtime: read %s: %w", name, err)
+		return nil, false, err
 	}
 	return b, true, nil
 }
@@ -314,9 +297,9 @@ func (d *Driver) openDir() (*os.Root, error) {
 
 // modeDiffers reports whether the file at name is there with another
 // permission than f is written with.
-func (d *Driver) modeDiffers(root *os.Root, f File) bool {
-	fi, err := root.Lstat(f.Path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() != d.modeOf(f)
+func (d *Driver) modeDiffers(t *tree, f File) bool {
+	fi, err := t.lstat(f.Path)
+	return err == nil && fi != nil && fi.Mode().IsRegular() && fi.Mode().Perm() != d.modeOf(f)
 }
 
 // writeAtomic writes data to a temporary file in the directory of name,
