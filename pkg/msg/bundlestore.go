@@ -603,12 +603,7 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 	}
 	b := Bundle{Target: m.Target, Base: m.Base, Main: m.Main, Hash: m.Hash, Files: make([]BundleFile, len(m.Files))}
 	for i, f := range m.Files {
-		content := make([]byte, 0, f.Size)
-		ends := make([]int, len(f.Chunks))
-		for k, c := range f.Chunks {
-			content = append(content, chunks[c]...)
-			ends[k] = len(content)
-		}
+		content, ends := joinChunks(f.Chunks, f.Size, chunks)
 		// Each chunk was checked against its hash: the file's digest
 		// is taken from them (ComputeHash reads no content).
 		b.Files[i] = BundleFile{Path: f.Path, Kind: f.Kind, Name: f.Name, Content: content,
@@ -620,6 +615,24 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 	s.loaded.put(key, b)
 	b.Files = slices.Clone(b.Files)
 	return b, nil
+}
+
+// joinChunks returns the content made of the chunks refs in order, and
+// where each ends in it. A content of one chunk is that chunk's bytes, not
+// a copy: most files of a bundle are, and they are read only.
+func joinChunks(refs []string, size int, chunks map[string][]byte) ([]byte, []int) {
+	ends := make([]int, len(refs))
+	if len(refs) == 1 {
+		content := chunks[refs[0]]
+		ends[0] = len(content)
+		return content[:len(content):len(content)], ends
+	}
+	content := make([]byte, 0, size)
+	for k, c := range refs {
+		content = append(content, chunks[c]...)
+		ends[k] = len(content)
+	}
+	return content, ends
 }
 
 // LoadConfig reads the candidate configuration with hash.

@@ -804,6 +804,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 			ts.changes.giveBack(changed)
 		}
 	}()
+	// What the render is published against is read while the templates
+	// run: two round trips off the change's path.
+	recorded := r.readRecorded(ctx, req.target)
 	err := ts.compile
 	if err == nil {
 		r.ix.Read(func(rev uint64) {
@@ -827,9 +830,10 @@ func (r *renderer) render(ctx context.Context, req request) {
 		r.m.objects.WithLabelValues(typ).Set(float64(n))
 	}
 	r.m.duration.WithLabelValues(req.target).Observe(res.Took.Seconds())
-	st, rev, serr := r.readStatus(ctx, req.target)
-	if serr != nil {
-		log.ErrorContext(ctx, "reading render status failed", "err", serr)
+	rec := recorded()
+	st, rev := rec.st, rec.rev
+	if rec.stErr != nil {
+		log.ErrorContext(ctx, "reading render status failed", "err", rec.stErr)
 		return
 	}
 	if err == nil && res.Bundle.Hash == st.BundleHash && !req.force {
@@ -840,9 +844,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 		}
 		return
 	}
-	lastSeq, err2 := r.lastRender(ctx, req.target)
-	if err2 != nil {
-		log.ErrorContext(ctx, "reading the last render failed; will retry", "err", err2)
+	lastSeq := rec.lastSeq
+	if rec.seqErr != nil {
+		log.ErrorContext(ctx, "reading the last render failed; will retry", "err", rec.seqErr)
 		r.retryLater(req)
 		return
 	}
@@ -948,6 +952,32 @@ func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
 // lastRender reads the stream sequence of a target's last render message
 // (0: none) from the stream's leader. Only the sequence is used, never the
 // version in it: anyone able to publish could have written that message.
+// recordedState is what a render of a target is published against: its
+// render status (with the revision the status write expects) and the
+// sequence of its last render message (which the publish expects).
+type recordedState struct {
+	st            msg.RenderStatus
+	rev, lastSeq  uint64
+	stErr, seqErr error
+}
+
+// readRecorded starts reading the recorded state of target, both reads at
+// once, and returns the wait for them. The target's render lease makes
+// this replica the only one to change either, so reading them before the
+// render rather than after it changes nothing they guard.
+func (r *renderer) readRecorded(ctx context.Context, target string) func() recordedState {
+	done := make(chan recordedState, 1)
+	go func() {
+		var rec recordedState
+		var wg sync.WaitGroup
+		wg.Go(func() { rec.lastSeq, rec.seqErr = r.lastRender(ctx, target) })
+		rec.st, rec.rev, rec.stErr = r.readStatus(ctx, target)
+		wg.Wait()
+		done <- rec
+	}()
+	return func() recordedState { return <-done }
+}
+
 func (r *renderer) lastRender(ctx context.Context, name string) (uint64, error) {
 	m, err := r.renders.GetLastMsgForSubject(ctx, msg.RenderSubject(name))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
