@@ -17,6 +17,9 @@ import (
 // message nothing confirmed and is replaced. On a 3-node cluster (R3
 // buckets), as replicas run: the renderer's and the other replica's writes
 // go through one node, this validator reads and writes through another.
+// With a prior read (the validation status read before the validation),
+// taken before the other replica's write, the write finds the status
+// changed, reads it again and comes to the same.
 func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node NATS cluster")
@@ -41,9 +44,12 @@ func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
 		wantVersion  uint64
 		wantLastGood string
 		wantReplaced bool
+		stalePrior   bool // the status was read before the other replica wrote it
 	}{
 		{name: "a newer render validated meanwhile", target: "edge-1", rendered: 2, wantVersion: 2, wantLastGood: "b"},
 		{name: "a status beyond every render", target: "edge-2", rendered: 1, wantVersion: 1, wantLastGood: "a", wantReplaced: true},
+		{name: "a newer render validated after the prior read", target: "edge-3", rendered: 2, wantVersion: 2, wantLastGood: "b", stalePrior: true},
+		{name: "a status beyond every render, written after the prior read", target: "edge-4", rendered: 1, wantVersion: 1, wantLastGood: "a", wantReplaced: true, stalePrior: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,11 +59,22 @@ func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
 			if _, err := msg.StoreStatus(ctx, othersStatus, msg.RenderStatusKey(tc.target), msg.RenderStatus{Target: tc.target, Version: tc.rendered, BundleHash: "b"}, 0); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := msg.StoreStatus(ctx, othersStatus, msg.ValidationStatusKey(tc.target), newer, 0); err != nil {
+			var prior *priorState
+			if tc.stalePrior {
+				old := msg.ValidationStatus{Target: tc.target, Version: 1, BundleHash: "z", OK: true, LastGood: "z", LastGoodVersion: 1}
+				rev, err := msg.StoreStatus(ctx, othersStatus, msg.ValidationStatusKey(tc.target), old, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				prior = &priorState{st: old, rev: rev}
+				if _, err := msg.StoreStatus(ctx, othersStatus, msg.ValidationStatusKey(tc.target), newer, rev); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := msg.StoreStatus(ctx, othersStatus, msg.ValidationStatusKey(tc.target), newer, 0); err != nil {
 				t.Fatal(err)
 			}
 			v := &validator{env: env.Env, status: status}
-			if err := v.writeStatus(ctx, verdict, 1); err != nil {
+			if err := v.writeStatus(ctx, verdict, 1, prior); err != nil {
 				t.Fatal(err)
 			}
 			var st msg.ValidationStatus

@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -354,6 +355,14 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	if !ok {
 		return msg.Permanent(fmt.Errorf("render for unknown target %q", r.Target))
 	}
+	kinds, err := v.reg.expected(ctx, tc.Validate)
+	if err != nil {
+		return err
+	}
+	cacheKey := msg.VerdictKey(r.BundleHash, kinds)
+	// The validation status and the verdict cache are read while the
+	// render is confirmed: three round trips at once.
+	prior := v.readPrior(ctx, r.Target, cacheKey)
 	rs, err := v.confirm(ctx, r, msg.AgeOf(m.Metadata()))
 	if err != nil {
 		return err
@@ -367,21 +376,14 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		v.m.superseded.WithLabelValues(r.Target).Inc()
 		return nil
 	}
-	kinds, err := v.reg.expected(ctx, tc.Validate)
-	if err != nil {
-		return err
-	}
-	var st msg.ValidationStatus
-	if _, err := msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(r.Target), &st); err != nil {
+	pr := prior()
+	st := pr.st
+	if pr.err != nil {
 		st = msg.ValidationStatus{} // unreadable: no base, every kind checks the whole bundle
 	}
 	verdict := msg.Validated{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash, At: time.Now().UTC()}
-	cacheKey := msg.VerdictKey(r.BundleHash, kinds)
-	if e, err := v.verdicts.Get(ctx, cacheKey); err == nil {
-		var cached msg.Validated
-		if msg.Decode(e.Value(), &cached) == nil {
-			verdict.OK, verdict.Replies, verdict.Reason, verdict.Cached = cached.OK, cached.Replies, cached.Reason, true
-		}
+	if pr.cached != nil {
+		verdict.OK, verdict.Replies, verdict.Reason, verdict.Cached = pr.cached.OK, pr.cached.Replies, pr.cached.Reason, true
 	}
 	switch {
 	case verdict.Cached:
@@ -422,7 +424,7 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	// confirms it, so this order lets it act at once. A publish that fails
 	// after the status is written is retried with the render (the verdict
 	// is cached by then, and the status written again is the same).
-	if err := v.writeStatus(ctx, verdict, rendered); err != nil {
+	if err := v.writeStatus(ctx, verdict, rendered, &pr); err != nil {
 		return err
 	}
 	if _, err := bus.Publish(ctx, v.env.JS, msg.ValidatedSubject(r.Target), msg.RenderID(r.Target, r.Version), verdict); err != nil {
@@ -527,53 +529,105 @@ func superseded(r msg.Render, rs msg.RenderStatus) bool {
 	return rs.Version > r.Version && rs.BundleHash != "" && rs.BundleHash != r.BundleHash
 }
 
+// priorState is what a render's validation reads besides the render's
+// confirmation: the target's validation status with its revision (err:
+// unreadable) and the cached verdict on the bundle (nil: none).
+type priorState struct {
+	st     msg.ValidationStatus
+	rev    uint64
+	err    error
+	cached *msg.Validated
+}
+
+// readPrior starts reading the validation status of target and the
+// verdict cached under cacheKey, both at once, and returns the wait for
+// them.
+func (v *validator) readPrior(ctx context.Context, target, cacheKey string) func() priorState {
+	done := make(chan priorState, 1)
+	go func() {
+		var p priorState
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if e, err := v.verdicts.Get(ctx, cacheKey); err == nil {
+				var cached msg.Validated
+				if msg.Decode(e.Value(), &cached) == nil {
+					p.cached = &cached
+				}
+			}
+		})
+		p.rev, p.err = msg.LoadStatus(ctx, v.status, msg.ValidationStatusKey(target), &p.st)
+		wg.Wait()
+		done <- p
+	}()
+	return func() priorState { return <-done }
+}
+
 // writeStatus records verdict in the validation status. rendered is the
 // version the renderer's status was at when the render was confirmed. A
 // validation status beyond it is read against the renderer's status again
 // (another replica may have validated a newer render since); one beyond
 // that too was written from a message nothing confirmed, and is replaced,
-// not trusted to order.
-func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated, rendered uint64) error {
+// not trusted to order. The status is updated from prior, read before the
+// validation, when it was readable; if it changed since, the write finds
+// it changed and the status is read again.
+func (v *validator) writeStatus(ctx context.Context, verdict msg.Validated, rendered uint64, prior *priorState) error {
 	key := msg.ValidationStatusKey(verdict.Target)
-	var st msg.ValidationStatus
-	rev, err := msg.LoadStatus(ctx, v.status, key, &st)
-	if err != nil && rev == 0 {
-		return err
+	for {
+		var st msg.ValidationStatus
+		var rev uint64
+		var err error
+		if prior != nil && prior.err == nil {
+			st, rev = prior.st, prior.rev
+		} else if rev, err = msg.LoadStatus(ctx, v.status, key, &st); err != nil && rev == 0 {
+			return err
+		}
+		write, err := v.nextStatus(ctx, &st, verdict, rendered)
+		if err != nil || !write {
+			return err
+		}
+		_, err = msg.StoreStatus(ctx, v.status, key, st, rev)
+		switch {
+		case err == nil:
+			return nil
+		case prior != nil && prior.err == nil:
+			prior = nil // changed since it was read: read it again
+		default:
+			return msg.Retry(err, 200*time.Millisecond)
+		}
 	}
+}
+
+// nextStatus turns st into the validation status that records verdict,
+// and reports whether it is to be written.
+func (v *validator) nextStatus(ctx context.Context, st *msg.ValidationStatus, verdict msg.Validated, rendered uint64) (bool, error) {
 	if st.Version > rendered {
 		var rs msg.RenderStatus
 		if _, err := msg.LoadStatus(ctx, v.status, msg.RenderStatusKey(verdict.Target), &rs); err != nil {
-			return msg.Retry(err, time.Second)
+			return false, msg.Retry(err, time.Second)
 		}
 		rendered = max(rendered, rs.Version)
 	}
 	if st.Version > rendered {
 		v.env.Log.WarnContext(ctx, "validation status names a version never rendered; replaced", "target", verdict.Target, "version", st.Version, "rendered", rendered)
-		st = msg.ValidationStatus{}
+		*st = msg.ValidationStatus{}
 	}
 	if verdict.Version < st.Version {
 		// An older render finished late: the newer status stays, but
 		// an accepted bundle newer than the last good one is recorded.
 		if !verdict.OK || verdict.Version <= st.LastGoodVersion {
-			return nil
+			return false, nil
 		}
 		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version
-		recordFull(&st, verdict)
-		if _, err := msg.StoreStatus(ctx, v.status, key, st, rev); err != nil {
-			return msg.Retry(err, 200*time.Millisecond)
-		}
-		return nil
+		recordFull(st, verdict)
+		return true, nil
 	}
 	st.Target, st.Version, st.BundleHash, st.OK, st.Undecided, st.Reason, st.At = verdict.Target, verdict.Version, verdict.BundleHash, verdict.OK, false, verdict.Reason, verdict.At
 	st.Problems = problems(verdict.Replies)
 	if verdict.OK {
 		st.LastGood, st.LastGoodVersion = verdict.BundleHash, verdict.Version
-		recordFull(&st, verdict)
+		recordFull(st, verdict)
 	}
-	if _, err := msg.StoreStatus(ctx, v.status, key, st, rev); err != nil {
-		return msg.Retry(err, 200*time.Millisecond)
-	}
-	return nil
+	return true, nil
 }
 
 // recordFull records an accepted verdict in the fast path's part of the
