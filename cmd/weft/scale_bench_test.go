@@ -77,13 +77,22 @@ var scaleLogs = flag.String("scale-logs", "", "write the services' logs of each 
 var scaleSpans = flag.String("scale-spans", "", "write the spans of the timed changes to this file")
 
 // writeSpans writes the spans -scale-spans asks for, of those that
-// started at or after from.
-func writeSpans(b *testing.B, s *scaleStack, from time.Time) {
+// started at or after the first change, and each change (named "change",
+// without a trace) from its write until it was answered.
+func writeSpans(b *testing.B, s *scaleStack, starts, ends []time.Time) {
 	if *scaleSpans == "" {
 		return
 	}
+	from := starts[0]
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
+	for k := range starts {
+		_ = enc.Encode(map[string]any{
+			"name":  "change",
+			"start": float64(starts[k].Sub(from).Microseconds()) / 1000,
+			"ms":    float64(ends[k].Sub(starts[k]).Microseconds()) / 1000,
+		})
+	}
 	for _, sp := range s.env.Spans.Ended() {
 		if sp.StartTime().Before(from) {
 			continue
@@ -162,7 +171,7 @@ func reportLatency(b *testing.B, lat []time.Duration, reloads int) {
 func reportStages(b *testing.B, s *scaleStack, starts, ends []time.Time) {
 	writeLogs(b, s)
 	if len(starts) > 0 {
-		writeSpans(b, s, starts[0])
+		writeSpans(b, s, starts, ends)
 	}
 	for metric, v := range stageMedians(s.env.Logs.String(), starts, ends) {
 		b.ReportMetric(v, metric)

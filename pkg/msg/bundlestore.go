@@ -211,6 +211,13 @@ type BundleStore struct {
 	// one), by the chunks of their manifest: read-only once in. A fleet's
 	// orders load one bundle once.
 	loaded *lru[string, Bundle]
+	// named holds, for the bundles loaded by their own hash, the key of
+	// their content in loaded: a bundle's hash names one content for
+	// good, so loading it again needs no description.
+	named *lru[string, string]
+	// loading holds the loads in flight by name: a second load of a name
+	// waits for the first.
+	loading map[string]*bundleLoad
 
 	mu     sync.Mutex
 	stream jetstream.Stream
@@ -258,6 +265,8 @@ func NewBundleStore(js jetstream.JetStream, opts ...BundleStoreOption) *BundleSt
 	})
 	s.cut = map[string]map[string]cutFile{}
 	s.loaded = newLRU[string, Bundle](0, bundleSize)
+	s.named = newLRU[string, string](namedBundles, func(string) int { return 1 })
+	s.loading = map[string]*bundleLoad{}
 	for _, o := range opts {
 		o(s)
 	}
@@ -566,7 +575,71 @@ func (s *BundleStore) streamOf(ctx context.Context) (jetstream.Stream, error) {
 // name) and checks that it is consistent. Errors wrap ErrNotStored,
 // ErrChunkMissing, ErrChunkCorrupt or a decoding error. The files'
 // content may be shared with other loads of the same bundle: read it only.
+// A bundle loaded lately under its own hash is not read again, and loads
+// of one name at once read it once.
 func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, error) {
+	if key, ok := s.named.get(name); ok {
+		if b, ok := s.loaded.get(key); ok {
+			b.Files = slices.Clone(b.Files)
+			return b, nil
+		}
+	}
+	s.mu.Lock()
+	l, waiting := s.loading[name]
+	if !waiting {
+		l = &bundleLoad{done: make(chan struct{})}
+		s.loading[name] = l
+	}
+	s.mu.Unlock()
+	if !waiting {
+		l.b, l.err = s.loadBundle(ctx, name)
+		s.mu.Lock()
+		delete(s.loading, name)
+		s.mu.Unlock()
+		close(l.done)
+		return l.b, l.err
+	}
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		return Bundle{}, fmt.Errorf("bundle %s: %w", name, ctx.Err())
+	}
+	if l.err != nil && ctx.Err() == nil && (errors.Is(l.err, context.Canceled) || errors.Is(l.err, context.DeadlineExceeded)) {
+		return s.loadBundle(ctx, name) // the first load's caller gave up, not this one
+	}
+	b := l.b
+	b.Files = slices.Clone(b.Files)
+	return b, l.err
+}
+
+// Prefetch starts loading the bundle stored under name, so that a load of
+// it elsewhere in the process (another stage's handler) finds it loaded or
+// joins the load in flight instead of waiting for round trips of its own.
+// The returned func waits for the load to end; call it before the caller's
+// own work ends, so no load outlives it. An error is left to the load that
+// needs the bundle to report.
+func (s *BundleStore) Prefetch(ctx context.Context, name string) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.LoadBundle(ctx, name)
+	}()
+	return func() { <-done }
+}
+
+// bundleLoad is a load of a bundle in flight: done is closed once b and
+// err are set.
+type bundleLoad struct {
+	done chan struct{}
+	b    Bundle
+	err  error
+}
+
+// namedBundles bounds how many names of bundles loaded by their hash are
+// remembered; the bundles themselves are bounded by loaded.
+const namedBundles = 64
+
+func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, error) {
 	obj, whole, err := s.describe(ctx, name, StoredBundle)
 	if err != nil {
 		return Bundle{}, err
@@ -580,6 +653,9 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 	}
 	key := contentKey(obj.Chunks)
 	if b, ok := s.loaded.get(key); ok {
+		if b.Hash == name {
+			s.named.put(name, key)
+		}
 		b.Files = slices.Clone(b.Files)
 		return b, nil
 	}
@@ -613,6 +689,9 @@ func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, erro
 		return Bundle{}, fmt.Errorf("bundle %s: %w", name, err)
 	}
 	s.loaded.put(key, b)
+	if b.Hash == name {
+		s.named.put(name, key)
+	}
 	b.Files = slices.Clone(b.Files)
 	return b, nil
 }
@@ -823,6 +902,7 @@ func (s *BundleStore) placed(h string, p placement) {
 // Delete removes the description of name; its chunks, which other objects
 // may share, leave with the store's age and size limits.
 func (s *BundleStore) Delete(ctx context.Context, name string) error {
+	s.named.remove(name)
 	m, err := s.lastMsg(ctx, StoredSubject(name))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil

@@ -9,7 +9,8 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -552,5 +553,108 @@ func TestBundleStoreLoadsAgain(t *testing.T) {
 	}
 	if _, err := r.LoadBundle(ctx, name); !errors.Is(err, msg.ErrNotStored) {
 		t.Fatalf("deleted, loaded again: %v, want ErrNotStored", err)
+	}
+}
+
+// TestLoadBundleByItsHashOnce: a bundle loaded by its own hash is not
+// read from the stream again by the same store, even gone from the stream
+// (its hash names that content for good); loads of one name at once make
+// the requests of one load; a dry run's name, whose content can change, is
+// read every time; and the store's own Delete forgets the bundle.
+func TestLoadBundleByItsHashOnce(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	b := storedBundle(t, "web", 400, 0)
+	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
+		t.Fatal(err)
+	}
+	if err := msg.NewBundleStore(js).PutBundle(ctx, msg.DryRunObjectName("x"), b); err != nil {
+		t.Fatal(err)
+	}
+	// Every JetStream request the stores below make, counted on the server.
+	var requests atomic.Int64
+	sub, err := js.Conn().Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	load := func(s *msg.BundleStore, name string) error {
+		got, err := s.LoadBundle(ctx, name)
+		if err == nil && got.Hash != b.Hash {
+			err = fmt.Errorf("loaded %s, want %s", got.Hash, b.Hash)
+		}
+		return err
+	}
+	// requestsOf returns how many requests f made.
+	requestsOf := func(f func()) int64 {
+		t.Helper()
+		if err := js.Conn().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		before := requests.Load()
+		f()
+		time.Sleep(50 * time.Millisecond) // the last requests reach the subscription
+		return requests.Load() - before
+	}
+
+	once := msg.NewBundleStore(js)
+	first := requestsOf(func() {
+		if err := load(once, b.Hash); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if first == 0 {
+		t.Fatal("the first load made no request: the count sees nothing")
+	}
+	at := msg.NewBundleStore(js)
+	together := requestsOf(func() {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				if err := load(at, b.Hash); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	})
+	if together != first {
+		t.Errorf("8 loads at once made %d requests; one load makes %d", together, first)
+	}
+	str, err := js.Stream(ctx, msg.ObjectStream(msg.ObjectBundles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := str.Purge(ctx, jetstream.WithPurgeSubject(msg.StoredSubject(b.Hash))); err != nil {
+		t.Fatal(err)
+	}
+	if again := requestsOf(func() {
+		if err := load(once, b.Hash); err != nil {
+			t.Errorf("loaded again by its hash: %v", err)
+		}
+	}); again != 0 {
+		t.Errorf("loaded again by its hash, %d requests; want none", again)
+	}
+	if err := load(msg.NewBundleStore(js), b.Hash); !errors.Is(err, msg.ErrNotStored) {
+		t.Errorf("a new store loads the bundle gone from the stream: %v, want ErrNotStored", err)
+	}
+	dry := msg.NewBundleStore(js)
+	for range 2 {
+		if n := requestsOf(func() {
+			if err := load(dry, msg.DryRunObjectName("x")); err != nil {
+				t.Fatal(err)
+			}
+		}); n == 0 {
+			t.Error("a dry run's name loaded without a request")
+		}
+	}
+	if err := once.Delete(ctx, b.Hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := load(once, b.Hash); !errors.Is(err, msg.ErrNotStored) {
+		t.Errorf("loaded after this store deleted it: %v, want ErrNotStored", err)
 	}
 }

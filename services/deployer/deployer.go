@@ -336,6 +336,11 @@ func (d *deployer) onVerdict(ctx context.Context, m jetstream.Msg) error {
 	if !ok && !there {
 		return msg.Permanent(fmt.Errorf("verdict for unknown target %q", v.Target))
 	}
+	if ok && !there && v.OK && !v.Refutes && v.BundleHash != "" {
+		// Its orders load the bundle: it is loaded while they are
+		// published, which those on this replica find done or joins.
+		defer d.bundles.Prefetch(ctx, v.BundleHash)()
+	}
 	// Orders first: the history is bookkeeping, not on a deploy's path. A
 	// record that fails has the verdict delivered again, whose orders are
 	// then duplicates the stream drops.

@@ -183,6 +183,9 @@ type validator struct {
 	confirms *confirmer
 	// pendingSweep: see runConfirmer.
 	pendingSweep time.Duration
+	// checksBundles: this replica serves a kind, which loads the bundles
+	// it is asked to check.
+	checksBundles bool
 }
 
 // Run answers validation requests for every kind and gathers verdicts until
@@ -216,7 +219,7 @@ func (o *Options) Run(ctx context.Context, env svc.Env, cfg *config.Config) erro
 			checkers[i] = o.wrapChecker(c)
 		}
 	}
-	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL), confirms: newConfirmer(), pendingSweep: own.pendingSweep}
+	v := &validator{env: env, cfg: cfg, reg: newRegistry(own.HeartbeatTTL), confirms: newConfirmer(), pendingSweep: own.pendingSweep, checksBundles: len(checkers) > 0}
 	if v.m, err = newMetrics(env.Registry); err != nil {
 		return err
 	}
@@ -354,6 +357,11 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	tc, ok := v.cfg.Targets[r.Target]
 	if !ok {
 		return msg.Permanent(fmt.Errorf("render for unknown target %q", r.Target))
+	}
+	if v.checksBundles && r.BundleHash != "" {
+		// This replica's kinds are likely to be asked: the bundle is
+		// loaded while the render is confirmed.
+		defer v.bundles.Prefetch(ctx, r.BundleHash)()
 	}
 	kinds, err := v.reg.expected(ctx, tc.Validate)
 	if err != nil {
