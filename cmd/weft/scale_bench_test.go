@@ -43,11 +43,22 @@ var heapProfile = flag.String("scale-heap-profile", "", "write a heap profile he
 // tool pprof; not with -cpuprofile, which holds the one CPU profiler.
 var changesProfile = flag.String("scale-cpu-profile", "", "write a CPU profile of the timed changes (not the initial load) here")
 
-// startChangesProfile starts the profile -scale-cpu-profile asks for and
-// returns its stop.
+// allocsProfile names a file to which benchScaleChanges writes the heap
+// profile as the timed changes end, and FILE.start the one as they begin:
+// go tool pprof -sample_index=alloc_space -diff_base FILE.start FILE shows
+// what the changes allocated.
+var allocsProfile = flag.String("scale-allocs-profile", "", "write heap profiles as the timed changes start (FILE.start) and end (FILE), for -diff_base")
+
+// startChangesProfile starts the profiles -scale-cpu-profile and
+// -scale-allocs-profile ask for and returns their stop.
 func startChangesProfile(b *testing.B) func() {
+	stopAllocs := func() {}
+	if *allocsProfile != "" {
+		writeHeap(b, *allocsProfile+".start")
+		stopAllocs = func() { writeHeap(b, *allocsProfile) }
+	}
 	if *changesProfile == "" {
-		return func() {}
+		return stopAllocs
 	}
 	f, err := os.Create(*changesProfile)
 	if err != nil {
@@ -62,6 +73,21 @@ func startChangesProfile(b *testing.B) func() {
 		if err := f.Close(); err != nil {
 			b.Error(err)
 		}
+		stopAllocs()
+	}
+}
+
+// writeHeap writes the heap profile to name.
+func writeHeap(b *testing.B, name string) {
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Error(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Error(err)
 	}
 }
 

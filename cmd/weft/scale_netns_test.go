@@ -52,7 +52,7 @@ func inScaleNetns(tb testing.TB) bool {
 	if bench {
 		flags = []string{"-test.run=^$", "-test.bench=" + pattern, "-test.count=1", "-test.benchtime=" + flag.Lookup("test.benchtime").Value.String()}
 	}
-	for _, f := range []string{"scale-heap-profile", "scale-logs", "scale-spans", "scale-cpu-profile"} {
+	for _, f := range []string{"scale-heap-profile", "scale-logs", "scale-spans", "scale-cpu-profile", "scale-allocs-profile"} {
 		if v := flag.Lookup(f).Value.String(); v != "" {
 			flags = append(flags, "-"+f+"="+v)
 		}
