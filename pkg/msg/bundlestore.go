@@ -194,8 +194,12 @@ func bundleSize(b Bundle) int {
 // acknowledged before the description that names them.
 //
 // Reading, chunks are checked against their hash and kept in a bounded
-// cache. The object a name stored whole by an older weft (a bundle's or
-// configuration's JSON in nats.go's object store format) still loads.
+// cache. A bundle loaded by its own hash (which names one content for
+// good) is kept too, so a later load of it in the process needs no round
+// trip, and loads of one name at once read it once: a stage that will
+// need a bundle starts loading it early (Prefetch). The object a name
+// stored whole by an older weft (a bundle's or configuration's JSON in
+// nats.go's object store format) still loads.
 //
 // A BundleStore is safe for concurrent use; it uses the JetStream context
 // it is given for every request, and creates none of its own.
