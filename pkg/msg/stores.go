@@ -414,6 +414,8 @@ type FilteredWatcher interface {
 // client writes the bucket's subject prefix into the slice it is given, so
 // a try after a failed one would otherwise ask for "$KV.<bucket>.<key>"
 // keys and be refused as invalid.
+//
+// Stop the watcher with StopWatch, not its own Stop.
 func Watch(ctx context.Context, kv FilteredWatcher, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
 	var w jetstream.KeyWatcher
 	err := Open(ctx, "watch "+strings.Join(keys, " "), func(context.Context) error {
@@ -423,3 +425,29 @@ func Watch(ctx context.Context, kv FilteredWatcher, keys []string, opts ...jetst
 	})
 	return w, err
 }
+
+// StopWatch stops w and reads what it still delivers until the client
+// closes its channel. The client hands each entry over on that channel
+// from the subscription's goroutine, under a lock its close needs: an
+// entry it was handing over when the reader stopped reading (a full
+// channel, a reader gone with its context) would hold that goroutine, and
+// the subscription, for the rest of the process. It gives up after
+// stopWatchMax.
+func StopWatch(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	t := time.NewTimer(stopWatchMax)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// stopWatchMax bounds how long StopWatch drains a watcher.
+const stopWatchMax = 5 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -344,5 +345,57 @@ func TestProvisionedStoresReadFromTheLeader(t *testing.T) {
 		if _, err := os.GetBytes(ctx, "missing"); !errors.Is(err, jetstream.ErrObjectNotFound) {
 			t.Fatalf("object store %s: missing object: %v", c.Bucket, err)
 		}
+	}
+}
+
+// TestStopWatchFreesTheDeliveringGoroutine: a watcher whose reader stopped
+// reading with more entries due than its channel holds leaves the client's
+// delivering goroutine blocked for good after its own Stop; StopWatch
+// frees it.
+func TestStopWatchFreesTheDeliveringGoroutine(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 600 { // beyond the client's 256 entries of channel
+		if _, err := kv.Put(ctx, fmt.Sprintf("k.%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivering := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "jetstream.(*kvs).WatchFiltered.func1")
+	}
+	for _, tc := range []struct {
+		name string
+		stop func(jetstream.KeyWatcher)
+		left int // delivering goroutines left behind
+	}{
+		{"its own Stop", func(w jetstream.KeyWatcher) { _ = w.Stop() }, 1},
+		{"StopWatch", msg.StopWatch, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := delivering()
+			w, err := msg.Watch(ctx, kv, []string{"k.>"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Nothing is read: the channel fills and the client blocks
+			// handing over the next entry.
+			deadline := time.Now().Add(10 * time.Second)
+			for delivering() == before && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if delivering() == before {
+				t.Fatal("the client never blocked delivering")
+			}
+			tc.stop(w)
+			time.Sleep(200 * time.Millisecond)
+			if got := delivering() - before; got != tc.left {
+				t.Fatalf("%d delivering goroutines left, want %d", got, tc.left)
+			}
+		})
 	}
 }

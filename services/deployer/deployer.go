@@ -298,7 +298,7 @@ type watches struct {
 func (w watches) stop() {
 	for _, kw := range []jetstream.KeyWatcher{w.pins, w.deploys, w.accepted} {
 		if kw != nil {
-			_ = kw.Stop()
+			msg.StopWatch(kw)
 		}
 	}
 }

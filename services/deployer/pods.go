@@ -92,7 +92,7 @@ func (p *podFollower) watch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch pods of %s: %w", p.target, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	seen := map[string]bool{} // instances named by the first read
 	initial := true
 	for {

@@ -73,7 +73,7 @@ func (r *renderer) readBucket(ctx context.Context) (all []index.Put, last uint64
 	if err != nil {
 		return nil, 0, err
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	all, err = r.readAll(ctx, w.Updates())
 	if err != nil {
 		return nil, 0, err

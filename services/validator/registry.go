@@ -87,7 +87,7 @@ func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
 	if err != nil {
 		return fmt.Errorf("validator: watch heartbeats: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	for {
 		select {
 		case <-ctx.Done():

@@ -56,7 +56,7 @@ func notifySystemd(ctx context.Context, env svc.Env, n *sdnotify.Notifier, site 
 	if err != nil {
 		return fmt.Errorf("systemd notify: watch %s: %w", msg.BucketStatus, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	d := deploys{started: started, site: site, by: map[string]msg.DeployStatus{}}
 	tick := time.NewTicker(time.Second) // a new configuration's targets
 	defer tick.Stop()

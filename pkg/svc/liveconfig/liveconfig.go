@@ -190,7 +190,7 @@ func Watch(ctx context.Context, env svc.Env, dir string) (<-chan *config.Config,
 	out := make(chan *config.Config)
 	go func() {
 		defer close(out)
-		defer func() { _ = w.Stop() }()
+		defer msg.StopWatch(w)
 		for {
 			select {
 			case <-ctx.Done():

@@ -218,7 +218,7 @@ func (f *frees) watch(ctx context.Context, v *scopeView) error {
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", msg.SlotFilter(v.scope), err)
 	}
-	defer func() { _ = kw.Stop() }()
+	defer msg.StopWatch(kw)
 	initial := map[int]bool{} // the last values, until the watch says it gave them all
 	for {
 		var e jetstream.KeyValueEntry

@@ -69,7 +69,7 @@ func lastValues(ctx context.Context, kv jetstream.KeyValue, filter string) (map[
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	last := map[string][]byte{}
 	for {
 		select {

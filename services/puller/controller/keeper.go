@@ -221,7 +221,7 @@ func (o objects) scan(ctx context.Context, typ string) (out []map[string]any, ba
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s: %w", typ, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	for {
 		select {
 		case <-ctx.Done():

@@ -167,7 +167,7 @@ func (v *View) watch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch the resources bucket: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	next := &viewState{policies: map[string]policyEntry{}, objects: map[objectID]map[string]objMeta{}}
 	initial := true
 	for {

@@ -127,7 +127,7 @@ func (s *Store) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("store: watch %s: %w", s.source, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	for {
 		select {
 		case <-ctx.Done():

@@ -91,7 +91,7 @@ func (s BucketState) each(ctx context.Context, filter string, f func(key string,
 	if err != nil {
 		return fmt.Errorf("read %s from the resources bucket: %w", filter, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer msg.StopWatch(w)
 	var errs []error
 	for {
 		select {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/config"
+	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/pause"
 	"github.com/weftio/weft/services/watcher/source"
 )
@@ -154,7 +155,7 @@ func (s *natsSource) session(ctx context.Context, js jetstream.JetStream, rep *r
 	if err != nil {
 		return false, s.unavailable(err, "watch bucket %s", s.bucket)
 	}
-	defer stopWatcher(w)
+	defer msg.StopWatch(w)
 
 	l := newListing(s.typ, 0)
 	idle := time.NewTimer(natsIdle)
@@ -284,20 +285,3 @@ func keyAsPath(key string) (string, bool) {
 	return p, true
 }
 
-// stopWatcher stops w and drains it, so that the goroutine delivering to it
-// is not left blocked; it gives up after a few seconds.
-func stopWatcher(w jetstream.KeyWatcher) {
-	_ = w.Stop()
-	t := time.NewTimer(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case _, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-		case <-t.C:
-			return
-		}
-	}
-}
