@@ -300,7 +300,7 @@ func (d *Driver) decide(ctx context.Context, p *plan, m manifest, found bool) (r
 			continue
 		}
 		mainNew = f.Content
-		changes, err := diffConfig(p.old[f.Path], f.Content)
+		changes, err := diffConfigKnowing(p.old[f.Path], f.Content, &d.lines)
 		var se *structureError
 		if errors.As(err, &se) {
 			return ReasonStructure, d.opts.Main + ": " + se.detail, nil, nil

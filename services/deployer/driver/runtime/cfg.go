@@ -218,7 +218,12 @@ func structuref(format string, args ...any) error {
 // diffConfig compares two configurations. It returns the server changes
 // when they are the only differences, or a *structureError.
 func diffConfig(oldB, newB []byte) ([]serverChange, error) {
-	if changes, ok, err := diffConfigLines(oldB, newB); ok {
+	return diffConfigKnowing(oldB, newB, nil)
+}
+
+// diffConfigKnowing is diffConfig with what facts knows of oldB's lines.
+func diffConfigKnowing(oldB, newB []byte, facts *lineFacts) ([]serverChange, error) {
+	if changes, ok, err := diffConfigLines(oldB, newB, facts); ok {
 		return changes, err
 	}
 	return diffConfigParsed(oldB, newB)

@@ -13,9 +13,9 @@ import (
 // decide alone (lines added or removed, a section header among the changed
 // lines, conditional blocks anywhere); diffConfigParsed then decides, with
 // its exact explanation. When ok, its answer is diffConfigParsed's.
-func diffConfigLines(oldB, newB []byte) (changes []serverChange, ok bool, err error) {
+func diffConfigLines(oldB, newB []byte, facts *lineFacts) (changes []serverChange, ok bool, err error) {
 	start, endOld, endNew := middle(oldB, newB)
-	if inEither(oldB, newB, start, endOld, endNew, conditional) {
+	if facts.inEither(factConditional, oldB, newB, start, endOld, endNew, conditional) {
 		return nil, false, nil
 	}
 	oldM, newM := splitLines(oldB[start:endOld]), splitLines(newB[start:endNew])
@@ -61,7 +61,7 @@ func diffConfigLines(oldB, newB []byte) (changes []serverChange, ok bool, err er
 			return nil, true, structuref("%s: line %d %q changed", sectionName(cur), num, nl)
 		}
 		if defaultsTouch == nil {
-			t := inEither(oldB, newB, start, endOld, endNew, serverDefaultsSet)
+			t := facts.inEither(factServerDefaults, oldB, newB, start, endOld, endNew, serverDefaultsSet)
 			defaultsTouch = &t
 		}
 		ch, err := diffServer(cur.name, ol, nl, *defaultsTouch)

@@ -47,7 +47,7 @@ func TestDiffConfigLinesAgreesWithParsed(t *testing.T) {
 		if r.IntN(10) == 0 {
 			cand = strings.TrimSuffix(cand, "\n")
 		}
-		fast, ok, ferr := diffConfigLines([]byte(base), []byte(cand))
+		fast, ok, ferr := diffConfigLines([]byte(base), []byte(cand), nil)
 		if !ok {
 			continue
 		}
@@ -122,5 +122,54 @@ func TestConditional(t *testing.T) {
 		if got := conditional([]byte(tc.cfg)); got != tc.want {
 			t.Errorf("conditional(%q) = %v, want %v", tc.cfg, got, tc.want)
 		}
+	}
+}
+
+// TestLineFactsAnswerAsAWholeRead: along a chain of files, each a random
+// edit of the one before (as each Apply's old file is the last one's new
+// file, the same bytes), diffConfigLines knowing the old file's facts
+// answers as it does reading both files whole, while the edits add and
+// drop conditional blocks and default-server lines anywhere.
+func TestLineFactsAnswerAsAWholeRead(t *testing.T) {
+	t.Parallel()
+	lines := strings.Split(cfgBase+"backend big\n", "\n")
+	for i := range 100 {
+		lines = append(lines, fmt.Sprintf("    server s%d 10.1.%d.%d:80 check", i, i/250, i%250))
+	}
+	edits := []func(r *rand.Rand, l []string) []string{
+		func(r *rand.Rand, l []string) []string { // a server's address
+			k := r.IntN(len(l))
+			l[k] = strings.Replace(l[k], "10.", fmt.Sprintf("10.%d", r.IntN(9)), 1)
+			return l
+		},
+		func(r *rand.Rand, l []string) []string { // a conditional block
+			return slices.Insert(l, r.IntN(len(l)), ".if defined(X)", ".endif")
+		},
+		func(r *rand.Rand, l []string) []string { // a default-server line
+			return slices.Insert(l, r.IntN(len(l)), "    default-server weight 5")
+		},
+		func(r *rand.Rand, l []string) []string { // drop what the others added
+			return slices.DeleteFunc(l, func(s string) bool {
+				return strings.HasPrefix(s, ".") || strings.Contains(s, "default-server") && r.IntN(2) == 0
+			})
+		},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	var facts lineFacts
+	old := []byte(strings.Join(lines, "\n"))
+	for step := range 2000 {
+		edit := edits[0]
+		if r.IntN(4) == 0 {
+			edit = edits[r.IntN(len(edits))]
+		}
+		lines = edit(r, slices.Clone(lines))
+		cand := []byte(strings.Join(lines, "\n"))
+		got, gotOK, gotErr := diffConfigLines(old, cand, &facts)
+		want, wantOK, wantErr := diffConfigLines(slices.Clone(old), slices.Clone(cand), nil)
+		if gotOK != wantOK || (gotErr == nil) != (wantErr == nil) || !slices.Equal(opsOf(got), opsOf(want)) {
+			t.Fatalf("step %d: knowing the old file's facts: %q, %v, %v; reading both whole: %q, %v, %v",
+				step, opsOf(got), gotOK, gotErr, opsOf(want), wantOK, wantErr)
+		}
+		old = cand
 	}
 }

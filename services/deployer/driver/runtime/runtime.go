@@ -165,6 +165,7 @@ type Driver struct {
 	sem    chan struct{}
 	hashes hashMemo
 	disk   diskMemo
+	lines  lineFacts
 }
 
 // New validates opts, fills in the defaults and returns a Driver.
