@@ -76,6 +76,7 @@ import (
 	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/pkg/svc/lease"
 	"github.com/weftio/weft/services/renderer/debounce"
 )
@@ -816,7 +817,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 			if testHookRender != nil {
 				testHookRender(req.target)
 			}
-			res, err = ts.t.RenderFetching(ctx, r.resources(), r.values(), r.fetch)
+			tctx, span := telemetry.Step(ctx, "render templates")
+			res, err = ts.t.RenderFetching(tctx, r.resources(), r.values(), r.fetch)
+			span.End()
 		})
 		if err == nil {
 			ts.recordValues(res.ValuesRead, res.AllValues)
@@ -861,7 +864,10 @@ func (r *renderer) render(ctx context.Context, req request) {
 		out.Failure = target.Failure(err)
 		st.LastError, st.LastErrorAt = err.Error(), out.At
 	} else {
-		if perr := r.putBundle(ctx, res.Bundle); perr != nil {
+		sctx, span := telemetry.Step(ctx, "render store bundle")
+		perr := r.putBundle(sctx, res.Bundle)
+		span.End()
+		if perr != nil {
 			log.ErrorContext(ctx, "storing bundle failed; will retry", "err", perr)
 			r.retryLater(req)
 			return
@@ -878,7 +884,9 @@ func (r *renderer) render(ctx context.Context, req request) {
 			"outputs_rendered", res.OutputsRendered, "outputs_reused", res.OutputsReused)
 	}
 	st.At = out.At
-	if perr := r.publish(ctx, &st, &out, lastSeq); perr != nil {
+	pctx, pspan := telemetry.Step(ctx, "render publish")
+	defer pspan.End()
+	if perr := r.publish(pctx, &st, &out, lastSeq); perr != nil {
 		log.ErrorContext(ctx, "publishing render failed; will retry", "err", perr)
 		r.retryLater(req)
 		return
@@ -949,9 +957,6 @@ func (r *renderer) putBundle(ctx context.Context, b msg.Bundle) error {
 	return r.bundles.PutBundle(ctx, "", b)
 }
 
-// lastRender reads the stream sequence of a target's last render message
-// (0: none) from the stream's leader. Only the sequence is used, never the
-// version in it: anyone able to publish could have written that message.
 // recordedState is what a render of a target is published against: its
 // render status (with the revision the status write expects) and the
 // sequence of its last render message (which the publish expects).
@@ -978,6 +983,9 @@ func (r *renderer) readRecorded(ctx context.Context, target string) func() recor
 	return func() recordedState { return <-done }
 }
 
+// lastRender reads the stream sequence of a target's last render message
+// (0: none) from the stream's leader. Only the sequence is used, never the
+// version in it: anyone able to publish could have written that message.
 func (r *renderer) lastRender(ctx context.Context, name string) (uint64, error) {
 	m, err := r.renders.GetLastMsgForSubject(ctx, msg.RenderSubject(name))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -54,6 +54,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
+	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/pkg/svc/gather"
 	"github.com/weftio/weft/services/validator/haproxycheck"
 	"github.com/weftio/weft/services/validator/kind"
@@ -370,13 +371,17 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	cacheKey := msg.VerdictKey(r.BundleHash, kinds)
 	// The validation status and the verdict cache are read while the
 	// render is confirmed: three round trips at once.
-	prior := v.readPrior(ctx, r.Target, cacheKey)
-	rs, err := v.confirm(ctx, r, msg.AgeOf(m.Metadata()))
+	cctx, span := telemetry.Step(ctx, "validator confirm")
+	prior := v.readPrior(cctx, r.Target, cacheKey)
+	rs, err := v.confirm(cctx, r, msg.AgeOf(m.Metadata()))
+	span.End()
 	if err != nil {
+		_ = prior() // no read outlives the handling
 		return err
 	}
 	rendered := rs.Version
 	log := v.env.Log.With("target", r.Target, "version", r.Version)
+	pr := prior()
 	if superseded(r, rs) {
 		// The renderer publishes a render before its status names it,
 		// so the newer render is in the stream behind this one.
@@ -384,7 +389,6 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 		v.m.superseded.WithLabelValues(r.Target).Inc()
 		return nil
 	}
-	pr := prior()
 	st := pr.st
 	if pr.err != nil {
 		st = msg.ValidationStatus{} // unreadable: no base, every kind checks the whole bundle
@@ -398,8 +402,10 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	case len(kinds) == 0:
 		verdict.Reason = "no validator kind is registered (validate.expect: registered) and none is configured"
 	default:
-		res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(r.Target),
+		gctx, span := telemetry.Step(ctx, "validator gather")
+		res, err := gather.Validate(gctx, v.env.NC, msg.ValidateSubject(r.Target),
 			msg.ValidateRequest{Target: r.Target, Version: r.Version, BundleHash: r.BundleHash, Base: fastBase(tc, st, kinds, r.BundleHash)}, kinds, tc.Validate.Timeout.D())
+		span.End()
 		if err != nil {
 			return fmt.Errorf("gather: %w", err)
 		}
@@ -432,10 +438,12 @@ func (v *validator) onRender(ctx context.Context, m jetstream.Msg) error {
 	// confirms it, so this order lets it act at once. A publish that fails
 	// after the status is written is retried with the render (the verdict
 	// is cached by then, and the status written again is the same).
-	if err := v.writeStatus(ctx, verdict, rendered, &pr); err != nil {
+	rctx, rspan := telemetry.Step(ctx, "validator record")
+	defer rspan.End()
+	if err := v.writeStatus(rctx, verdict, rendered, &pr); err != nil {
 		return err
 	}
-	if _, err := bus.Publish(ctx, v.env.JS, msg.ValidatedSubject(r.Target), msg.RenderID(r.Target, r.Version), verdict); err != nil {
+	if _, err := bus.Publish(rctx, v.env.JS, msg.ValidatedSubject(r.Target), msg.RenderID(r.Target, r.Version), verdict); err != nil {
 		return err
 	}
 	if verdict.Provisional {
