@@ -301,7 +301,7 @@ func (s *BundleStore) PutBundle(ctx context.Context, name string, b Bundle) erro
 	// One chunk reference a line, so the manifest's own chunks are
 	// shared by manifests that differ by a few references. The manifest
 	// is kept under a key no file path has.
-	data, err := encodeIndented(m)
+	data, err := encodeManifest(m)
 	if err != nil {
 		return err
 	}
@@ -372,20 +372,8 @@ func addChunks(chunks map[string][]byte, data []byte) []string {
 	return refs
 }
 
-func encodeIndented[T Message](m T) ([]byte, error) {
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("encode %s: %w", m.Schema(), err)
-	}
-	body, err := json.MarshalIndent(struct {
-		Schema string `json:"schema"`
-		Body   T      `json:"body"`
-	}{m.Schema(), m}, "", "")
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", m.Schema(), err)
-	}
-	return body, nil
-}
-
+// decodeIndented decodes a message envelope ({"schema", "body"}) as
+// json.MarshalIndent(v, "", "") writes it, or any other spacing of it.
 func decodeIndented[T Message](data []byte, m T) error {
 	env := struct {
 		Schema string `json:"schema"`
@@ -749,7 +737,7 @@ func (s *BundleStore) manifest(ctx context.Context, obj StoredObject) (BundleMan
 	if err != nil {
 		return m, err
 	}
-	if err := decodeIndented(data, &m); err != nil {
+	if err := decodeManifest(data, &m); err != nil {
 		return m, fmt.Errorf("bundle %s: %w", obj.Name, err)
 	}
 	s.manifests.put(key, m)
