@@ -76,8 +76,8 @@ import (
 	"github.com/weftio/weft/pkg/render/target"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
-	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/pkg/svc/lease"
+	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/services/renderer/debounce"
 )
 

@@ -54,8 +54,8 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/bus"
-	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/pkg/svc/gather"
+	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/services/validator/haproxycheck"
 	"github.com/weftio/weft/services/validator/kind"
 )

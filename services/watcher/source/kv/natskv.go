@@ -284,4 +284,3 @@ func keyAsPath(key string) (string, bool) {
 	}
 	return p, true
 }
-
