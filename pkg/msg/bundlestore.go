@@ -194,10 +194,10 @@ func bundleSize(b Bundle) int {
 // acknowledged before the description that names them.
 //
 // Reading, chunks are checked against their hash and kept in a bounded
-// cache. A bundle loaded by its own hash (which names one content for
-// good) is kept too, so a later load of it in the process needs no round
-// trip, and loads of one name at once read it once: a stage that will
-// need a bundle starts loading it early (Prefetch). The object a name
+// cache, and the bundles loaded last by the chunks of their manifest: a
+// later load of one reads only its description. Loads of one name at once
+// read it once, so a stage that will need a bundle starts loading it
+// early (Prefetch). The object a name
 // stored whole by an older weft (a bundle's or configuration's JSON in
 // nats.go's object store format) still loads.
 //
@@ -215,10 +215,6 @@ type BundleStore struct {
 	// one), by the chunks of their manifest: read-only once in. A fleet's
 	// orders load one bundle once.
 	loaded *lru[string, Bundle]
-	// named holds, for the bundles loaded by their own hash, the key of
-	// their content in loaded: a bundle's hash names one content for
-	// good, so loading it again needs no description.
-	named *lru[string, string]
 	// loading holds the loads in flight by name: a second load of a name
 	// waits for the first.
 	loading map[string]*bundleLoad
@@ -269,7 +265,6 @@ func NewBundleStore(js jetstream.JetStream, opts ...BundleStoreOption) *BundleSt
 	})
 	s.cut = map[string]map[string]cutFile{}
 	s.loaded = newLRU[string, Bundle](0, bundleSize)
-	s.named = newLRU[string, string](namedBundles, func(string) int { return 1 })
 	s.loading = map[string]*bundleLoad{}
 	for _, o := range opts {
 		o(s)
@@ -567,15 +562,9 @@ func (s *BundleStore) streamOf(ctx context.Context) (jetstream.Stream, error) {
 // name) and checks that it is consistent. Errors wrap ErrNotStored,
 // ErrChunkMissing, ErrChunkCorrupt or a decoding error. The files'
 // content may be shared with other loads of the same bundle: read it only.
-// A bundle loaded lately under its own hash is not read again, and loads
-// of one name at once read it once.
+// Loads of one name at once read it once; a bundle loaded lately costs
+// only the read of its description.
 func (s *BundleStore) LoadBundle(ctx context.Context, name string) (Bundle, error) {
-	if key, ok := s.named.get(name); ok {
-		if b, ok := s.loaded.get(key); ok {
-			b.Files = slices.Clone(b.Files)
-			return b, nil
-		}
-	}
 	s.mu.Lock()
 	l, waiting := s.loading[name]
 	if !waiting {
@@ -627,10 +616,6 @@ type bundleLoad struct {
 	err  error
 }
 
-// namedBundles bounds how many names of bundles loaded by their hash are
-// remembered; the bundles themselves are bounded by loaded.
-const namedBundles = 64
-
 func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, error) {
 	obj, whole, err := s.describe(ctx, name, StoredBundle)
 	if err != nil {
@@ -645,9 +630,6 @@ func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, erro
 	}
 	key := contentKey(obj.Chunks)
 	if b, ok := s.loaded.get(key); ok {
-		if b.Hash == name {
-			s.named.put(name, key)
-		}
 		b.Files = slices.Clone(b.Files)
 		return b, nil
 	}
@@ -681,9 +663,6 @@ func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, erro
 		return Bundle{}, fmt.Errorf("bundle %s: %w", name, err)
 	}
 	s.loaded.put(key, b)
-	if b.Hash == name {
-		s.named.put(name, key)
-	}
 	b.Files = slices.Clone(b.Files)
 	return b, nil
 }
@@ -894,7 +873,6 @@ func (s *BundleStore) placed(h string, p placement) {
 // Delete removes the description of name; its chunks, which other objects
 // may share, leave with the store's age and size limits.
 func (s *BundleStore) Delete(ctx context.Context, name string) error {
-	s.named.remove(name)
 	m, err := s.lastMsg(ctx, StoredSubject(name))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil

@@ -74,14 +74,3 @@ func (c *lru[K, V]) atLeast(n int) {
 	defer c.mu.Unlock()
 	c.max = max(c.max, n)
 }
-
-// remove drops k.
-func (c *lru[K, V]) remove(k K) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.entries[k]; ok {
-		c.order.Remove(e)
-		delete(c.entries, k)
-		c.used -= c.cost(e.Value.(*lruEntry[K, V]).val)
-	}
-}
