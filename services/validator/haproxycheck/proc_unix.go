@@ -23,11 +23,9 @@ func setProcessGroup(cmd *exec.Cmd) {
 	}
 }
 
-// lowerPriority sets the nice value of process pid to BehindNice and, on
-// Linux, its scheduling policy to SCHED_IDLE (idlePolicy). Neither needs a
-// privilege for a process of one's own; where they fail the check runs at
-// the priority it has.
+// lowerPriority sets the nice value of process pid to BehindNice. Raising
+// a nice value needs no privilege; where it fails the check runs at the
+// priority it has.
 func lowerPriority(pid int) {
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, pid, BehindNice)
-	idlePolicy(pid)
 }
