@@ -384,12 +384,13 @@ func TestStopWatchFreesTheDeliveringGoroutine(t *testing.T) {
 			}
 			// Nothing is read: the channel fills and the client blocks
 			// handing over the next entry.
+			blocked := func() bool { return len(w.Updates()) == cap(w.Updates()) && delivering() > before }
 			deadline := time.Now().Add(10 * time.Second)
-			for delivering() == before && time.Now().Before(deadline) {
+			for !blocked() && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
-			if delivering() == before {
-				t.Fatal("the client never blocked delivering")
+			if !blocked() {
+				t.Fatalf("the client never blocked delivering (%d of %d entries waiting)", len(w.Updates()), cap(w.Updates()))
 			}
 			tc.stop(w)
 			time.Sleep(200 * time.Millisecond)
