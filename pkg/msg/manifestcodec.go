@@ -114,16 +114,11 @@ func appendJSONString(out []byte, s string) []byte {
 // spacing: the caller then decodes it with encoding/json.
 func parseManifest(data []byte) (m BundleManifest, schema string, ok bool) {
 	p := manifestParser{data: data, src: string(data), ok: true}
-	p.lit("{\n\"schema\": ")
-	schema = p.str()
-	p.lit(",\n\"body\": {\n\"target\": ")
-	m.Target = p.str()
-	p.lit(",\n\"base\": ")
-	m.Base = p.str()
-	p.lit(",\n\"main\": ")
-	m.Main = p.str()
-	p.lit(",\n\"hash\": ")
-	m.Hash = p.str()
+	schema = p.strAfter("{\n\"schema\": ")
+	m.Target = p.strAfter(",\n\"body\": {\n\"target\": ")
+	m.Base = p.strAfter(",\n\"base\": ")
+	m.Main = p.strAfter(",\n\"main\": ")
+	m.Hash = p.strAfter(",\n\"hash\": ")
 	p.lit(",\n\"files\": ")
 	switch {
 	case p.try("null"):
@@ -133,12 +128,9 @@ func parseManifest(data []byte) (m BundleManifest, schema string, ok bool) {
 		p.lit("[")
 		for p.ok {
 			var f ManifestFile
-			p.lit("\n{\n\"path\": ")
-			f.Path = p.str()
-			p.lit(",\n\"kind\": ")
-			f.Kind = p.str()
-			p.lit(",\n\"name\": ")
-			f.Name = p.str()
+			f.Path = p.strAfter("\n{\n\"path\": ")
+			f.Kind = p.strAfter(",\n\"kind\": ")
+			f.Name = p.strAfter(",\n\"name\": ")
 			p.lit(",\n\"size\": ")
 			f.Size = p.int()
 			p.lit(",\n\"chunks\": ")
@@ -185,6 +177,12 @@ func (p *manifestParser) try(s string) bool {
 		return true
 	}
 	return false
+}
+
+// strAfter reads lit, then a string (str).
+func (p *manifestParser) strAfter(lit string) string {
+	p.lit(lit)
+	return p.str()
 }
 
 // str reads a string without escapes or bytes encoding/json would have
