@@ -89,7 +89,6 @@ require (
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
@@ -148,6 +147,7 @@ require (
 	github.com/hashicorp/consul/api v1.31.2
 	github.com/weftio/weft/pkg/kubeclient v0.0.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	golang.org/x/sys v0.49.0
 )
 
 replace github.com/weftio/weft/pkg/kubeclient => ../../pkg/kubeclient

@@ -58,7 +58,9 @@
 //
 // A Watcher keeps a snapshot current. Its Run method calls a callback with
 // the initial scan, then again after every burst of filesystem changes
-// (coalesced by a debounce interval, see WithDebounce) and on every periodic
+// (coalesced by a debounce interval; on Linux, a burst that ends with a
+// file closed after writing, or moved into place, is read a millisecond
+// later: see WithDebounce) and on every periodic
 // re-scan (see WithRescan), which catches anything the change notifications
 // missed. Every call carries a complete snapshot, never a delta, but the
 // Watcher reads only what changed: a file a notification names as written,

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // Defaults for a Watcher. The debounce only has to cover the events of one
@@ -23,6 +21,13 @@ const (
 	DefaultRescan   = 30 * time.Second
 	DefaultDebounce = 10 * time.Millisecond
 )
+
+// closedSettle is how long the folder must stay quiet after a written file
+// was closed, or a file moved into place, with no other file open for
+// writing, before it is scanned (at most the debounce): the events of a
+// save have all come by then, and those of a burst of saves (a git
+// checkout) follow one another closer than that.
+const closedSettle = time.Millisecond
 
 // maxBurst bounds how long a stream of changes can postpone a scan, in
 // debounce intervals: changes that never pause are still picked up.
@@ -64,8 +69,12 @@ func WithRescan(d time.Duration) Option {
 // WithDebounce sets how long the directory must be quiet after a change
 // before it is scanned, so that a burst of changes (an editor saving, a git
 // checkout) gives one scan. A burst that goes on for three intervals is
-// scanned anyway. Zero scans after every change; a negative interval is
-// rejected. The default is DefaultDebounce.
+// scanned anyway. Where the system reports the close of a written file
+// (Linux), a change that ends with a file closed after writing, or moved
+// into place, while no other file is open for writing, is scanned once
+// the folder has been quiet for a millisecond instead (or the debounce,
+// if shorter): its content is whole. Zero scans after every change; a
+// negative interval is rejected. The default is DefaultDebounce.
 func WithDebounce(d time.Duration) Option {
 	return func(s *settings) error {
 		if d < 0 {
@@ -204,7 +213,7 @@ func (w *Watcher) RunDeltas(ctx context.Context, fn func(context.Context, Delta)
 			r.whole[f] = true
 		}
 		if err == nil && (again.All || len(again.Files) > 0) {
-			r.schedule()
+			r.schedule(r.debounce)
 		}
 		return err
 	})
@@ -219,15 +228,16 @@ func (w *Watcher) run(ctx context.Context, lean bool, fn func(context.Context, *
 		return nil
 	}
 
-	fsw, err := fsnotify.NewWatcher()
+	fsw, err := newNotifier()
 	if err != nil {
 		return fmt.Errorf("manifests: start watching %s: %w", w.dir, err)
 	}
-	defer fsw.Close()
+	defer fsw.close()
 
 	r := &run{
 		dir: w.dir, debounce: w.set.debounce, retryMax: max(w.set.rescan, time.Second), fsw: fsw, timer: time.NewTimer(time.Hour),
 		index: newIndex(w.dir, w.set.onRead), full: true, fullDelta: true, dirty: map[string]bool{}, force: map[string]bool{}, whole: map[string]bool{},
+		writing: map[string]bool{},
 	}
 	r.index.lean = lean
 	if lean {
@@ -251,19 +261,19 @@ func (w *Watcher) run(ctx context.Context, lean bool, fn func(context.Context, *
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-fsw.Events:
+		case ev, ok := <-fsw.events():
 			if !ok {
 				return fmt.Errorf("manifests: watching %s stopped", w.dir)
 			}
 			r.event(ev)
-		case _, ok := <-fsw.Errors:
+		case _, ok := <-fsw.errors():
 			if !ok {
 				return fmt.Errorf("manifests: watching %s stopped", w.dir)
 			}
 			// Events were lost (a queue overflow, a failed read): only a
 			// full scan is sure to see everything.
 			r.full = true
-			r.schedule()
+			r.schedule(r.debounce)
 		case <-r.timer.C:
 			r.pending = false
 			if err := r.emit(ctx, fn); err != nil {
@@ -284,7 +294,7 @@ func (w *Watcher) run(ctx context.Context, lean bool, fn func(context.Context, *
 type run struct {
 	dir        string
 	debounce   time.Duration
-	fsw        *fsnotify.Watcher
+	fsw        notifier
 	timer      *time.Timer
 	pending    bool
 	burstStart time.Time
@@ -298,6 +308,7 @@ type run struct {
 	dirty     map[string]bool // directories to list again at the next scan
 	force     map[string]bool // files to read at the next scan, whatever their stat
 	whole     map[string]bool // files whose every document the next scan parses
+	writing   map[string]bool // manifest files written since the last scan and not closed since
 }
 
 // emit scans and hands the snapshot to fn unless ctx was cancelled.
@@ -316,7 +327,7 @@ func (r *run) emit(ctx context.Context, fn func(context.Context, *run) error) er
 	}
 	r.failures = 0
 	if again {
-		r.schedule()
+		r.schedule(r.debounce)
 	}
 	return nil
 }
@@ -341,17 +352,20 @@ func (r *run) retry() {
 // is due.
 func (r *run) scan() (bool, error) {
 	watched := make(map[string]bool)
-	for _, p := range r.fsw.WatchList() {
+	for _, p := range r.fsw.watchList() {
 		watched[p] = true
 	}
 	onDir := func(dir string) error {
 		if watched[dir] {
 			return nil
 		}
-		return r.fsw.Add(dir)
+		return r.fsw.add(dir)
 	}
 	full, dirty, force, whole := r.full, r.dirty, r.force, r.whole
 	r.full, r.dirty, r.force, r.whole = false, map[string]bool{}, map[string]bool{}, map[string]bool{}
+	// What was written so far is read now; a writer still at it writes
+	// again, and is noted again.
+	clear(r.writing)
 	if r.readAll {
 		r.readAll, r.fullDelta = false, true
 		force = nil // every file
@@ -370,7 +384,7 @@ func (r *run) scan() (bool, error) {
 		}
 		for p := range watched {
 			if !walked[p] {
-				_ = r.fsw.Remove(p) // already gone when the directory was deleted
+				_ = r.fsw.remove(p) // already gone when the directory was deleted
 			}
 		}
 	} else {
@@ -384,11 +398,11 @@ func (r *run) scan() (bool, error) {
 	// old paths are removed, watch whatever is still missing.
 	again := false
 	now := make(map[string]bool, len(dirs))
-	for _, p := range r.fsw.WatchList() {
+	for _, p := range r.fsw.watchList() {
 		now[p] = true
 	}
 	for _, d := range dirs {
-		if !now[d] && r.fsw.Add(d) == nil {
+		if !now[d] && r.fsw.add(d) == nil {
 			again = true
 		}
 	}
@@ -396,25 +410,39 @@ func (r *run) scan() (bool, error) {
 }
 
 // event handles one filesystem notification.
-func (r *run) event(ev fsnotify.Event) {
-	if ev.Op == fsnotify.Chmod || isTempName(filepath.Base(ev.Name)) {
+func (r *run) event(ev event) {
+	base := filepath.Base(ev.name)
+	if ev.op == opChmod || isTempName(base) {
 		return
 	}
-	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-		r.unwatch(ev.Name)
+	if ev.op.has(opRemove | opRename) {
+		r.unwatch(ev.name)
 	}
 	// A file written is read again, even if its stat looks the same. On
 	// anything else the directory holding the name is listed again: that
 	// sees a file or directory that came or went, and a hidden name that
 	// changed (a ConfigMap volume's "..data" link) changes the stat of the
-	// files linked through it.
-	if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) {
-		r.force[ev.Name] = true
+	// files linked through it. A close alone changes nothing: the writes
+	// before it were noted.
+	if ev.op.has(opCreate | opWrite) {
+		r.force[ev.name] = true
 	}
-	if ev.Op&^fsnotify.Write != 0 {
-		r.dirty[filepath.Dir(ev.Name)] = true
+	if ev.op&^(opWrite|opClosed) != 0 {
+		r.dirty[filepath.Dir(ev.name)] = true
 	}
-	r.schedule()
+	// A manifest created or written is whole once it is closed (or was
+	// moved into place); one removed or moved away is no longer written.
+	switch {
+	case ev.op.has(opClosed | opRemove | opRename):
+		delete(r.writing, ev.name)
+	case ev.op.has(opCreate|opWrite) && isManifestName(base):
+		r.writing[ev.name] = true
+	}
+	if ev.op.has(opClosed) && len(r.writing) == 0 {
+		r.schedule(min(r.debounce, closedSettle))
+		return
+	}
+	r.schedule(r.debounce)
 }
 
 // unwatch drops the watches of a directory that was removed or moved, and
@@ -422,17 +450,18 @@ func (r *run) event(ev fsnotify.Event) {
 // under its current paths.
 func (r *run) unwatch(name string) {
 	below := name + string(filepath.Separator)
-	for _, p := range r.fsw.WatchList() {
+	for _, p := range r.fsw.watchList() {
 		if p == name || strings.HasPrefix(p, below) {
-			_ = r.fsw.Remove(p) // the kernel may have dropped it already
+			_ = r.fsw.remove(p) // the kernel may have dropped it already
 		}
 	}
 }
 
-// schedule arranges a scan once the directory has been quiet for the
-// debounce interval, or at the latest maxBurst intervals after the first
-// change of the burst.
-func (r *run) schedule() {
+// schedule arranges a scan once the directory has been quiet for quiet
+// (the debounce interval, or less once a save is known to be whole), or at
+// the latest maxBurst debounce intervals after the first change of the
+// burst.
+func (r *run) schedule(quiet time.Duration) {
 	now := time.Now()
 	if !r.pending {
 		r.pending = true
@@ -442,5 +471,5 @@ func (r *run) schedule() {
 	if r.debounce < limit/maxBurst {
 		limit = maxBurst * r.debounce
 	}
-	r.timer.Reset(max(min(r.debounce, limit-now.Sub(r.burstStart)), 0))
+	r.timer.Reset(max(min(quiet, limit-now.Sub(r.burstStart)), 0))
 }

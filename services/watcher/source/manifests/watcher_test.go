@@ -301,18 +301,33 @@ func TestWatcherRescan(t *testing.T) {
 
 func TestWatcherDebounceCoalescesBursts(t *testing.T) {
 	dir := newRoot(t)
-	h := startWatcher(t, dir, WithRescan(0), WithDebounce(500*time.Millisecond))
-	h.waitFor(t)
 	var want []string
 	for i := range 20 {
 		name := fmt.Sprintf("cm-%02d", i)
 		writeFile(t, filepath.Join(dir, name+".yaml"), configMap(name, "1"))
 		want = append(want, name+"=1@"+name+".yaml")
 	}
-	// The burst is far shorter than the debounce interval, so the first
-	// snapshot after it holds every file.
+	h := startWatcher(t, dir, WithRescan(0), WithDebounce(500*time.Millisecond))
+	h.waitFor(t, want...)
+	// Files written and left open (a writer not done with them), and
+	// files removed: none of it is whole before the folder is quiet, so
+	// the first snapshot after the burst holds all of it.
+	want = want[:0]
+	for i := range 20 {
+		name := fmt.Sprintf("cm-%02d", i)
+		if i%2 == 0 {
+			must(t, os.Remove(filepath.Join(dir, name+".yaml")))
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name+".yaml"), os.O_WRONLY|os.O_TRUNC, 0)
+		must(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		_, err = f.WriteString(configMap(name, "2"))
+		must(t, err)
+		want = append(want, name+"=2@"+name+".yaml")
+	}
 	if got := contents(h.next(t)); !slices.Equal(got, want) {
-		t.Errorf("first snapshot after the burst = %q, want all %d files", got, len(want))
+		t.Errorf("first snapshot after the burst = %q, want %q", got, want)
 	}
 }
 
@@ -322,22 +337,22 @@ func TestWatcherDebounceIsBounded(t *testing.T) {
 	h.waitFor(t)
 
 	// Changes that never pause still produce a snapshot within three
-	// debounce intervals, long before the writer gives up.
+	// debounce intervals, long before the writer gives up. The writer
+	// keeps its file open (a file closed would be read at once).
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
+	f, err := os.Create(filepath.Join(dir, "busy.yaml"))
+	must(t, err)
+	defer f.Close()
 	writerDone := make(chan struct{})
 	var finished atomic.Bool
 	go func() {
 		defer close(writerDone)
 		defer finished.Store(true)
 		for i := 0; ctx.Err() == nil; i++ {
-			// Write and rename, so that no scan sees a half-written file.
-			tmp := filepath.Join(dir, ".busy.yaml.tmp")
-			if err := os.WriteFile(tmp, []byte(configMap("busy", fmt.Sprint(i))), 0o644); err != nil {
-				t.Error(err)
-				return
-			}
-			if err := os.Rename(tmp, filepath.Join(dir, "busy.yaml")); err != nil {
+			// The same length every time, written over in place, so that
+			// no scan sees a half-written file.
+			if _, err := f.WriteAt([]byte(configMap("busy", fmt.Sprintf("%06d", i))), 0); err != nil {
 				t.Error(err)
 				return
 			}
