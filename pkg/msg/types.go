@@ -509,6 +509,13 @@ type ValidationStatus struct {
 	// check is still due (PendingVersion its version).
 	Pending        string `json:"pending,omitempty"`
 	PendingVersion uint64 `json:"pendingVersion,omitempty"`
+	// Checking is the provisionally accepted bundle whose whole check is
+	// running (CheckingVersion its version): named from when it was still
+	// Pending until its verdict is recorded, so that it is kept in the
+	// bundle store while newer bundles become pending, and is there to be
+	// the base (LastFull) once accepted.
+	Checking        string `json:"checking,omitempty"`
+	CheckingVersion uint64 `json:"checkingVersion,omitempty"`
 	// FullOnly: a provisional acceptance was refuted; every render is
 	// checked whole until one is fully accepted.
 	FullOnly bool `json:"fullOnly,omitempty"`

@@ -172,12 +172,23 @@ func historyOf(cfg *config.Config, target string) config.History {
 }
 
 // protectedBundles are the bundles no pruning removes, with why: those an
-// instance runs now, pinned ones and each target's last accepted one.
+// instance runs now, pinned ones, and each target's last accepted one and
+// those its fast path needs: the base (the last fully accepted bundle),
+// the newest pending its whole check and the one being checked whole.
 func protectedBundles(rep msg.StatusReport) map[string]string {
 	out := map[string]string{}
 	for _, t := range rep.Targets {
-		if t.Validation != nil && t.Validation.LastGood != "" {
-			out[t.Validation.LastGood] = "the last accepted bundle of " + t.Target
+		if v := t.Validation; v != nil {
+			for _, b := range []struct{ hash, why string }{
+				{v.Checking, "being checked whole for "},
+				{v.Pending, "pending its whole check for "},
+				{v.LastFull, "the last fully accepted bundle (the fast path's base) of "},
+				{v.LastGood, "the last accepted bundle of "},
+			} {
+				if b.hash != "" {
+					out[b.hash] = b.why + t.Target
+				}
+			}
 		}
 		if t.Pin != nil {
 			out[t.Pin.BundleHash] = "pinned on " + t.Target

@@ -16,7 +16,8 @@ import (
 
 // TestPrune: entries beyond a target's keep or older than its max_age go
 // with their bundles, unless an instance runs the bundle, a pin names it,
-// it is the last accepted one, or a kept entry (of any target) shares it;
+// it is the last accepted one, the fast path's base, pending or being
+// checked whole, or a kept entry (of any target) shares it;
 // a bundle that must stay and is half the store's retention old is stored
 // again. A second pass changes nothing.
 func TestPrune(t *testing.T) {
@@ -56,8 +57,11 @@ targets:
 		{"edge", 2, "pinned", 40 * time.Hour},     // beyond keep, pinned
 		{"edge", 3, "dropped", 30 * time.Hour},    // beyond keep: goes
 		{"edge", 4, "shared", 20 * time.Hour},     // beyond keep, but shop keeps the same bundle
-		{"edge", 5, "newer", time.Hour},           // kept
-		{"edge", 6, "accepted", time.Minute},      // kept, last accepted
+		{"edge", 5, "base", 19 * time.Hour},       // beyond keep, the fast path's base
+		{"edge", 6, "checking", 18 * time.Hour},   // beyond keep, being checked whole
+		{"edge", 7, "pending", 17 * time.Hour},    // beyond keep, pending its whole check
+		{"edge", 8, "newer", time.Hour},           // kept
+		{"edge", 9, "accepted", time.Minute},      // kept, last accepted
 		{"shop", 1, "old", 49 * time.Hour},        // older than the global max_age shop inherits: goes
 		{"shop", 2, "shared", 10 * time.Hour},     // kept
 		{"shop", 3, "shop-last", 5 * time.Minute}, // kept
@@ -76,7 +80,8 @@ targets:
 		}
 	}
 	statuses := map[string]msg.Message{
-		msg.ValidationStatusKey("edge"):    msg.ValidationStatus{Target: "edge", LastGood: "accepted", LastGoodVersion: 6},
+		msg.ValidationStatusKey("edge"): msg.ValidationStatus{Target: "edge", LastGood: "accepted", LastGoodVersion: 9,
+			LastFull: "base", LastFullVersion: 5, Checking: "checking", CheckingVersion: 6, Pending: "pending", PendingVersion: 7},
 		msg.PinKey("edge"):                 msg.Pin{Target: "edge", Version: 2, BundleHash: "pinned"},
 		msg.DeployStatusKey("edge", "a"):   msg.DeployStatus{Target: "edge", Instance: "a", Version: 1, BundleHash: "running"},
 		msg.ValidationStatusKey("shop"):    msg.ValidationStatus{Target: "shop", LastGood: "shop-last", LastGoodVersion: 3},
@@ -127,7 +132,7 @@ targets:
 		t.Fatal(err)
 	}
 	slices.Sort(res.kept)
-	if want := []string{"accepted", "pinned", "running", "shop-last"}; !slices.Equal(res.kept, want) {
+	if want := []string{"accepted", "base", "checking", "pending", "pinned", "running", "shop-last"}; !slices.Equal(res.kept, want) {
 		t.Errorf("stored again %v, want %v", res.kept, want)
 	}
 	var left []string
@@ -143,10 +148,10 @@ targets:
 	slices.Sort(left)
 	// Days later, every entry is older than max_age: only those of
 	// protected bundles stay.
-	if want := []string{"edge.1", "edge.2", "edge.6", "shop.3"}; !slices.Equal(left, want) {
+	if want := []string{"edge.1", "edge.2", "edge.5", "edge.6", "edge.7", "edge.9", "shop.3"}; !slices.Equal(left, want) {
 		t.Errorf("history left %v, want %v", left, want)
 	}
-	for _, h := range []string{"accepted", "pinned", "running", "shop-last"} {
+	for _, h := range []string{"accepted", "base", "checking", "pending", "pinned", "running", "shop-last"} {
 		if _, err := d.bundles.LoadBundle(ctx, h); err != nil {
 			t.Errorf("protected bundle %s: %v", h, err)
 		}

@@ -308,6 +308,24 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 	if err != nil {
 		return err
 	}
+	// Named as checked while still pending, so that the bundle is kept
+	// (the deployer's history pruning spares it) however many bundles
+	// become pending during the check: accepted, it is the base.
+	if st.Checking != j.hash || st.CheckingVersion != j.version {
+		err := v.updateStatus(ctx, j.target, func(st *msg.ValidationStatus) bool {
+			if st.Pending != j.hash || st.PendingVersion != j.version {
+				return false
+			}
+			st.Checking, st.CheckingVersion = j.hash, j.version
+			return true
+		})
+		if errors.Is(err, errSuperseded) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	res, err := gather.Validate(ctx, v.env.NC, msg.ValidateSubject(j.target),
 		msg.ValidateRequest{Target: j.target, Version: j.version, BundleHash: j.hash, Confirm: true}, kinds, tc.Validate.Timeout.D())
@@ -338,13 +356,14 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 		err := v.updateStatus(ctx, j.target, func(st *msg.ValidationStatus) bool {
 			wasPending = st.Pending == j.hash && st.PendingVersion == j.version
 			newer := j.version > st.LastFullVersion
+			checked := doneChecking(st, j)
 			if wasPending {
 				st.Pending, st.PendingVersion, st.FullOnly = "", 0, false
 			}
 			if newer {
 				st.LastFull, st.LastFullVersion = j.hash, j.version
 			}
-			return wasPending || newer
+			return wasPending || newer || checked
 		})
 		if errors.Is(err, errSuperseded) {
 			return nil
@@ -365,10 +384,14 @@ func (v *validator) confirm1(ctx context.Context, j confirmJob) error {
 func (v *validator) refute(ctx context.Context, log interface {
 	ErrorContext(context.Context, string, ...any)
 }, j confirmJob, verdict msg.Validated) error {
-	rolled := ""
+	rolled, wasPending := "", false
 	err := v.updateStatus(ctx, j.target, func(st *msg.ValidationStatus) bool {
-		if st.Pending != j.hash || st.PendingVersion != j.version {
-			return false
+		checked := doneChecking(st, j)
+		wasPending = st.Pending == j.hash && st.PendingVersion == j.version
+		if !wasPending {
+			// Superseded: the newer pending bundle was proven from the
+			// base, not from this one; nothing to withdraw.
+			return checked
 		}
 		st.Pending, st.PendingVersion, st.FullOnly = "", 0, true
 		if st.LastGood == j.hash {
@@ -380,7 +403,7 @@ func (v *validator) refute(ctx context.Context, log interface {
 		}
 		return true
 	})
-	if errors.Is(err, errSuperseded) {
+	if errors.Is(err, errSuperseded) || (err == nil && !wasPending) {
 		return nil
 	}
 	if err != nil {
@@ -394,6 +417,16 @@ func (v *validator) refute(ctx context.Context, log interface {
 	verdict.Reason = "refuted by the whole check after a provisional acceptance: " + verdict.Reason
 	_, err = bus.Publish(ctx, v.env.JS, msg.ValidatedSubject(j.target), msg.RenderID(j.target, j.version)+"-refuted", verdict)
 	return err
+}
+
+// doneChecking clears the status's Checking when it names j's bundle,
+// and reports whether it did.
+func doneChecking(st *msg.ValidationStatus, j confirmJob) bool {
+	if st.Checking != j.hash || st.CheckingVersion != j.version {
+		return false
+	}
+	st.Checking, st.CheckingVersion = "", 0
+	return true
 }
 
 // updateStatus applies change to the target's validation status and

@@ -255,6 +255,11 @@ func TestConfirmationOfAnOlderPendingBundleMovesTheBase(t *testing.T) {
 			}
 		}
 	}
+	// While v2 is checked whole, the status names it (so that its bundle
+	// is kept, v3 pending or not).
+	f.status("v2 checked, v3 pending", func(st msg.ValidationStatus) bool {
+		return st.Checking == b2.Hash && st.CheckingVersion == 2 && st.Pending == b3.Hash
+	})
 	// v2's whole check, started before v3 was pending, finishes now.
 	release <- struct{}{}
 	st := f.status("v2 the base, v3 pending", func(st msg.ValidationStatus) bool { return st.LastFull == b2.Hash })
@@ -266,7 +271,7 @@ func TestConfirmationOfAnOlderPendingBundleMovesTheBase(t *testing.T) {
 	}
 	release <- struct{}{}
 	f.status("v3 confirmed", func(st msg.ValidationStatus) bool {
-		return st.LastFull == b3.Hash && st.LastFullVersion == 3 && st.Pending == ""
+		return st.LastFull == b3.Hash && st.LastFullVersion == 3 && st.Pending == "" && st.Checking == ""
 	})
 }
 
