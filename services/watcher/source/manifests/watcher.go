@@ -415,6 +415,15 @@ func (r *run) event(ev event) {
 	if ev.op == opChmod || isTempName(base) {
 		return
 	}
+	if ev.op == opClosed {
+		// A close alone changes nothing (the writes before it were
+		// noted), but it can end a save.
+		delete(r.writing, ev.name)
+		if r.pending && len(r.writing) == 0 {
+			r.schedule(min(r.debounce, closedSettle))
+		}
+		return
+	}
 	if ev.op.has(opRemove | opRename) {
 		r.unwatch(ev.name)
 	}
@@ -422,16 +431,15 @@ func (r *run) event(ev event) {
 	// anything else the directory holding the name is listed again: that
 	// sees a file or directory that came or went, and a hidden name that
 	// changed (a ConfigMap volume's "..data" link) changes the stat of the
-	// files linked through it. A close alone changes nothing: the writes
-	// before it were noted.
+	// files linked through it.
 	if ev.op.has(opCreate | opWrite) {
 		r.force[ev.name] = true
 	}
 	if ev.op&^(opWrite|opClosed) != 0 {
 		r.dirty[filepath.Dir(ev.name)] = true
 	}
-	// A manifest created or written is whole once it is closed (or was
-	// moved into place); one removed or moved away is no longer written.
+	// A manifest created or written is whole once it is closed; one moved
+	// into place is whole, one removed or moved away no longer written.
 	switch {
 	case ev.op.has(opClosed | opRemove | opRename):
 		delete(r.writing, ev.name)

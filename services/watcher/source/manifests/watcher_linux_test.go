@@ -42,6 +42,16 @@ func TestWatcherReadsAWholeSaveAtOnce(t *testing.T) {
 	must(t, b.Close())
 	h.waitFor(t, "a=3@a.yaml", "b=1@b.yaml")
 
+	// Opened for writing and closed unwritten: nothing to read.
+	f, err := os.OpenFile(at("a.yaml"), os.O_WRONLY, 0)
+	must(t, err)
+	must(t, f.Close())
+	select {
+	case s := <-h.snaps:
+		t.Fatalf("snapshot %q after a close with no write", contents(s))
+	case <-time.After(300 * time.Millisecond):
+	}
+
 	// Not a manifest: written and left open, it holds nothing back.
 	other, err := os.Create(at("notes.txt"))
 	must(t, err)
