@@ -97,9 +97,14 @@ func TestFastPathOnACluster(t *testing.T) {
 	if st.LastGood != b2.Hash || st.FullOnly {
 		t.Fatalf("status after the confirmation = %+v", st)
 	}
-	if n := testkit.LabeledValue(t, env2.Registry, "weft_validator_fast_total", map[string]string{"target": "edge", "outcome": "confirmed"}); n != 1 {
-		t.Fatalf("confirmations counted by the second replica = %v, want 1", n)
-	}
+	// Counted once the status write has answered: a moment after the
+	// status can be read.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if n := testkit.LabeledValue(t, env2.Registry, "weft_validator_fast_total", map[string]string{"target": "edge", "outcome": "confirmed"}); n != 1 {
+			return fmt.Errorf("confirmations counted by the second replica = %v, want 1", n)
+		}
+		return nil
+	})
 
 	b3 := bundle(t, withServer("10.66.66.66:8080"), "a.example.com b\n")
 	f.store(b3)

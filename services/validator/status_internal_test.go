@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
 )
@@ -89,4 +92,85 @@ func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// answerLost is a status bucket whose first Update lands but answers with
+// an error, as when the node that took it is lost before it answers.
+type answerLost struct {
+	jetstream.KeyValue
+	lost bool
+}
+
+func (a *answerLost) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	n, err := a.KeyValue.Update(ctx, key, value, rev)
+	if err == nil && !a.lost {
+		a.lost = true
+		return 0, nats.ErrTimeout
+	}
+	return n, err
+}
+
+// TestStatusUpdateWhoseAnswerWasLost: a status change whose write landed
+// but whose answer was lost is done, not superseded (made again, the
+// change would find nothing left to change, and the confirmation would go
+// uncounted and unlogged); one that did not land is made again.
+func TestStatusUpdateWhoseAnswerWasLost(t *testing.T) {
+	bus := testkit.NATS(t)
+	ctx := context.Background()
+	kv, err := bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := msg.ValidationStatusKey("edge")
+	if _, err := msg.StoreStatus(ctx, kv, key, msg.ValidationStatus{Target: "edge", Pending: "b2", PendingVersion: 2, LastFull: "b1", LastFullVersion: 1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	lossy := &answerLost{KeyValue: kv}
+	v := &validator{status: lossy}
+	calls := 0
+	err = v.updateStatus(ctx, "edge", func(st *msg.ValidationStatus) bool {
+		calls++
+		if st.Pending != "b2" {
+			return false
+		}
+		st.Pending, st.PendingVersion, st.LastFull, st.LastFullVersion = "", 0, "b2", 2
+		return true
+	})
+	if err != nil || !lossy.lost || calls != 1 {
+		t.Fatalf("updateStatus = %v after %d calls of the change (answer lost: %v), want done after 1", err, calls, lossy.lost)
+	}
+	var st msg.ValidationStatus
+	if _, err := msg.LoadStatus(ctx, kv, key, &st); err != nil || st.LastFull != "b2" || st.Pending != "" {
+		t.Fatalf("status = %+v (%v), want b2 the base, nothing pending", st, err)
+	}
+
+	// A write that did not land: the change is made again on what is
+	// there now.
+	if _, err := msg.StoreStatus(ctx, kv, key, msg.ValidationStatus{Target: "edge", Pending: "b3", PendingVersion: 3, LastFull: "b2", LastFullVersion: 2}, mustRev(t, kv, key)); err != nil {
+		t.Fatal(err)
+	}
+	calls = 0
+	err = v.updateStatus(ctx, "edge", func(st *msg.ValidationStatus) bool {
+		calls++
+		if calls == 1 {
+			// another writer comes first
+			if _, err := msg.StoreStatus(ctx, kv, key, msg.ValidationStatus{Target: "edge", Pending: "b4", PendingVersion: 4, LastFull: "b2", LastFullVersion: 2}, mustRev(t, kv, key)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st.Checking, st.CheckingVersion = st.Pending, st.PendingVersion
+		return true
+	})
+	if _, lerr := msg.LoadStatus(ctx, kv, key, &st); err != nil || lerr != nil || calls != 2 || st.Checking != "b4" {
+		t.Fatalf("updateStatus = %v after %d calls, status %+v; want the change made again on b4", err, calls, st)
+	}
+}
+
+func mustRev(t *testing.T, kv jetstream.KeyValue, key string) uint64 {
+	t.Helper()
+	e, err := kv.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Revision()
 }
