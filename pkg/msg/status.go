@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +120,11 @@ func LoadStatus[T Message](ctx context.Context, kv StatusKV, key string, into T)
 }
 
 // StoreStatus writes v under key if the key is still at revision rev (0:
-// absent): compare-and-set, so two writers never overwrite each other.
+// absent): compare-and-set, so two writers never overwrite each other. A
+// write that JetStream did not answer (a timeout, a NATS node lost) may
+// have landed: when the key then holds exactly what was written, the write
+// is done and its revision returned; a refusal (another writer came first)
+// is returned as it is.
 func StoreStatus[T Message](ctx context.Context, kv StatusKV, key string, v T, rev uint64) (uint64, error) {
 	data, err := Encode(v)
 	if err != nil {
@@ -131,9 +136,28 @@ func StoreStatus[T Message](ctx context.Context, kv StatusKV, key string, v T, r
 		rev, err = kv.Update(ctx, key, data, rev)
 	}
 	if err != nil {
+		if landed, ok := landedUnanswered(ctx, kv, key, data, err); ok {
+			return landed, nil
+		}
 		return 0, fmt.Errorf("status %s: %w", key, err)
 	}
 	return rev, nil
+}
+
+// landedUnanswered reports the revision of key when a write of data that
+// failed with err, which is not JetStream's refusal, is what key holds.
+func landedUnanswered(ctx context.Context, kv StatusKV, key string, data []byte, err error) (uint64, bool) {
+	var api jetstream.JetStreamError
+	refused := errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		errors.As(err, &api) && api.APIError() != nil
+	if refused || ctx.Err() != nil {
+		return 0, false
+	}
+	e, gerr := kv.Get(ctx, key)
+	if gerr != nil || !bytes.Equal(e.Value(), data) {
+		return 0, false
+	}
+	return e.Revision(), true
 }
 
 // ReadPulls returns the per-node pull statuses in BucketPulls that are not

@@ -2,10 +2,15 @@ package msg_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // TestReadPulls lists the pulls of a real weft-pulls bucket that are not
@@ -54,5 +59,81 @@ func TestReadPulls(t *testing.T) {
 		if s := p.Namespace + "/" + p.Name + "/" + p.Node + " " + string(p.Phase); s != want[i] {
 			t.Errorf("pull %d = %s, want %s", i, s, want[i])
 		}
+	}
+}
+
+// writeUnanswered is a status bucket whose writes go unanswered: each lands
+// (land) or not, and answers with a timeout, as when the NATS node that
+// took it is lost before it answers.
+type writeUnanswered struct {
+	jetstream.KeyValue
+	land bool
+}
+
+func (u writeUnanswered) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if u.land {
+		if _, err := u.KeyValue.Create(ctx, key, value, opts...); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nats.ErrTimeout
+}
+
+func (u writeUnanswered) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if u.land {
+		if _, err := u.KeyValue.Update(ctx, key, value, rev); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nats.ErrTimeout
+}
+
+// TestStoreStatusWhoseAnswerWasLost: on a 3-node cluster (R3 buckets), a
+// status write that landed but went unanswered is done, with the
+// revision it landed at; one that did not land, and one refused because
+// another writer came first, are errors.
+func TestStoreStatusWhoseAnswerWasLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := testkit.NATSCluster(t)
+	bus := c.Bus(t, 1)
+	c.Provision(t, bus)
+	ctx := context.Background()
+	kv, err := bus.JS.KeyValue(ctx, msg.BucketStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := func(v uint64) msg.ValidationStatus { return msg.ValidationStatus{Target: "edge", Version: v} }
+	read := func(key string) (uint64, uint64) {
+		t.Helper()
+		var got msg.ValidationStatus
+		rev, err := msg.LoadStatus(ctx, kv, key, &got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev, got.Version
+	}
+
+	// Created, unanswered: done.
+	rev, err := msg.StoreStatus(ctx, writeUnanswered{kv, true}, "created", st(1), 0)
+	if at, v := read("created"); err != nil || rev != at || v != 1 {
+		t.Fatalf("create that landed unanswered = %d, %v; the key is at %d with v%d", rev, err, at, v)
+	}
+	// Updated, unanswered: done.
+	rev, err = msg.StoreStatus(ctx, writeUnanswered{kv, true}, "created", st(2), rev)
+	if at, v := read("created"); err != nil || rev != at || v != 2 {
+		t.Fatalf("update that landed unanswered = %d, %v; the key is at %d with v%d", rev, err, at, v)
+	}
+	// Not landed, unanswered: an error, the key as it was.
+	if _, err := msg.StoreStatus(ctx, writeUnanswered{kv, false}, "created", st(3), rev); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("update that did not land = %v, want the timeout", err)
+	}
+	if _, v := read("created"); v != 2 {
+		t.Fatalf("the key holds v%d, want v2", v)
+	}
+	// Refused: another writer came first, even with the same content.
+	if _, err := msg.StoreStatus(ctx, kv, "created", st(2), rev-1); err == nil {
+		t.Fatal("an update at a stale revision succeeded")
 	}
 }

@@ -1,7 +1,6 @@
 package validator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -444,26 +443,10 @@ func (v *validator) updateStatus(ctx context.Context, target string, change func
 		if !change(&st) {
 			return errSuperseded
 		}
+		// (A write whose answer was lost but which landed is done:
+		// StoreStatus.)
 		if _, err = msg.StoreStatus(ctx, v.status, key, st, rev); err == nil || attempt >= 10 || ctx.Err() != nil {
 			return err
 		}
-		// The write may have landed with its answer lost (a node lost
-		// meanwhile): then the status is what was written, and the
-		// change, made again, would find nothing left to change.
-		if wrote(ctx, v.status, key, st) {
-			return nil
-		}
 	}
-}
-
-// wrote reports whether the status under key is st, as it was to be
-// written.
-func wrote(ctx context.Context, kv msg.StatusKV, key string, st msg.ValidationStatus) bool {
-	var now msg.ValidationStatus
-	if _, err := msg.LoadStatus(ctx, kv, key, &now); err != nil {
-		return false
-	}
-	a, aerr := msg.Encode(now)
-	b, berr := msg.Encode(st)
-	return aerr == nil && berr == nil && bytes.Equal(a, b)
 }

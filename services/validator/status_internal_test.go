@@ -113,7 +113,8 @@ func (a *answerLost) Update(ctx context.Context, key string, value []byte, rev u
 // TestStatusUpdateWhoseAnswerWasLost: a status change whose write landed
 // but whose answer was lost is done, not superseded (made again, the
 // change would find nothing left to change, and the confirmation would go
-// uncounted and unlogged); one that did not land is made again.
+// uncounted and unlogged: msg.StoreStatus takes such a write as done);
+// one that did not land is made again.
 func TestStatusUpdateWhoseAnswerWasLost(t *testing.T) {
 	bus := testkit.NATS(t)
 	ctx := context.Background()
