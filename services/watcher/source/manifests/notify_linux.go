@@ -20,6 +20,20 @@ import (
 const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_DELETE |
 	unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
 
+// opsOfMask is what each kernel notification says.
+var opsOfMask = []struct {
+	mask uint32
+	op   op
+}{
+	{unix.IN_CREATE, opCreate},
+	{unix.IN_MOVED_TO, opCreate | opClosed},
+	{unix.IN_MODIFY, opWrite},
+	{unix.IN_CLOSE_WRITE, opClosed},
+	{unix.IN_DELETE | unix.IN_DELETE_SELF, opRemove},
+	{unix.IN_MOVED_FROM | unix.IN_MOVE_SELF, opRename},
+	{unix.IN_ATTRIB, opChmod},
+}
+
 // errOverflow is reported when the kernel's queue of notifications
 // overflowed: some were lost.
 var errOverflow = errors.New("manifests: notification queue overflowed")
@@ -211,18 +225,7 @@ func (n *inotify) translate(wd int32, mask uint32, name string) (event, bool) {
 			return event{}, false
 		}
 	}
-	for _, m := range []struct {
-		mask uint32
-		op   op
-	}{
-		{unix.IN_CREATE, opCreate},
-		{unix.IN_MOVED_TO, opCreate | opClosed},
-		{unix.IN_MODIFY, opWrite},
-		{unix.IN_CLOSE_WRITE, opClosed},
-		{unix.IN_DELETE | unix.IN_DELETE_SELF, opRemove},
-		{unix.IN_MOVED_FROM | unix.IN_MOVE_SELF, opRename},
-		{unix.IN_ATTRIB, opChmod},
-	} {
+	for _, m := range opsOfMask {
 		if mask&m.mask != 0 {
 			ev.op |= m.op
 		}

@@ -22,16 +22,19 @@ func newNotifier() (notifier, error) {
 	return n, nil
 }
 
+// opsOfFsnotify is what each of fsnotify's operations says.
+var opsOfFsnotify = []struct {
+	from fsnotify.Op
+	to   op
+}{{fsnotify.Create, opCreate}, {fsnotify.Write, opWrite}, {fsnotify.Remove, opRemove}, {fsnotify.Rename, opRename}, {fsnotify.Chmod, opChmod}}
+
 // relay turns fsnotify's events into this package's until fsnotify closes
 // its channel or the notifier is closed.
 func (n *fsnotifier) relay() {
 	defer close(n.evs)
 	for ev := range n.w.Events {
 		var o op
-		for _, m := range []struct {
-			from fsnotify.Op
-			to   op
-		}{{fsnotify.Create, opCreate}, {fsnotify.Write, opWrite}, {fsnotify.Remove, opRemove}, {fsnotify.Rename, opRename}, {fsnotify.Chmod, opChmod}} {
+		for _, m := range opsOfFsnotify {
 			if ev.Has(m.from) {
 				o |= m.to
 			}

@@ -415,17 +415,32 @@ func (r *run) event(ev event) {
 	if ev.op == opChmod || isTempName(base) {
 		return
 	}
-	if ev.op == opClosed {
-		// A close alone changes nothing (the writes before it were
-		// noted), but it can end a save.
-		delete(r.writing, ev.name)
-		if r.pending && len(r.writing) == 0 {
-			r.schedule(min(r.debounce, closedSettle))
-		}
-		return
+	closeOnly := ev.op == opClosed
+	if closeOnly && !r.pending {
+		return // a close with nothing noted since the last scan
 	}
+	if !closeOnly {
+		r.note(ev, isManifestName(base))
+	}
+	// A manifest is whole once closed after writing, or moved into place:
+	// with none still open for writing, the save is done.
+	if ev.op.has(opClosed) {
+		delete(r.writing, ev.name)
+		if len(r.writing) == 0 {
+			r.schedule(min(r.debounce, closedSettle))
+			return
+		}
+	}
+	if !closeOnly {
+		r.schedule(r.debounce)
+	}
+}
+
+// note records what a notification other than a close changed.
+func (r *run) note(ev event, manifest bool) {
 	if ev.op.has(opRemove | opRename) {
 		r.unwatch(ev.name)
+		delete(r.writing, ev.name)
 	}
 	// A file written is read again, even if its stat looks the same. On
 	// anything else the directory holding the name is listed again: that
@@ -434,23 +449,13 @@ func (r *run) event(ev event) {
 	// files linked through it.
 	if ev.op.has(opCreate | opWrite) {
 		r.force[ev.name] = true
+		if manifest {
+			r.writing[ev.name] = true
+		}
 	}
 	if ev.op&^(opWrite|opClosed) != 0 {
 		r.dirty[filepath.Dir(ev.name)] = true
 	}
-	// A manifest created or written is whole once it is closed; one moved
-	// into place is whole, one removed or moved away no longer written.
-	switch {
-	case ev.op.has(opClosed | opRemove | opRename):
-		delete(r.writing, ev.name)
-	case ev.op.has(opCreate|opWrite) && isManifestName(base):
-		r.writing[ev.name] = true
-	}
-	if ev.op.has(opClosed) && len(r.writing) == 0 {
-		r.schedule(min(r.debounce, closedSettle))
-		return
-	}
-	r.schedule(r.debounce)
 }
 
 // unwatch drops the watches of a directory that was removed or moved, and
