@@ -477,12 +477,19 @@ func (n *clusterNode) stop() {
 	<-n.done
 }
 
-// WaitStreams waits, through b, until each named stream answers (has a
-// leader): after a node is killed or restarted the streams it led elect
-// new leaders, and a test's own reads and writes wait for them.
+// WaitStreams waits, through b, until the JetStream meta layer answers
+// (has a leader) and each named stream answers (has a leader): after a
+// node is killed or restarted the streams it led elect new leaders, and
+// so does the meta layer if the node led it (until then the JetStream API
+// answers 503, "JetStream system temporarily unavailable", although a
+// stream's own leader may already answer); a test's own reads and writes
+// wait for them.
 func (c *Cluster) WaitStreams(t testing.TB, b *Bus, names ...string) {
 	t.Helper()
 	Eventually(t, time.Minute, func() error {
+		if _, err := b.JS.AccountInfo(context.Background()); err != nil {
+			return fmt.Errorf("meta layer: %w", err)
+		}
 		for _, name := range names {
 			s, err := b.JS.Stream(context.Background(), name)
 			if err != nil {

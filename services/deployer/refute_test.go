@@ -65,18 +65,24 @@ func refutationRollsBack(t *testing.T, deployerBus, bus *testkit.Bus, fault func
 	fault()
 
 	// What the validator does on a refutation: the status first, then
-	// the verdict.
+	// the verdict; a read or write that fails is made again, as the
+	// validator's redelivery would (on a cluster a node's loss can leave
+	// the JetStream API unavailable for a moment).
 	ctx := context.Background()
-	kv, _ := bus.JS.KeyValue(ctx, msg.BucketStatus)
-	var st msg.ValidationStatus
-	rev, err := msg.LoadStatus(ctx, kv, msg.ValidationStatusKey("edge"), &st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.OK, st.FullOnly, st.LastGood, st.LastGoodVersion, st.LastFull, st.LastFullVersion = false, true, b1.Hash, 1, b1.Hash, 1
-	if _, err := msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"), st, rev); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		kv, err := bus.JS.KeyValue(ctx, msg.BucketStatus)
+		if err != nil {
+			return err
+		}
+		var st msg.ValidationStatus
+		rev, err := msg.LoadStatus(ctx, kv, msg.ValidationStatusKey("edge"), &st)
+		if err != nil {
+			return err
+		}
+		st.OK, st.FullOnly, st.LastGood, st.LastGoodVersion, st.LastFull, st.LastFullVersion = false, true, b1.Hash, 1, b1.Hash, 1
+		_, err = msg.StoreStatus(ctx, kv, msg.ValidationStatusKey("edge"), st, rev)
+		return err
+	})
 	f.publish(msg.ValidatedSubject("edge"), msg.Validated{Target: "edge", Version: 2, BundleHash: b2.Hash, Refutes: true,
 		Reason: "refuted by the whole check after a provisional acceptance: haproxy refused", At: time.Now()})
 
