@@ -410,15 +410,18 @@ func TestMakeRunStopsWithMake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// `make run` builds weft where the other tests' programs are built
+	// (the checkout's bin/ is left alone), with their flags: there the go
+	// command finds weft up to date and does not link it again, in each
+	// run of make below.
+	bin := testkit.GoBuild(t, "github.com/weftio/weft/cmd/weft")
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			d := &demoRun{dir: t.TempDir(), httpPort: testkit.FreePort(t), backendPort: testkit.FreePort(t), nats: testkit.FreePort(t), probe: testkit.FreePort(t)}
 			copyTree(t, quickstart, d.dir)
 			onPorts(t, d.dir, d.httpPort, d.backendPort)
 			out := &testkit.SyncBuffer{}
-			// weft built into the test's folder (the checkout's bin/ is
-			// left alone), as the other tests' programs are.
-			mk := exec.Command("make", "-C", root, "run", "CONFIG="+filepath.Join(d.dir, "weft.yaml"), "RUN_BIN="+filepath.Join(d.dir, "bin", "weft"))
+			mk := exec.Command("make", "-C", root, "run", "CONFIG="+filepath.Join(d.dir, "weft.yaml"), "RUN_BIN="+bin)
 			mk.Env = append(os.Environ(), "WEFT_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(d.nats), "WEFT_LISTEN=127.0.0.1:"+strconv.Itoa(d.probe), "GOFLAGS="+testkit.GoFlags())
 			mk.Stdout, mk.Stderr = out, out
 			// A weft left behind holds the output pipe: Wait returns anyway.
@@ -440,7 +443,7 @@ func TestMakeRunStopsWithMake(t *testing.T) {
 					t.Logf("make's output:\n%s", out)
 				}
 			})
-			// The first build of bin/weft can take minutes on a cold cache.
+			// weft is up to date (GoBuild above): make only checks it.
 			testkit.Eventually(t, 10*time.Minute, func() error {
 				if _, ok := logged(out.String(), "HAProxy serves the target"); !ok {
 					return errNotYet

@@ -54,15 +54,18 @@ func GoBuild(t testing.TB, pkg string) string {
 }
 
 // GoFlags is GOFLAGS for a build of a weft program that a test starts
-// another way than GoBuild (`make run`): the environment's GOFLAGS, and
-// -race when the test binary has the race detector, so the build uses the
-// packages compiled for the tests instead of compiling them all again.
+// another way than GoBuild (`make run`): the environment's GOFLAGS, -race
+// when the test binary has the race detector, so the build uses the
+// packages compiled for the tests instead of compiling them all again, and
+// -buildvcs=false: GoBuild builds by import path, which stamps no version
+// control information, so the same program built into GoBuild's file is
+// found up to date there instead of linked again.
 func GoFlags() string {
 	flags := os.Getenv("GOFLAGS")
 	if raceEnabled {
-		flags = strings.TrimSpace(flags + " -race")
+		flags += " -race"
 	}
-	return flags
+	return strings.TrimSpace(flags + " -buildvcs=false")
 }
 
 // GoTool returns the path of the Go tool pkg (the import path of a main
