@@ -153,14 +153,15 @@ bench-scale: deps
 ## files under 100 endpoint changes a second for SOAK_DURATION; reports the
 ## data folder's size, goroutines and memory over time and probe changes'
 ## latency, and passes when the deployed files equal `weft render` of the
-## final manifests and weft logged no error. `make test` runs it for 20s
-## (hack/soak is one of MODULES). SOAK_FLAGS: -rate, -objects, -files,
+## final manifests and weft logged no error. `make test` runs its short
+## form, the flags' defaults: 3,000 objects in 30 files for 10s (hack/soak
+## is one of MODULES). SOAK_FLAGS: -rate, -objects, -files,
 ## -sample-every, -probe-every, -settle, -report FILE, -log FILE, -log-level,
 ## -debounce (the target's render.debounce); weft runs with --pprof.
 SOAK_DURATION ?= 10m
 SOAK_FLAGS ?=
 soak: deps
-	cd hack/soak && $(GO) test -count=1 -timeout 60m -run '^TestSoak$$' -v . -args -duration $(SOAK_DURATION) $(SOAK_FLAGS)
+	cd hack/soak && $(GO) test -count=1 -timeout 60m -run '^TestSoak$$' -v . -args -duration $(SOAK_DURATION) -objects 10000 -files 100 $(SOAK_FLAGS)
 
 ## fuzz: run each decoder fuzzer, and the validator's fast path against haproxy -c, for a while
 fuzz:

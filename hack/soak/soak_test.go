@@ -25,10 +25,10 @@ import (
 )
 
 var (
-	duration = flag.Duration("duration", 20*time.Second, "how long the changes go on (make soak: 10m)")
+	duration = flag.Duration("duration", 10*time.Second, "how long the changes go on (make soak: 10m)")
 	rate     = flag.Int("rate", 100, "endpoint changes a second")
-	objects  = flag.Int("objects", 10000, "objects: a third each Ingresses, Services and EndpointSlices")
-	files    = flag.Int("files", 100, "manifest files the objects are spread over")
+	objects  = flag.Int("objects", 3000, "objects: a third each Ingresses, Services and EndpointSlices (make soak: 10000)")
+	files    = flag.Int("files", 30, "manifest files the objects are spread over (make soak: 100)")
 	every    = flag.Duration("sample-every", 0, "interval of the samples of size, goroutines and memory (0: a twentieth of -duration)")
 	probe    = flag.Duration("probe-every", time.Second, "interval of the probe changes whose latency is measured")
 	settle   = flag.Duration("settle", 3*time.Minute, "longest wait for convergence after the last change")
