@@ -16,6 +16,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/host"
 	"github.com/weftio/weft/pkg/svc/liveconfig"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/validator"
 	"github.com/weftio/weft/services/watcher/configmap"
 )
@@ -26,7 +27,7 @@ import (
 // the good configuration stays, a missing key is reported with the keys that
 // exist, and a fixed edit goes live.
 func TestConfigurationFromConfigMap(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	b := testkit.NATS(t)
 	env := testkit.NewEnv(t, b, "w")
 	good, err := os.ReadFile("../../examples/quickstart/weft.yaml")

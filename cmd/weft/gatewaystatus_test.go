@@ -20,6 +20,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/renderer"
 	"github.com/weftio/weft/services/validator"
 	"github.com/weftio/weft/services/watcher"
@@ -40,7 +41,7 @@ var referenceGrants = schema.GroupVersionResource{Group: "gateway.networking.k8s
 // keeps writing; the NATS server, with the
 // generated permissions, refuses nothing.
 func TestGatewayStatus(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	k.InstallCRDs(t, filepath.Join("..", "..", "services", "watcher", "gwstatus", "testdata", "crds"))
 	ctx := context.Background()
 	dyn := dynamic.NewForConfigOrDie(k.Config)

@@ -20,6 +20,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/natsauth"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 // TestNATSKeys runs `weft nats-keys` against a real kube-apiserver: the
@@ -30,7 +31,7 @@ import (
 // --rotate replaces one key; a Secret holding no seed is an error, not
 // replaced; --write-seed writes a role's seed to a file.
 func TestNATSKeys(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	const ns = "weft-system"
 	if _, err := k.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

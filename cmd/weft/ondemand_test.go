@@ -12,13 +12,14 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 // TestOnDemandSecretReachesTemplate keeps Secrets on demand: the bucket has
 // no data, and a template gets the body with fetch(), which asks the
 // watcher, which asks the API server.
 func TestOnDemandSecretReachesTemplate(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	if _, err := k.Clientset.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "site"}, Type: corev1.SecretTypeTLS,

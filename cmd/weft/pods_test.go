@@ -22,6 +22,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/deployer"
 	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
 	"github.com/weftio/weft/services/renderer"
@@ -312,7 +313,7 @@ func resetConfig(t *testing.T, api *dataplanetest.Server) {
 // gets the last accepted bundle; a terminating Pod is removed.
 func TestPodsAreInstancesInKubernetes(t *testing.T) {
 	haproxy := testkit.HAProxy(t)
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	kit := newPodKit(t, k.Clientset)
 
 	// One Dataplane API per Pod address, all on the same port.

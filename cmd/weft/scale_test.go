@@ -27,6 +27,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/deployer/driver/runtime"
 )
 
@@ -307,7 +308,7 @@ targets:
 // prepareScale lays out the world (files, or objects on a new
 // kube-apiserver), the echo backends and a folder holding weft.yaml and
 // manifests/, without starting weft.
-func prepareScale(b testing.TB, src scaleSource, n int) (w *scaleWorld, dir string, kube *testkit.KubeEnv, cs kubernetes.Interface, httpPort int) {
+func prepareScale(b testing.TB, src scaleSource, n int) (w *scaleWorld, dir string, kube *kubetest.Env, cs kubernetes.Interface, httpPort int) {
 	b.Helper()
 	testkit.HAProxy(b)
 	backendPort := testkit.FreePort(b)
@@ -322,7 +323,7 @@ func prepareScale(b testing.TB, src scaleSource, n int) (w *scaleWorld, dir stri
 	w = newScaleWorld(n, backendPort, backends)
 	dir = b.TempDir()
 	if src == fromKube {
-		kube = testkit.Kube(b)
+		kube = kubetest.Start(b)
 		cs = scaleClient(b, kube.Config)
 		w.createAll(b, cs)
 	} else {
@@ -333,7 +334,7 @@ func prepareScale(b testing.TB, src scaleSource, n int) (w *scaleWorld, dir stri
 
 // startScale starts HAProxy and weft on a prepared world in dir, which
 // becomes the stack's folder.
-func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *testkit.KubeEnv, cs kubernetes.Interface, httpPort int) *scaleStack {
+func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *kubetest.Env, cs kubernetes.Interface, httpPort int) *scaleStack {
 	b.Helper()
 	kubeconfig := ""
 	if kube != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/weftio/weft/cmd/weft/internal/offline"
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/deployer/driver/dataplane/dataplanetest"
 	"github.com/weftio/weft/services/watcher/source/manifests"
 )
@@ -156,7 +157,7 @@ func seedJinja2(t *testing.T, cfg *config.Config) (map[string]string, []string) 
 // Dataplane API of the ready Pod that pod_selector picks.
 func TestSeedConfigUp(t *testing.T) {
 	testkit.HAProxy(t)
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	snap, err := manifests.Scan(seedManifests)
 	if err != nil || len(snap.Errors) > 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	pullercontroller "github.com/weftio/weft/services/puller/controller"
 )
@@ -24,7 +25,7 @@ import (
 // policy and a Deployment created through the API get a PrePullImage and
 // a pull Job for the workload's Ready node.
 func TestUpRunsThePullerController(t *testing.T) {
-	kube := testkit.PullerCluster(t, testkit.PullerSetup{
+	kube := kubetest.PullerCluster(t, kubetest.PullerSetup{
 		CRDs:      filepath.Join("..", "..", "deploy", "k8s", "crds"),
 		Namespace: "shop",
 		Nodes:     map[string]map[string]string{"web-1": nil},

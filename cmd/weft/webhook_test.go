@@ -15,6 +15,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/deployer"
 	"github.com/weftio/weft/services/renderer"
 	"github.com/weftio/weft/services/validator"
@@ -90,7 +91,7 @@ func ingress(name, line string) *networkingv1.Ingress {
 // nothing.
 func TestValidationWebhookOnAPIServer(t *testing.T) {
 	testkit.HAProxy(t)
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	wh := k.InstallWebhooks(t, filepath.Join("testdata", "webhook", "validating.yaml"))
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/weftio/weft/pkg/config"
-	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 // deadline bounds every wait on the API server (RBAC caches, CRDs).
@@ -34,14 +34,14 @@ const deadline = 2 * time.Minute
 
 // apiServer is the test control plane with what the tests read from it.
 type apiServer struct {
-	*testkit.KubeEnv
+	*kubetest.Env
 	mapper meta.RESTMapper
 	disc   discovery.DiscoveryInterface
 }
 
 func startAPIServer(t *testing.T) *apiServer {
 	t.Helper()
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	// The puller's CRDs and, so the monitoring component can be applied,
 	// minimal ServiceMonitor, PrometheusRule and cert-manager CRDs: the overlays' custom
 	// objects need them served before a dry run can accept them; the
@@ -56,7 +56,7 @@ func startAPIServer(t *testing.T) *apiServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &apiServer{KubeEnv: k, mapper: restmapper.NewDiscoveryRESTMapper(groups), disc: disc}
+	a := &apiServer{Env: k, mapper: restmapper.NewDiscoveryRESTMapper(groups), disc: disc}
 	a.create(t, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": namespace},
 	}}, false)

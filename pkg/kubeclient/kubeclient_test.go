@@ -15,17 +15,18 @@ import (
 
 	"github.com/weftio/weft/pkg/kubeclient"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 func TestKubeClient(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	t.Run("rest config", func(t *testing.T) { testRESTConfig(t, k) })
 	t.Run("own connections", func(t *testing.T) { testOwnConnections(t, k) })
 }
 
-func testRESTConfig(t *testing.T, k *testkit.KubeEnv) {
+func testRESTConfig(t *testing.T, k *kubetest.Env) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	cases := []struct {
 		name, kubeconfig, context, env string
@@ -67,7 +68,7 @@ func testRESTConfig(t *testing.T, k *testkit.KubeEnv) {
 // testOwnConnections checks that the copy names the given user agent only
 // when the config names none, leaves the config it copies alone, dials
 // through the config's own Dial, and that CloseAll closes what it opened.
-func testOwnConnections(t *testing.T, k *testkit.KubeEnv) {
+func testOwnConnections(t *testing.T, k *kubetest.Env) {
 	for _, c := range []struct{ name, configured, want string }{
 		{"default user agent", "", "weft-test"},
 		{"configured user agent", "someone/1.0", "someone/1.0"},

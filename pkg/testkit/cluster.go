@@ -124,7 +124,7 @@ func NATSCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 		for _, n := range c.nodes {
 			n.stop()
 			if t.Failed() {
-				t.Logf("last lines of nats-server %s (%s):\n%s", n.name, n.log, tail(n.log, 30))
+				t.Logf("last lines of nats-server %s (%s):\n%s", n.name, n.log, Tail(n.log, 30))
 			}
 		}
 	})
@@ -378,7 +378,7 @@ func (c *Cluster) waitNode(i int, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(timeout)
 	for {
-		err := healthy(client, health)
+		err := Healthy(client, health)
 		if err == nil {
 			var leader string
 			if leader, err = c.MetaLeader(i); err == nil && leader == "" {
@@ -390,7 +390,7 @@ func (c *Cluster) waitNode(i int, timeout time.Duration) error {
 		}
 		select {
 		case <-n.done:
-			return fmt.Errorf("nats-server %s exited while starting; last lines of %s:\n%s", n.name, n.log, tail(n.log, 20))
+			return fmt.Errorf("nats-server %s exited while starting; last lines of %s:\n%s", n.name, n.log, Tail(n.log, 20))
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -65,20 +65,20 @@ func NATSServer(t testing.TB, conf string) *NATSProcess {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 		if t.Failed() {
-			t.Logf("last lines of nats-server (%s):\n%s", p.Log, tail(p.Log, 40))
+			t.Logf("last lines of nats-server (%s):\n%s", p.Log, Tail(p.Log, 40))
 		}
 	})
 	client := &http.Client{Timeout: 2 * time.Second}
 	health := fmt.Sprintf("http://127.0.0.1:%d/healthz", p.monPort)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := healthy(client, health)
+		err := Healthy(client, health)
 		if err == nil {
 			return p
 		}
 		select {
 		case <-done:
-			t.Fatalf("nats-server exited while starting; last lines of %s:\n%s", p.Log, tail(p.Log, 20))
+			t.Fatalf("nats-server exited while starting; last lines of %s:\n%s", p.Log, Tail(p.Log, 20))
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -19,6 +19,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher"
 )
 
@@ -108,7 +109,7 @@ func heapInUse() uint64 {
 // until every type is synced and every write announced, and the heap the
 // watcher holds afterwards.
 func BenchmarkInitialSync10k(b *testing.B) {
-	k := testkit.Kube(b)
+	k := kubetest.Start(b)
 	const n = 10_000
 	createMix(b, k.Clientset, "bench", n)
 	cfg, err := config.Parse(fmt.Appendf(nil, kubeCfg, k.Kubeconfig), b.TempDir())
@@ -156,7 +157,7 @@ func BenchmarkInitialSync10k(b *testing.B) {
 // JetStream publish rate of the same number of messages measured in the
 // same run.
 func BenchmarkChangeThroughput(b *testing.B) {
-	k := testkit.Kube(b)
+	k := kubetest.Start(b)
 	const n = 1_000
 	createMix(b, k.Clientset, "tp", 3*n)
 	cfg, err := config.Parse(fmt.Appendf(nil, kubeCfg, k.Kubeconfig), b.TempDir())

@@ -13,13 +13,14 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher"
 )
 
 // TestOnDemandSecrets keeps Secrets on demand: the bucket holds metadata and
 // data keys but no data, and weft.api.fetch.<source> returns the body.
 func TestOnDemandSecrets(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	if _, err := k.Clientset.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "site-tls"}, Type: corev1.SecretTypeTLS,

@@ -20,6 +20,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher"
 )
 
@@ -289,7 +290,7 @@ func BenchmarkIngestNATSKV(b *testing.B) {
 // apart). s-to-announced is the time from start to the last change
 // message, beside s-raw-publish: as many synchronous publishes of 600-byte
 // messages, measured in the same run. The kube sub-benchmark lists from a
-// real API server (testkit.Kube).
+// real API server (kubetest.Start).
 func BenchmarkHeapAfterSync(b *testing.B) {
 	report := func(b *testing.B, bus *testkit.Bus, objects int, before uint64, took, cpu time.Duration, name string) {
 		b.ReportMetric(float64(heapInUse()-before)/1e6, "MB-heap")
@@ -316,7 +317,7 @@ func BenchmarkHeapAfterSync(b *testing.B) {
 	}
 	b.Run("kube-30k", func(b *testing.B) {
 		const objects = 30_000
-		k := testkit.Kube(b)
+		k := kubetest.Start(b)
 		createMix(b, k.Clientset, "heap", objects)
 		cfg, err := config.Parse(fmt.Appendf(nil, kubeCfg, k.Kubeconfig), b.TempDir())
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher"
 	"github.com/weftio/weft/services/watcher/ingstatus"
 )
@@ -31,7 +32,7 @@ const writesMetric = "weft_watcher_ingress_status_writes_total"
 // holder stops, and a Service that goes missing is reported without
 // touching any status.
 func TestIngressStatusFromService(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	cs := k.Clientset
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "weft-system"}}, metav1.CreateOptions{}); err != nil {
@@ -247,7 +248,7 @@ func waitStatus(t *testing.T, cs kubernetes.Interface, name string, want []netv1
 // a class while one of the target's classes is the default; a class that
 // stops being the default has the classless Ingresses' status cleared.
 func TestIngressStatusByController(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	cs := k.Clientset
 	class := func(name, controller string) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 // BenchmarkWatcherProcess runs weft-watcher as its own process (NATS in the
@@ -52,7 +53,7 @@ func BenchmarkWatcherProcess(b *testing.B) {
 	b.Run("manifests-30k", manifests(apps))
 	kube := func(apps int) func(b *testing.B) {
 		return func(b *testing.B) {
-			k := testkit.Kube(b)
+			k := kubetest.Start(b)
 			createMix(b, k.Clientset, "proc", 3*apps)
 			cfg := filepath.Join(b.TempDir(), "weft.yaml")
 			if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeCfg, k.Kubeconfig), 0o644); err != nil {

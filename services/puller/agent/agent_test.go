@@ -22,6 +22,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/pkg/testkit/imagetest"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/agent"
 	"github.com/weftio/weft/services/puller/cri"
 )
@@ -37,7 +38,7 @@ type rig struct {
 	bus      *testkit.Bus
 	env      *testkit.Env
 	runtime  *cri.Client
-	kube     *testkit.KubeEnv
+	kube     *kubetest.Env
 	open     *imagetest.ImageRegistry
 	private  *imagetest.ImageRegistry
 	uid      atomic.Int64
@@ -56,7 +57,7 @@ func newRigOn(t *testing.T, b, agentBus *testkit.Bus, opts ...func(*agent.Option
 	t.Helper()
 	r := &rig{password: "s3cret-Pa55"}
 	sock := imagetest.Containerd(t)
-	r.kube = testkit.Kube(t)
+	r.kube = kubetest.Start(t)
 	r.bus = b
 	r.env = testkit.NewEnv(t, agentBus, "agent-1")
 	var err error

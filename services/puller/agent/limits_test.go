@@ -17,6 +17,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/pkg/testkit/imagetest"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/agent"
 	"github.com/weftio/weft/services/puller/cri"
 )
@@ -294,7 +295,7 @@ func limitsHoldAcrossAgents(t *testing.T, queueRetry time.Duration, waiting int)
 	const nodes, images = 4, 40
 	limits := msg.PullLimits{Cluster: 3, PerNode: 1, PerRegistry: 2}
 	sock := imagetest.Containerd(t)
-	kube := testkit.Kube(t)
+	kube := kubetest.Start(t)
 	b := testkit.NATS(t)
 	// Each layer download takes a while, so that pulls overlap.
 	slow := imagetest.WithMiddleware(func(next http.Handler) http.Handler {

@@ -25,6 +25,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/svc/telemetry"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/controller"
 	"github.com/weftio/weft/services/puller/workload"
@@ -79,7 +80,7 @@ type benchRig struct {
 
 func newBenchRig(b *testing.B) *benchRig {
 	b.Helper()
-	r := &benchRig{rig: &rig{kube: testkit.Kube(b), bus: testkit.NATS(b)}}
+	r := &benchRig{rig: &rig{kube: kubetest.Start(b), bus: testkit.NATS(b)}}
 	r.kube.InstallCRDs(b, crdDir)
 	m := &mirror{r: r.rig, known: map[string]string{}}
 	testkit.Run(b, m.follow)

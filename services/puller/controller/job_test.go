@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/job"
 )
@@ -111,7 +112,7 @@ func (k *kubelet) seen() (map[string]string, int) {
 // short TTL is deleted after it, and not made again once its node reports
 // the image. An invalid policy gets Valid=False and pulls nothing.
 func TestJobMode(t *testing.T) {
-	r := newRig(t, testkit.WithControllerManager())
+	r := newRig(t, kubetest.WithControllerManager())
 	k := &kubelet{r: r, fail: map[string]bool{"worker-2": true}, jobs: map[string]string{}}
 	testkit.Run(t, k.run)
 	for _, ns := range []string{"shop", "ttl", "bad"} {

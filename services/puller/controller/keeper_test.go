@@ -16,6 +16,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/controller"
 	"github.com/weftio/weft/services/puller/job"
@@ -96,7 +97,7 @@ func (r *rig) unfinishedPullPods(t *testing.T) []string {
 // waiting one pulls.
 func TestRestartHoldsRunningJobsFirst(t *testing.T) {
 	const ttl = 2 * time.Second
-	r := newRig(t, testkit.WithControllerManager())
+	r := newRig(t, kubetest.WithControllerManager())
 	k := &holdingKubelet{r: r, hold: "/hold:"}
 	k.held.Store(true)
 	testkit.Run(t, k.run)
@@ -191,7 +192,7 @@ func slotKeys(leases jetstream.KeyValue) ([]string, error) {
 // Pulled in that same attempt, long before the attempt's timeout.
 func TestClaimedAttemptWithoutJobResumes(t *testing.T) {
 	const ttl = 2 * time.Second
-	r := newRig(t, testkit.WithControllerManager())
+	r := newRig(t, kubetest.WithControllerManager())
 	k := &holdingKubelet{r: r}
 	testkit.Run(t, k.run)
 	r.namespace(t, "shop", nil)

@@ -25,6 +25,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/controller"
 	"github.com/weftio/weft/services/puller/job"
@@ -38,14 +39,14 @@ var crdDir = filepath.Join("..", "..", "..", "deploy", "k8s", "crds")
 // writes the control plane's objects into the resources bucket and
 // announces them as the watcher does, and controller replicas.
 type rig struct {
-	kube *testkit.KubeEnv
+	kube *kubetest.Env
 	bus  *testkit.Bus
 	envs []*testkit.Env
 }
 
-func newRig(t *testing.T, opts ...testkit.KubeOption) *rig {
+func newRig(t *testing.T, opts ...kubetest.Option) *rig {
 	t.Helper()
-	r := &rig{kube: testkit.Kube(t, opts...), bus: testkit.NATS(t)}
+	r := &rig{kube: kubetest.Start(t, opts...), bus: testkit.NATS(t)}
 	r.kube.InstallCRDs(t, crdDir)
 	m := &mirror{r: r, known: map[string]string{}}
 	testkit.Run(t, m.run)

@@ -11,6 +11,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/slots"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/controller"
 	"github.com/weftio/weft/services/puller/job"
@@ -31,7 +32,7 @@ func TestJobWaitingForASlotIsWoken(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, testkit.WithControllerManager())
+			r := newRig(t, kubetest.WithControllerManager())
 			k := &kubelet{r: r, fail: map[string]bool{}, jobs: map[string]string{}}
 			testkit.Run(t, k.run)
 			r.namespace(t, "shop", nil)

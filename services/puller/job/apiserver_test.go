@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/job"
 )
@@ -32,7 +33,7 @@ var crdDir = filepath.Join("..", "..", "..", "deploy", "k8s", "crds")
 // commands), a failed pod fails the Job with no second pod (backoffLimit
 // 0), and deleting the PrePullImage deletes the Job.
 func TestJobOnAPIServer(t *testing.T) {
-	k := testkit.Kube(t, testkit.WithControllerManager())
+	k := kubetest.Start(t, kubetest.WithControllerManager())
 	k.InstallCRDs(t, crdDir)
 	ctx := context.Background()
 	cs := k.Clientset

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher/gwstatus"
 )
 
@@ -56,7 +57,7 @@ func TestDecode(t *testing.T) {
 // a real API server with the Gateway API CRDs (testdata/crds), then again
 // unchanged, then changed, and checks what the objects carry.
 func TestWrite(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	k.InstallCRDs(t, "testdata/crds")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

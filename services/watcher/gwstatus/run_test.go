@@ -18,6 +18,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher/gwstatus"
 	"github.com/weftio/weft/services/watcher/statuslease"
 )
@@ -63,7 +64,7 @@ func TestWithAddresses(t *testing.T) {
 // file as invalid and writes nothing from it, and writes the pinned bundle
 // while a rollback pins the target.
 func TestRunServedBundle(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	k.InstallCRDs(t, "testdata/crds")
 	ctx := context.Background()
 	dyn := dynamic.NewForConfigOrDie(k.Config)

@@ -21,6 +21,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher/ingstatus"
 	"github.com/weftio/weft/services/watcher/statuslease"
 )
@@ -128,7 +129,7 @@ func TestFromPods(t *testing.T) {
 // until the permission is granted; then Pods coming and going change the
 // status. The lease is held on a real nats-server as the watcher's user.
 func TestPodsAndRefusedWrites(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	cs := k.Clientset
 	role := &rbacv1.ClusterRole{
@@ -256,7 +257,7 @@ func runPod(t *testing.T, cs kubernetes.Interface, name, host string) {
 // so its lease is neither renewed nor released; the other replica takes
 // the lease once its TTL is over, and sets back a status changed since.
 func TestTakeoverAfterHolderDies(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	ctx := context.Background()
 	cs := k.Clientset
 	if _, err := cs.NetworkingV1().Ingresses("default").Create(ctx, &netv1.Ingress{

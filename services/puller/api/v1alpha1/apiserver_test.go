@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 )
 
@@ -51,7 +51,7 @@ func indent(s, by string) string {
 // table gets the API server's table of the resources at path (what
 // kubectl get prints: the printer columns), one line per row with the
 // cells joined by spaces, headers first.
-func table(t *testing.T, k *testkit.KubeEnv, path string) []string {
+func table(t *testing.T, k *kubetest.Env, path string) []string {
 	t.Helper()
 	client, err := rest.HTTPClientFor(k.Config)
 	if err != nil {
@@ -94,9 +94,9 @@ func table(t *testing.T, k *testkit.KubeEnv, path string) []string {
 }
 
 // kube starts an API server with the puller's CRDs installed.
-func kube(t *testing.T) *testkit.KubeEnv {
+func kube(t *testing.T) *kubetest.Env {
 	t.Helper()
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	k.InstallCRDs(t, crdDir)
 	return k
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 )
 
@@ -23,7 +24,7 @@ import (
 func TestControllerCommand(t *testing.T) {
 	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
-	kube := testkit.PullerCluster(t, testkit.PullerSetup{
+	kube := kubetest.PullerCluster(t, kubetest.PullerSetup{
 		CRDs:      filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"),
 		Namespace: "shop",
 		Nodes:     map[string]map[string]string{"web-1": {"pool": "web"}, "db-1": {"pool": "db"}},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/gate"
 )
@@ -87,7 +88,7 @@ func TestGateCommand(t *testing.T) {
 }
 
 // createPolicies creates the policies.
-func createPolicies(t *testing.T, kube *testkit.PullerKube, policies ...v1alpha1.PrePullPolicy) {
+func createPolicies(t *testing.T, kube *kubetest.PullerKube, policies ...v1alpha1.PrePullPolicy) {
 	t.Helper()
 	for _, p := range policies {
 		obj, err := v1alpha1.ToUnstructured(&p)
@@ -184,10 +185,10 @@ func waitReleased(t *testing.T, cs kubernetes.Interface, name string, alive func
 // gateCluster is the puller's test control plane (namespace shop, nodes)
 // with the shipped gate webhook installed, and a weft.yaml that watches
 // what the gate reads (gatedTypes).
-func gateCluster(t *testing.T, nodes map[string]map[string]string) (*testkit.PullerKube, *testkit.Webhooks) {
+func gateCluster(t *testing.T, nodes map[string]map[string]string) (*kubetest.PullerKube, *kubetest.Webhooks) {
 	t.Helper()
 	deploy := filepath.Join("..", "..", "..", "..", "deploy", "k8s")
-	kube := testkit.PullerCluster(t, testkit.PullerSetup{CRDs: filepath.Join(deploy, "crds"), Namespace: "shop", Nodes: nodes, Watched: gatedTypes})
+	kube := kubetest.PullerCluster(t, kubetest.PullerSetup{CRDs: filepath.Join(deploy, "crds"), Namespace: "shop", Nodes: nodes, Watched: gatedTypes})
 	return kube, kube.InstallWebhooks(t, filepath.Join(deploy, "puller", "gate-webhook.yaml"))
 }
 

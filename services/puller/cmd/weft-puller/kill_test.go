@@ -24,6 +24,7 @@ import (
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/job"
 	"github.com/weftio/weft/services/puller/workload"
@@ -64,7 +65,7 @@ func TestControllerReplicasKilled(t *testing.T) {
 	killNodes, killWorkloads := killSize()
 	puller := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	watcher := testkit.GoBuild(t, "github.com/weftio/weft/services/watcher/cmd/weft-watcher")
-	kube := testkit.Kube(t, testkit.WithControllerManager())
+	kube := kubetest.Start(t, kubetest.WithControllerManager())
 	kube.InstallCRDs(t, filepath.Join("..", "..", "..", "..", "deploy", "k8s", "crds"))
 	nc := testkit.NATSCluster(t)
 	b := nc.Bus(t, -1)
@@ -236,7 +237,7 @@ func readyNode(t *testing.T, cs kubernetes.Interface, name string) {
 
 // allPulled is nil once every workload's PrePullImage is Completed with
 // every node Pulled, else what is missing.
-func allPulled(ctx context.Context, kube *testkit.KubeEnv) error {
+func allPulled(ctx context.Context, kube *kubetest.Env) error {
 	killNodes, killWorkloads := killSize()
 	list, err := kube.Client.Resource(v1alpha1.ImageResource).Namespace("shop").List(ctx, metav1.ListOptions{})
 	if err != nil {

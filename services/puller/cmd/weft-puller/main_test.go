@@ -21,6 +21,7 @@ import (
 	"github.com/weftio/weft/pkg/svc/bus"
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/pkg/testkit/imagetest"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 // TestAgentCommand runs the weft-puller binary as a node agent on real
@@ -29,7 +30,7 @@ import (
 func TestAgentCommand(t *testing.T) {
 	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	sock := imagetest.Containerd(t)
-	kube := testkit.Kube(t)
+	kube := kubetest.Start(t)
 	b := testkit.NATS(t)
 	reg := imagetest.Registry(t)
 	img := reg.PushPlain(t, "shop/web", "1")
@@ -198,7 +199,7 @@ current-context: c
 func TestAgentKilledMidPull(t *testing.T) {
 	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	sock := imagetest.Containerd(t)
-	kube := testkit.Kube(t)
+	kube := kubetest.Start(t)
 	b := testkit.NATS(t)
 	// Layer downloads hang while held: the first agent dies in the pull.
 	var held atomic.Bool
@@ -341,7 +342,7 @@ func holdingRegistry(t *testing.T) (reg *imagetest.ImageRegistry, held *atomic.B
 func TestAgentKilledHoldingSlots(t *testing.T) {
 	bin := testkit.GoBuild(t, "github.com/weftio/weft/services/puller/cmd/weft-puller")
 	sock := imagetest.Containerd(t)
-	kube := testkit.Kube(t)
+	kube := kubetest.Start(t)
 	order := func(uid, image, node string, limits msg.PullLimits) msg.PullOrder {
 		return msg.PullOrder{PullTarget: msg.PullTarget{Namespace: "shop", Name: "web-" + uid, UID: uid, Image: image, Node: node, Attempt: 1},
 			Mode: msg.PullModeCRI, Deadline: time.Now().Add(3 * time.Minute), Limits: limits}

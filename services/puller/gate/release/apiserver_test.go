@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/api/v1alpha1"
 	"github.com/weftio/weft/services/puller/gate"
 	"github.com/weftio/weft/services/puller/gate/release"
@@ -43,12 +44,12 @@ func logger(t testing.TB) *slog.Logger { return slog.New(slog.NewTextHandler(tes
 // webhook called by it, and the resources bucket the webhook decides from.
 type cluster struct {
 	t   *testing.T
-	k   *testkit.KubeEnv
+	k   *kubetest.Env
 	bus *testkit.Bus
 }
 
 func newCluster(t *testing.T) *cluster {
-	k := testkit.Kube(t, testkit.WithControllerManager("deployment-controller", "replicaset-controller"))
+	k := kubetest.Start(t, kubetest.WithControllerManager("deployment-controller", "replicaset-controller"))
 	k.InstallCRDs(t, crdDir)
 	hooks := k.InstallWebhooks(t, webhookConfig)
 	bus := testkit.NATS(t)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/puller/gate"
 	"github.com/weftio/weft/services/puller/gate/webhook"
 )
@@ -26,7 +27,7 @@ const webhookConfig = "../../../../deploy/k8s/puller/gate-webhook.yaml"
 // Deployment without it, and once the webhook is down pods are admitted
 // without it (failurePolicy Ignore).
 func TestWebhookOnAPIServer(t *testing.T) {
-	k := testkit.Kube(t, testkit.WithControllerManager("deployment-controller", "replicaset-controller"))
+	k := kubetest.Start(t, kubetest.WithControllerManager("deployment-controller", "replicaset-controller"))
 	hooks := k.InstallWebhooks(t, webhookConfig)
 	bus := testkit.NATS(t)
 	putPolicy(t, bus, time.Minute)

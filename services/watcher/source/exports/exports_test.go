@@ -20,6 +20,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher/source/exports"
 	"github.com/weftio/weft/services/watcher/store"
 )
@@ -164,7 +165,7 @@ func start(t *testing.T, o exports.Options) (*exports.Source, *recorder) {
 }
 
 type cluster struct {
-	*testkit.KubeEnv
+	*kubetest.Env
 }
 
 func (c cluster) namespace(t *testing.T, name string) {
@@ -193,7 +194,7 @@ func (c cluster) put(t *testing.T, ns, name string, data map[string]string) {
 }
 
 func TestExports(t *testing.T) {
-	c := cluster{testkit.Kube(t)}
+	c := cluster{kubetest.Start(t)}
 	t.Run("values", func(t *testing.T) { testValues(t, c) })
 	t.Run("missing", func(t *testing.T) { testMissing(t, c) })
 	t.Run("forbidden", func(t *testing.T) { testForbidden(t, c) })

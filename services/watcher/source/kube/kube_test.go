@@ -28,6 +28,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/config/fieldpath"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 	"github.com/weftio/weft/services/watcher/source"
 	"github.com/weftio/weft/services/watcher/source/kube"
 	"github.com/weftio/weft/services/watcher/store"
@@ -221,7 +222,7 @@ func configMap(ns, name string, labels map[string]string) *unstructured.Unstruct
 
 // crd installs a namespaced custom resource kind with an open schema and
 // waits until it is served.
-func crd(t *testing.T, k *testkit.KubeEnv, group, kind, plural string) {
+func crd(t *testing.T, k *kubetest.Env, group, kind, plural string) {
 	t.Helper()
 	ctx := context.Background()
 	cs, err := apiextensions.NewForConfig(k.Config)
@@ -254,7 +255,7 @@ func crd(t *testing.T, k *testkit.KubeEnv, group, kind, plural string) {
 	})
 }
 
-func namespace(t *testing.T, k *testkit.KubeEnv, name string) {
+func namespace(t *testing.T, k *kubetest.Env, name string) {
 	t.Helper()
 	u := obj("v1", "Namespace", "", name, nil)
 	if _, err := k.Client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
@@ -262,7 +263,7 @@ func namespace(t *testing.T, k *testkit.KubeEnv, name string) {
 	}
 }
 
-func create(t *testing.T, k *testkit.KubeEnv, gvr schema.GroupVersionResource, u *unstructured.Unstructured) *unstructured.Unstructured {
+func create(t *testing.T, k *kubetest.Env, gvr schema.GroupVersionResource, u *unstructured.Unstructured) *unstructured.Unstructured {
 	t.Helper()
 	out, err := k.Client.Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{})
 	if err != nil {
@@ -303,7 +304,7 @@ func start(t *testing.T, o kube.Options) (*kube.Source, *recorder) {
 }
 
 func TestSource(t *testing.T) {
-	k := testkit.Kube(t)
+	k := kubetest.Start(t)
 	crd(t, k, "example.weft.io", "Widget", "widgets")
 
 	t.Run("follows changes", func(t *testing.T) { testFollows(t, k) })
@@ -314,7 +315,7 @@ func TestSource(t *testing.T) {
 	t.Run("pages", func(t *testing.T) { testPages(t, k) })
 }
 
-func testFollows(t *testing.T, k *testkit.KubeEnv) {
+func testFollows(t *testing.T, k *kubetest.Env) {
 	const ns = "follow"
 	namespace(t, k, ns)
 	cases := []struct {
@@ -412,7 +413,7 @@ func testFollows(t *testing.T, k *testkit.KubeEnv) {
 	}
 }
 
-func testSelectors(t *testing.T, k *testkit.KubeEnv) {
+func testSelectors(t *testing.T, k *kubetest.Env) {
 	namespace(t, k, "sel-a")
 	namespace(t, k, "sel-b")
 	for _, ns := range []string{"sel-a", "sel-b"} {
@@ -474,7 +475,7 @@ func testSelectors(t *testing.T, k *testkit.KubeEnv) {
 	}
 }
 
-func testOnDemand(t *testing.T, k *testkit.KubeEnv) {
+func testOnDemand(t *testing.T, k *kubetest.Env) {
 	const ns = "ondemand"
 	namespace(t, k, ns)
 	s := secret(ns, "big", map[string]string{"tls.key": "private", "tls.crt": "public"})
@@ -627,7 +628,7 @@ var fetchErrors = []struct {
 	{"unknown type", "nodes", "x", func(err error) bool { return errors.Is(err, kube.ErrUnknownType) }},
 }
 
-func testLaterKind(t *testing.T, k *testkit.KubeEnv) {
+func testLaterKind(t *testing.T, k *kubetest.Env) {
 	const ns = "later"
 	namespace(t, k, ns)
 	_, rec := start(t, kube.Options{
@@ -695,7 +696,7 @@ func testLaterKind(t *testing.T, k *testkit.KubeEnv) {
 	})
 }
 
-func testResync(t *testing.T, k *testkit.KubeEnv) {
+func testResync(t *testing.T, k *kubetest.Env) {
 	const ns = "resync"
 	namespace(t, k, ns)
 	for _, n := range []string{"a", "b", "c"} {
@@ -829,7 +830,7 @@ func (p pager) ReplacePages(_ context.Context, types []string, pages iter.Seq2[[
 // testPages lists a type of 1,001 objects in pages of at most 500, each
 // handed to the sink as it comes, and then follows changes from the
 // listing's version.
-func testPages(t *testing.T, k *testkit.KubeEnv) {
+func testPages(t *testing.T, k *kubetest.Env) {
 	const ns, n = "pages", 1001
 	namespace(t, k, ns)
 	var next atomic.Int32

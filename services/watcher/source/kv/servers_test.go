@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 // process is a server run as a child process, restartable on the same
@@ -77,7 +78,7 @@ func (p *process) output() string {
 // build with.
 func etcdBinary(t testing.TB) string {
 	t.Helper()
-	return testkit.KubeBinary(t, "etcd")
+	return kubetest.Binary(t, "etcd")
 }
 
 // etcdServer is a single-member etcd on 127.0.0.1, with its data in a

@@ -1,4 +1,4 @@
-package testkit_test
+package kubetest_test
 
 import (
 	"context"
@@ -15,10 +15,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/pkg/testkit/kubetest"
 )
 
 func TestKube(t *testing.T) {
-	k := testkit.Kube(t, testkit.WithControllerManager())
+	k := kubetest.Start(t, kubetest.WithControllerManager())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kit"}}
@@ -31,8 +32,8 @@ func TestKube(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.GitVersion != testkit.KubeVersion {
-			t.Errorf("server version %q, want %q", v.GitVersion, testkit.KubeVersion)
+		if v.GitVersion != kubetest.Version {
+			t.Errorf("server version %q, want %q", v.GitVersion, kubetest.Version)
 		}
 	})
 

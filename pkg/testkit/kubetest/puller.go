@@ -1,4 +1,4 @@
-package testkit
+package kubetest
 
 import (
 	"context"
@@ -34,19 +34,19 @@ type PullerSetup struct {
 // PullerKube is a test control plane set up for the puller, and the
 // weft.yaml that reaches it.
 type PullerKube struct {
-	*KubeEnv
+	*Env
 	// Config is the path of a weft.yaml whose kubernetes source "cluster"
 	// reaches the control plane and whose puller section reads it (helper
 	// image ghcr.io/weftio/weft:test, resync 2s).
 	Config string
 }
 
-// PullerCluster starts Kube with opts, installs the puller's
+// PullerCluster starts a control plane (Start) with opts, installs the puller's
 // CustomResourceDefinitions, creates s's namespace and nodes, and writes
 // the weft.yaml of PullerKube.Config.
-func PullerCluster(t testing.TB, s PullerSetup, opts ...KubeOption) *PullerKube {
+func PullerCluster(t testing.TB, s PullerSetup, opts ...Option) *PullerKube {
 	t.Helper()
-	k := &PullerKube{KubeEnv: Kube(t, opts...)}
+	k := &PullerKube{Env: Start(t, opts...)}
 	k.InstallCRDs(t, s.CRDs)
 	ctx := context.Background()
 	cs := k.Clientset
@@ -80,7 +80,7 @@ func PullerCluster(t testing.TB, s PullerSetup, opts ...KubeOption) *PullerKube 
 }
 
 // ReadyNode creates node name with labels, Ready and without taints.
-func (k *KubeEnv) ReadyNode(t testing.TB, name string, labels map[string]string) {
+func (k *Env) ReadyNode(t testing.TB, name string, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	nodes := k.Clientset.CoreV1().Nodes()
@@ -103,7 +103,7 @@ func (k *KubeEnv) ReadyNode(t testing.TB, name string, labels map[string]string)
 // Create creates obj (an object of resource gvr as unstructured content,
 // cluster-scoped or naming its namespace) and returns what the API server
 // stored.
-func (k *KubeEnv) Create(t testing.TB, gvr schema.GroupVersionResource, obj map[string]any) *unstructured.Unstructured {
+func (k *Env) Create(t testing.TB, gvr schema.GroupVersionResource, obj map[string]any) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: obj}
 	var r interface {
@@ -121,7 +121,7 @@ func (k *KubeEnv) Create(t testing.TB, gvr schema.GroupVersionResource, obj map[
 
 // Deployment creates a Deployment name in namespace ns with labels, whose
 // pods (labelled app=<name>) run pod.
-func (k *KubeEnv) Deployment(t testing.TB, ns, name string, labels map[string]string, pod corev1.PodSpec) *appsv1.Deployment {
+func (k *Env) Deployment(t testing.TB, ns, name string, labels map[string]string, pod corev1.PodSpec) *appsv1.Deployment {
 	t.Helper()
 	sel := map[string]string{"app": name}
 	d, err := k.Clientset.AppsV1().Deployments(ns).Create(context.Background(), &appsv1.Deployment{

@@ -1,10 +1,12 @@
-package testkit
+// Package kubetest is weft's test Kubernetes control plane: a real
+// kube-apiserver on etcd (envtest), with kube-controller-manager on
+// request, started per test and stopped when it ends; and the puller's
+// set-up on it. Apart from testkit so that the tests that do not start a
+// control plane do not link Kubernetes' clients and envtest.
+package kubetest
 
 import (
-	"bytes"
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,18 +29,20 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/weftio/weft/pkg/testkit"
 )
 
-// KubeVersion is the Kubernetes release the test control plane is built
+// Version is the Kubernetes release the test control plane is built
 // from (hack/envtest pins it).
-const KubeVersion = "v1.36.3"
+const Version = "v1.36.3"
 
-// KubeEnv is a running Kubernetes control plane for one test: a real
+// Env is a running Kubernetes control plane for one test: a real
 // kube-apiserver on etcd, and with WithControllerManager a
 // kube-controller-manager running the job, garbage-collector and namespace
 // controllers. There is no scheduler and no kubelet: Pods stay Pending until
 // a test sets their status.
-type KubeEnv struct {
+type Env struct {
 	// Config authenticates as an administrator (group system:masters) with a
 	// client certificate.
 	Config *rest.Config
@@ -51,10 +55,10 @@ type KubeEnv struct {
 	env *envtest.Environment
 }
 
-// KubeOption configures Kube.
-type KubeOption func(*kubeOptions)
+// Option configures Start.
+type Option func(*options)
 
-type kubeOptions struct {
+type options struct {
 	controllerManager bool
 	controllers       []string
 }
@@ -64,37 +68,37 @@ type kubeOptions struct {
 // references are collected and deleted namespaces are emptied, and with
 // the controllers named in more (such as "deployment-controller" and
 // "replicaset-controller", so Deployments create Pods).
-func WithControllerManager(more ...string) KubeOption {
-	return func(o *kubeOptions) {
+func WithControllerManager(more ...string) Option {
+	return func(o *options) {
 		o.controllerManager = true
 		o.controllers = append(o.controllers, more...)
 	}
 }
 
-// KubeAssetsDir is where Kube finds kube-apiserver, etcd and
+// AssetsDir is where Start finds kube-apiserver, etcd and
 // kube-controller-manager: $KUBEBUILDER_ASSETS when set, else the folder
 // hack/envtest/build.sh builds into by default (in CacheDir).
-func KubeAssetsDir() string {
+func AssetsDir() string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
 	}
-	return filepath.Join(CacheDir(), "envtest", KubeVersion)
+	return filepath.Join(testkit.CacheDir(), "envtest", Version)
 }
 
-// KubeBinary returns the path of one of the test control plane's programs
-// (kube-apiserver, etcd, kube-controller-manager) in KubeAssetsDir, or ends
+// Binary returns the path of one of the test control plane's programs
+// (kube-apiserver, etcd, kube-controller-manager) in AssetsDir, or ends
 // the test through Need when it has not been built.
-func KubeBinary(t testing.TB, name string) string {
+func Binary(t testing.TB, name string) string {
 	t.Helper()
-	p, err := kubeBinaries(name)
-	Need(t, name+" of the test control plane (hack/envtest/build.sh)", err)
+	p, err := binaries(name)
+	testkit.Need(t, name+" of the test control plane (hack/envtest/build.sh)", err)
 	return p[0]
 }
 
-// kubeBinaries returns the paths of names in KubeAssetsDir, or an error
+// binaries returns the paths of names in AssetsDir, or an error
 // naming those that are not executables there.
-func kubeBinaries(names ...string) ([]string, error) {
-	dir := KubeAssetsDir()
+func binaries(names ...string) ([]string, error) {
+	dir := AssetsDir()
 	var paths, missing []string
 	for _, b := range names {
 		p := filepath.Join(dir, b)
@@ -104,30 +108,30 @@ func kubeBinaries(names ...string) ([]string, error) {
 		paths = append(paths, p)
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: %s in %s", ErrNotFound, strings.Join(missing, ", "), dir)
+		return nil, fmt.Errorf("%w: %s in %s", testkit.ErrNotFound, strings.Join(missing, ", "), dir)
 	}
 	return paths, nil
 }
 
 var quietControllerRuntime sync.Once
 
-// Kube starts a Kubernetes control plane for the test and stops it when the
+// Start starts a Kubernetes control plane for the test and stops it when the
 // test ends. The binaries must have been built (`make deps` builds them, or
 // run hack/envtest/build.sh); when they are missing the test ends through
 // Need.
-func Kube(t testing.TB, opts ...KubeOption) *KubeEnv {
+func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
-	var o kubeOptions
+	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	dir := KubeAssetsDir()
+	dir := AssetsDir()
 	bins := []string{"kube-apiserver", "etcd"}
 	if o.controllerManager {
 		bins = append(bins, "kube-controller-manager")
 	}
-	_, err := kubeBinaries(bins...)
-	Need(t, "the test control plane (hack/envtest/build.sh)", err)
+	_, err := binaries(bins...)
+	testkit.Need(t, "the test control plane (hack/envtest/build.sh)", err)
 	// envtest logs through controller-runtime's logger, which warns once
 	// when nothing was ever set.
 	quietControllerRuntime.Do(func() { ctrllog.SetLogger(logr.Discard()) })
@@ -149,7 +153,7 @@ func Kube(t testing.TB, opts ...KubeOption) *KubeEnv {
 			t.Errorf("stop kube-apiserver and etcd: %v", err)
 		}
 	})
-	k := &KubeEnv{Config: cfg, env: env}
+	k := &Env{Config: cfg, env: env}
 	k.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(k.Kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
@@ -169,7 +173,7 @@ func Kube(t testing.TB, opts ...KubeOption) *KubeEnv {
 // User provisions a user authenticated by a client certificate, with the
 // given name and groups and no permissions beyond what RBAC grants them, and
 // returns a config that authenticates as that user.
-func (k *KubeEnv) User(t testing.TB, name string, groups ...string) *rest.Config {
+func (k *Env) User(t testing.TB, name string, groups ...string) *rest.Config {
 	t.Helper()
 	u, err := k.env.AddUser(envtest.User{Name: name, Groups: groups}, rest.CopyConfig(k.Config))
 	if err != nil {
@@ -182,7 +186,7 @@ func (k *KubeEnv) User(t testing.TB, name string, groups ...string) *rest.Config
 // paths (files, or folders of them) and waits until the API server serves
 // their resources. A path that does not exist or a definition the API
 // server refuses ends the test.
-func (k *KubeEnv) InstallCRDs(t testing.TB, paths ...string) []*apiextensionsv1.CustomResourceDefinition {
+func (k *Env) InstallCRDs(t testing.TB, paths ...string) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	crds, err := envtest.InstallCRDs(k.Config, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true})
 	if err != nil {
@@ -212,7 +216,7 @@ type Webhooks struct {
 // API server serves them. The test serves the webhooks itself, with the
 // returned certificate; until it does, the API server applies each
 // webhook's failurePolicy.
-func (k *KubeEnv) InstallWebhooks(t testing.TB, paths ...string) *Webhooks {
+func (k *Env) InstallWebhooks(t testing.TB, paths ...string) *Webhooks {
 	t.Helper()
 	o := &envtest.WebhookInstallOptions{Paths: paths, LocalServingHost: "127.0.0.1"}
 	if err := o.PrepWithoutInstalling(); err != nil {
@@ -259,10 +263,7 @@ func (k *KubeEnv) InstallWebhooks(t testing.TB, paths ...string) *Webhooks {
 // until the test ends, once its health endpoint answers.
 func startControllerManager(t testing.TB, bin, kubeconfig string, more []string) {
 	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testkit.FreePort(t)
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "kube-controller-manager.log")
 	logFile, err := os.Create(logPath)
@@ -283,11 +284,11 @@ func startControllerManager(t testing.TB, bin, kubeconfig string, more []string)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	t.Cleanup(func() { _ = logFile.Close() })
-	stop, exited, exitErr := StartCommand(t, cmd, 15*time.Second)
+	stop, exited, exitErr := testkit.StartCommand(t, cmd, 15*time.Second)
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			t.Logf("kube-controller-manager log (last lines):\n%s", tail(logPath, 40))
+			t.Logf("kube-controller-manager log (last lines):\n%s", testkit.Tail(logPath, 40))
 		}
 	})
 
@@ -301,46 +302,15 @@ func startControllerManager(t testing.TB, bin, kubeconfig string, more []string)
 	for {
 		select {
 		case <-exited:
-			t.Fatalf("kube-controller-manager exited (%v):\n%s", exitErr(), tail(logPath, 40))
+			t.Fatalf("kube-controller-manager exited (%v):\n%s", exitErr(), testkit.Tail(logPath, 40))
 		default:
 		}
-		if err := healthy(client, url); err == nil {
+		if err := testkit.Healthy(client, url); err == nil {
 			return
 		} else if time.Now().After(deadline) {
 			stop()
-			t.Fatalf("kube-controller-manager not healthy within a minute: %v\n%s", err, tail(logPath, 40))
+			t.Fatalf("kube-controller-manager not healthy within a minute: %v\n%s", err, testkit.Tail(logPath, 40))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func healthy(client *http.Client, url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(resp.Status)
-	}
-	return nil
-}
-
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }
