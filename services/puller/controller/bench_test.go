@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -82,7 +81,7 @@ func newBenchRig(b *testing.B) *benchRig {
 	b.Helper()
 	r := &benchRig{rig: &rig{kube: kubetest.Start(b), bus: testkit.NATS(b)}}
 	r.kube.InstallCRDs(b, crdDir)
-	m := &mirror{r: r.rig, known: map[string]string{}}
+	m := &mirror{r: r.rig, logf: b.Logf, known: map[string]string{}}
 	testkit.Run(b, m.follow)
 	r.probe = newProbe(b, r.rig)
 	r.namespace(b, benchNamespace, nil)
@@ -420,15 +419,16 @@ func (p *probe) times(b *testing.B, start time.Time, rv, ppi string) roundTimes 
 	return t
 }
 
-// follow is the mirror driven by watches rather than a listing every
-// 50 ms, as the watcher's informers are: every type is listed, then
-// watched from the list's resourceVersion (listed again when its watch
-// ends), and one goroutine writes and announces what changed.
+// follow is the mirror driven by plain watches rather than informers:
+// every type is listed, then watched from the list's resourceVersion
+// (listed again when its watch ends), and one goroutine writes and
+// announces what changed.
 func (m *mirror) follow(ctx context.Context) error {
 	kv, err := m.r.bus.JS.KeyValue(ctx, msg.BucketResources)
 	if err != nil {
 		return err
 	}
+	m.kv = kv
 	events := make(chan mirrorEvent, 1024)
 	var wg sync.WaitGroup
 	for _, mt := range mirroredTypes {
@@ -442,7 +442,7 @@ func (m *mirror) follow(ctx context.Context) error {
 			return nil
 		case ev = <-events:
 		}
-		if err := m.apply(ctx, kv, ev); err != nil && ctx.Err() == nil {
+		if err := m.apply(ctx, ev); err != nil && ctx.Err() == nil {
 			return err
 		}
 	}
@@ -458,7 +458,7 @@ type mirrorEvent struct {
 	items   []unstructured.Unstructured
 }
 
-func (m *mirror) apply(ctx context.Context, kv jetstream.KeyValue, ev mirrorEvent) error {
+func (m *mirror) apply(ctx context.Context, ev mirrorEvent) error {
 	if !ev.listed {
 		key := msg.ResourceKey(source, ev.typ, ev.item.GetNamespace(), ev.item.GetName())
 		if ev.deleted {
@@ -467,13 +467,13 @@ func (m *mirror) apply(ctx context.Context, kv jetstream.KeyValue, ev mirrorEven
 			}
 			return m.delete(ctx, key)
 		}
-		return m.put(ctx, kv, ev.typ, key, ev.item)
+		return m.put(ctx, ev.typ, key, ev.item)
 	}
 	seen := map[string]bool{}
 	for _, item := range ev.items {
 		key := msg.ResourceKey(source, ev.typ, item.GetNamespace(), item.GetName())
 		seen[key] = true
-		if err := m.put(ctx, kv, ev.typ, key, item); err != nil {
+		if err := m.put(ctx, ev.typ, key, item); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/weftio/weft/pkg/testkit"
 	"github.com/weftio/weft/pkg/testkit/kubetest"
@@ -21,46 +22,63 @@ import (
 	"github.com/weftio/weft/services/puller/job"
 )
 
-// kubelet plays the nodes' kubelets for pull Jobs' pods: a pod on a node
-// in fail gets Failed with an image pull error, any other Succeeded. It
-// records every pull Job seen and the most unfinished Jobs seen at once.
+// kubelet plays the nodes' kubelets for pull Jobs' pods: every 50 ms, a
+// pod of the informers' store on a node in fail gets Failed with an image
+// pull error, any other Succeeded (a status update failing on a stale pod
+// is made again at a later step). After every event of its Job informer
+// it records every pull Job seen and the most unfinished Jobs at once.
 type kubelet struct {
 	r    *rig
 	fail map[string]bool
 
 	mu      sync.Mutex
-	jobs    map[string]string // name -> node#attempt
+	current map[string]*batchv1.Job // by namespace/name, as of the last event; read only
+	jobs    map[string]string       // name -> node#attempt
 	maxLive int
 }
 
 const pullError = `failed to pull and unpack image "registry.example.com/api:1": not found`
 
 func (k *kubelet) run(ctx context.Context) error {
-	cs := k.r.kube.Clientset
-	for ctx.Err() == nil {
-		jobs, err := cs.BatchV1().Jobs("").List(ctx, metav1.ListOptions{LabelSelector: job.LabelManagedBy + "=" + job.ManagedBy})
-		if err == nil {
-			k.observe(jobs.Items)
-		}
-		pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: job.LabelManagedBy + "=" + job.ManagedBy})
-		if err == nil {
-			for i := range pods.Items {
-				k.finish(ctx, &pods.Items[i])
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
+	f := pullInformers(k.r)
+	k.mu.Lock()
+	k.current = map[string]*batchv1.Job{}
+	k.mu.Unlock()
+	_, err := f.Batch().V1().Jobs().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { k.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { k.observe(obj, false) },
+		DeleteFunc: func(obj any) { k.observe(obj, true) },
+	})
+	if err != nil {
+		return err
 	}
+	pods := f.Core().V1().Pods().Informer().GetStore()
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	eachTick(ctx, 50*time.Millisecond, func() {
+		for _, obj := range pods.List() {
+			k.finish(ctx, obj.(*corev1.Pod).DeepCopy())
+		}
+	})
 	return nil
 }
 
-func (k *kubelet) observe(jobs []batchv1.Job) {
+// observe records a Job event, obj or its deletion, and counts the
+// unfinished Jobs it leaves.
+func (k *kubelet) observe(obj any, deleted bool) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if j, ok := obj.(*batchv1.Job); ok && !deleted {
+		k.current[key] = j
+	} else {
+		delete(k.current, key)
+	}
 	live := 0
-	for _, j := range jobs {
+	for _, j := range k.current {
 		k.jobs[j.Name] = j.Annotations[job.AnnotationNode] + "#" + j.Labels[job.LabelAttempt]
 		finished := slices.ContainsFunc(j.Status.Conditions, func(c batchv1.JobCondition) bool {
 			return (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue

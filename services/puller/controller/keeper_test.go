@@ -36,8 +36,10 @@ func (r *rig) startReplica(t *testing.T, replica string, resync, slotTTL time.Du
 	return testkit.Run(t, func(ctx context.Context) error { return controller.Run(ctx, env.Env, cfg) })
 }
 
-// holdingKubelet finishes every pull pod at once, except those pulling an
-// image containing hold while held is true.
+// holdingKubelet finishes every pull pod of the informers' store every
+// 50 ms, except those pulling an image containing hold while held is
+// true (a status update failing on a stale pod is made again at a later
+// step).
 type holdingKubelet struct {
 	r    *rig
 	hold string
@@ -45,30 +47,34 @@ type holdingKubelet struct {
 }
 
 func (k *holdingKubelet) run(ctx context.Context) error {
-	cs := k.r.kube.Clientset
-	for ctx.Err() == nil {
-		pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: job.LabelManagedBy + "=" + job.ManagedBy})
-		if err == nil {
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				if p.Status.Phase == corev1.PodSucceeded || (k.held.Load() && strings.Contains(p.Annotations[job.AnnotationImages], k.hold)) {
-					continue
-				}
-				p.Status.Phase = corev1.PodSucceeded
-				p.Status.ContainerStatuses = nil
-				for _, c := range p.Spec.Containers {
-					p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
-						State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}})
-				}
-				_, _ = cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	f := pullInformers(k.r)
+	pods := f.Core().V1().Pods().Informer().GetStore()
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	eachTick(ctx, 50*time.Millisecond, func() {
+		for _, obj := range pods.List() {
+			if p := obj.(*corev1.Pod); !k.keeps(p) {
+				k.finish(ctx, p.DeepCopy())
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	})
 	return nil
+}
+
+// keeps says whether p is left as it is: finished, or held.
+func (k *holdingKubelet) keeps(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || (k.held.Load() && strings.Contains(p.Annotations[job.AnnotationImages], k.hold))
+}
+
+// finish makes p Succeeded.
+func (k *holdingKubelet) finish(ctx context.Context, p *corev1.Pod) {
+	p.Status.Phase = corev1.PodSucceeded
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}})
+	}
+	_, _ = k.r.kube.Clientset.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 }
 
 // unfinishedPullPods lists the pull pods neither Succeeded nor Failed.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc/bus"
@@ -48,7 +52,7 @@ func newRig(t *testing.T, opts ...kubetest.Option) *rig {
 	t.Helper()
 	r := &rig{kube: kubetest.Start(t, opts...), bus: testkit.NATS(t)}
 	r.kube.InstallCRDs(t, crdDir)
-	m := &mirror{r: r, known: map[string]string{}}
+	m := &mirror{r: r, logf: t.Logf, known: map[string]string{}}
 	testkit.Run(t, m.run)
 	return r
 }
@@ -88,13 +92,21 @@ var mirroredTypes = []mirrored{
 	{controller.DefaultTypes.Jobs, batchv1.SchemeGroupVersion.WithResource("jobs"), job.LabelManagedBy + "=" + job.ManagedBy},
 }
 
-// mirror lists the control plane's objects every 50 ms and writes what
-// changed into the resources bucket as msg.Resource (managedFields
-// stripped), announcing each write or delete with a msg.Change carrying
-// the key's revision, as the watcher does.
+// mirror watches the control plane's objects, one informer per mirrored
+// type, and writes each change into the resources bucket as msg.Resource
+// (managedFields stripped; an object whose hash is unchanged is not
+// written again), announcing each write or delete with a msg.Change
+// carrying the key's revision, as the watcher does. The first write that
+// fails, unless the mirror is stopping, is logged, and run returns it
+// once its context ends.
 type mirror struct {
-	r     *rig
+	r    *rig
+	logf func(format string, args ...any)
+	kv   jetstream.KeyValue
+
+	mu    sync.Mutex        // held over each put or delete
 	known map[string]string // key -> hash
+	err   error             // the first write that failed
 }
 
 func (m *mirror) run(ctx context.Context) error {
@@ -102,40 +114,71 @@ func (m *mirror) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		seen := map[string]bool{}
-		for _, mt := range mirroredTypes {
-			list, err := m.r.kube.Client.Resource(mt.gvr).List(ctx, metav1.ListOptions{LabelSelector: mt.selector})
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				continue // a CRD not served yet
-			}
-			for _, item := range list.Items {
-				key := msg.ResourceKey(source, mt.typ, item.GetNamespace(), item.GetName())
-				seen[key] = true
-				if err := m.put(ctx, kv, mt.typ, key, item); err != nil && ctx.Err() == nil {
-					return err
-				}
-			}
+	m.kv = kv
+	var infs []cache.SharedIndexInformer
+	for _, mt := range mirroredTypes {
+		inf := dynamicinformer.NewFilteredDynamicInformer(m.r.kube.Client, mt.gvr, metav1.NamespaceAll, 0, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = mt.selector }).Informer()
+		if _, err := inf.AddEventHandler(m.handler(ctx, mt.typ)); err != nil {
+			return err
 		}
-		for key := range m.known {
-			if !seen[key] {
-				if err := m.delete(ctx, key); err != nil && ctx.Err() == nil {
-					return err
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
+		infs = append(infs, inf)
 	}
-	return nil
+	// An informer retries its list until its type is served; each
+	// returns once ctx ends and its handler calls are over.
+	var wg sync.WaitGroup
+	for _, inf := range infs {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
+	wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
 }
 
-func (m *mirror) put(ctx context.Context, kv jetstream.KeyValue, typ, key string, item unstructured.Unstructured) error {
+// handler mirrors the events of typ's informer.
+func (m *mirror) handler(ctx context.Context, typ string) cache.ResourceEventHandlerFuncs {
+	write := func(obj any) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		key := msg.ResourceKey(source, typ, u.GetNamespace(), u.GetName())
+		m.record(ctx, m.put(ctx, typ, key, *u.DeepCopy()))
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    write,
+		UpdateFunc: func(_, obj any) { write(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return
+			}
+			m.record(ctx, m.delete(ctx, msg.ResourceKey(source, typ, u.GetNamespace(), u.GetName())))
+		},
+	}
+}
+
+// record keeps err if it is the first write error and ctx is not done.
+func (m *mirror) record(ctx context.Context, err error) {
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err == nil {
+		m.err = err
+		m.logf("mirror: %v", err)
+	}
+}
+
+// put writes item under key unless its hash is unchanged.
+func (m *mirror) put(ctx context.Context, typ, key string, item unstructured.Unstructured) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	unstructured.RemoveNestedField(item.Object, "metadata", "managedFields")
 	b, err := json.Marshal(item.Object)
 	if err != nil {
@@ -151,7 +194,7 @@ func (m *mirror) put(ctx context.Context, kv jetstream.KeyValue, typ, key string
 	if err != nil {
 		return err
 	}
-	rev, err := kv.Put(ctx, key, value)
+	rev, err := m.kv.Put(ctx, key, value)
 	if err != nil {
 		return err
 	}
@@ -162,7 +205,13 @@ func (m *mirror) put(ctx context.Context, kv jetstream.KeyValue, typ, key string
 	return err
 }
 
+// delete deletes key if it was written.
 func (m *mirror) delete(ctx context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.known[key]; !ok {
+		return nil
+	}
 	_, typ, ns, name, err := msg.ParseResourceKey(key)
 	if err != nil {
 		return err
@@ -177,6 +226,28 @@ func (m *mirror) delete(ctx context.Context, key string) error {
 	c := msg.Change{Source: source, Type: typ, Key: key, Op: msg.OpDelete, Namespace: ns, Name: name, Revision: ack.Sequence, ObservedAt: time.Now().UTC()}
 	_, err = bus.Publish(ctx, m.r.bus.JS, msg.ChangeSubject(source, typ), msg.ChangeID(key, ack.Sequence), c)
 	return err
+}
+
+// pullInformers returns a factory of informers over weft's pull Jobs
+// and pods; the informers asked of it before Start run.
+func pullInformers(r *rig) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(r.kube.Clientset, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = job.LabelManagedBy + "=" + job.ManagedBy
+	}))
+}
+
+// eachTick calls f at once, then every d until ctx ends.
+func eachTick(ctx context.Context, d time.Duration, f func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // node creates a node; ready sets its Ready condition.
