@@ -41,7 +41,10 @@ func CacheDir() string {
 func GoBuild(t testing.TB, pkg string) string {
 	t.Helper()
 	mode := "plain"
-	var args []string
+	// No version control stamp: the same program built through `make run`
+	// (GoFlags) is then found up to date in GoBuild's file, whatever the
+	// state of the checkout.
+	args := []string{"-buildvcs=false"}
 	if raceEnabled {
 		mode = "race"
 		args = append(args, "-race")
@@ -57,9 +60,9 @@ func GoBuild(t testing.TB, pkg string) string {
 // another way than GoBuild (`make run`): the environment's GOFLAGS, -race
 // when the test binary has the race detector, so the build uses the
 // packages compiled for the tests instead of compiling them all again, and
-// -buildvcs=false: GoBuild builds by import path, which stamps no version
-// control information, so the same program built into GoBuild's file is
-// found up to date there instead of linked again.
+// -buildvcs=false, as GoBuild builds: the same program built into
+// GoBuild's file is then found up to date there instead of linked again.
+// (A GOFLAGS in the environment replaces the one of `go env -w`.)
 func GoFlags() string {
 	flags := os.Getenv("GOFLAGS")
 	if raceEnabled {
