@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // TestApplyFilePrecedence: the file's logging.verbose and controller
@@ -138,7 +140,7 @@ targets:
 	} {
 		deadline := time.Now().Add(time.Minute)
 		for {
-			err := get(want.url)
+			err := testkit.Healthy(http.DefaultClient, want.url)
 			if (err == nil) == want.ok && (want.ok || strings.Contains(err.Error(), "404")) {
 				break
 			}

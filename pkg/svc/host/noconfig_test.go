@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/svc"
 	"github.com/weftio/weft/pkg/svc/embedded"
+	"github.com/weftio/weft/pkg/testkit"
 )
 
 // TestRunWithoutConfig: a NoConfig binary takes only the connection
@@ -75,7 +75,7 @@ func TestRunWithoutConfig(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := get("http://" + listen + "/readyz")
+		err := testkit.Healthy(http.DefaultClient, "http://"+listen+"/readyz")
 		if err == nil {
 			break
 		}
@@ -84,7 +84,7 @@ func TestRunWithoutConfig(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := get("http://" + listen + "/metrics"); err != nil {
+	if err := testkit.Healthy(http.DefaultClient, "http://"+listen+"/metrics"); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -105,22 +105,4 @@ func TestRunWithoutConfigNeedsAServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--nats-url") {
 		t.Fatalf("err %v, want one naming --nats-url", err)
 	}
-}
-
-func get(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(resp.Status)
-	}
-	return nil
 }
