@@ -1,7 +1,9 @@
 // Package testkit is the one shared package of test helpers: an embedded
 // NATS server with JetStream and weft's streams provisioned, a service
 // environment whose logs go to the test log and whose spans are recorded,
-// and polling helpers. It is imported by tests only.
+// and polling helpers. It is imported by tests only. Its subpackages hold
+// what only some tests need and most should not link: kubetest (a
+// Kubernetes control plane), imagetest (containerd and image registries).
 package testkit
 
 import (
