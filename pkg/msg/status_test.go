@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
 	"github.com/weftio/weft/pkg/testkit"
@@ -62,32 +61,6 @@ func TestReadPulls(t *testing.T) {
 	}
 }
 
-// writeUnanswered is a status bucket whose writes go unanswered: each lands
-// (land) or not, and answers with a timeout, as when the NATS node that
-// took it is lost before it answers.
-type writeUnanswered struct {
-	jetstream.KeyValue
-	land bool
-}
-
-func (u writeUnanswered) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	if u.land {
-		if _, err := u.KeyValue.Create(ctx, key, value, opts...); err != nil {
-			return 0, err
-		}
-	}
-	return 0, nats.ErrTimeout
-}
-
-func (u writeUnanswered) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	if u.land {
-		if _, err := u.KeyValue.Update(ctx, key, value, rev); err != nil {
-			return 0, err
-		}
-	}
-	return 0, nats.ErrTimeout
-}
-
 // TestStoreStatusWhoseAnswerWasLost: on a 3-node cluster (R3 buckets), a
 // status write that landed but went unanswered is done, with the
 // revision it landed at; one that did not land, and one refused because
@@ -116,17 +89,17 @@ func TestStoreStatusWhoseAnswerWasLost(t *testing.T) {
 	}
 
 	// Created, unanswered: done.
-	rev, err := msg.StoreStatus(ctx, writeUnanswered{kv, true}, "created", st(1), 0)
+	rev, err := msg.StoreStatus(ctx, &testkit.LostAnswers{KeyValue: kv, Land: true, Lose: 1}, "created", st(1), 0)
 	if at, v := read("created"); err != nil || rev != at || v != 1 {
 		t.Fatalf("create that landed unanswered = %d, %v; the key is at %d with v%d", rev, err, at, v)
 	}
 	// Updated, unanswered: done.
-	rev, err = msg.StoreStatus(ctx, writeUnanswered{kv, true}, "created", st(2), rev)
+	rev, err = msg.StoreStatus(ctx, &testkit.LostAnswers{KeyValue: kv, Land: true, Lose: 1}, "created", st(2), rev)
 	if at, v := read("created"); err != nil || rev != at || v != 2 {
 		t.Fatalf("update that landed unanswered = %d, %v; the key is at %d with v%d", rev, err, at, v)
 	}
 	// Not landed, unanswered: an error, the key as it was.
-	if _, err := msg.StoreStatus(ctx, writeUnanswered{kv, false}, "created", st(3), rev); !errors.Is(err, nats.ErrTimeout) {
+	if _, err := msg.StoreStatus(ctx, &testkit.LostAnswers{KeyValue: kv, Lose: 1}, "created", st(3), rev); !errors.Is(err, nats.ErrTimeout) {
 		t.Fatalf("update that did not land = %v, want the timeout", err)
 	}
 	if _, v := read("created"); v != 2 {

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftio/weft/pkg/msg"
@@ -94,22 +93,6 @@ func TestWriteStatusReadsTheRendererAgain(t *testing.T) {
 	}
 }
 
-// answerLost is a status bucket whose first Update lands but answers with
-// an error, as when the node that took it is lost before it answers.
-type answerLost struct {
-	jetstream.KeyValue
-	lost bool
-}
-
-func (a *answerLost) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	n, err := a.KeyValue.Update(ctx, key, value, rev)
-	if err == nil && !a.lost {
-		a.lost = true
-		return 0, nats.ErrTimeout
-	}
-	return n, err
-}
-
 // TestStatusUpdateWhoseAnswerWasLost: a status change whose write landed
 // but whose answer was lost is done, not superseded (made again, the
 // change would find nothing left to change, and the confirmation would go
@@ -126,7 +109,7 @@ func TestStatusUpdateWhoseAnswerWasLost(t *testing.T) {
 	if _, err := msg.StoreStatus(ctx, kv, key, msg.ValidationStatus{Target: "edge", Pending: "b2", PendingVersion: 2, LastFull: "b1", LastFullVersion: 1}, 0); err != nil {
 		t.Fatal(err)
 	}
-	lossy := &answerLost{KeyValue: kv}
+	lossy := &testkit.LostAnswers{KeyValue: kv, Land: true, Lose: 1}
 	v := &validator{status: lossy}
 	calls := 0
 	err = v.updateStatus(ctx, "edge", func(st *msg.ValidationStatus) bool {
@@ -137,8 +120,8 @@ func TestStatusUpdateWhoseAnswerWasLost(t *testing.T) {
 		st.Pending, st.PendingVersion, st.LastFull, st.LastFullVersion = "", 0, "b2", 2
 		return true
 	})
-	if err != nil || !lossy.lost || calls != 1 {
-		t.Fatalf("updateStatus = %v after %d calls of the change (answer lost: %v), want done after 1", err, calls, lossy.lost)
+	if err != nil || lossy.Left() != 0 || calls != 1 {
+		t.Fatalf("updateStatus = %v after %d calls of the change (answers still to lose: %d), want done after 1", err, calls, lossy.Left())
 	}
 	var st msg.ValidationStatus
 	if _, err := msg.LoadStatus(ctx, kv, key, &st); err != nil || st.LastFull != "b2" || st.Pending != "" {
