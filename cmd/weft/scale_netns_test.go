@@ -68,17 +68,17 @@ func inScaleNetns(tb testing.TB) bool {
 	cmd.Env = append(os.Environ(), scaleNetnsEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		tb.Fatalf("%s in a network namespace of its own: %v\n%s", tb.Name(), err, tail(string(out), 60))
+		tb.Fatalf("%s in a network namespace of its own: %v\n%s", tb.Name(), err, testkit.LastLines(string(out), 60))
 	}
 	if !bench {
 		if !strings.Contains(string(out), "--- PASS: "+tb.Name()) {
-			tb.Fatalf("%s in a network namespace of its own did not pass:\n%s", tb.Name(), tail(string(out), 60))
+			tb.Fatalf("%s in a network namespace of its own did not pass:\n%s", tb.Name(), testkit.LastLines(string(out), 60))
 		}
 		return true
 	}
 	metrics := benchMetrics(string(out), tb.Name())
 	if len(metrics) == 0 {
-		tb.Fatalf("%s in a network namespace of its own reported nothing:\n%s", tb.Name(), tail(string(out), 60))
+		tb.Fatalf("%s in a network namespace of its own reported nothing:\n%s", tb.Name(), testkit.LastLines(string(out), 60))
 	}
 	for b.Loop() {
 	}
@@ -106,10 +106,4 @@ func benchMetrics(out, name string) map[string]float64 {
 		}
 	}
 	return m
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -1,11 +1,11 @@
 package testkit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -29,15 +29,18 @@ func Healthy(client *http.Client, url string) error {
 	return nil
 }
 
-// Tail returns the last n lines of the file at path.
+// Tail returns the last n lines of the file at path (or why it could not
+// be read).
 func Tail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
-	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
+	return LastLines(string(data), n)
+}
+
+// LastLines returns the last n lines of s, without its final newline.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

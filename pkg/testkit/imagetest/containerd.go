@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -87,14 +86,14 @@ func Containerd(t testing.TB) string {
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			t.Logf("containerd log (last lines):\n%s", lastLines(out.String(), 40))
+			t.Logf("containerd log (last lines):\n%s", testkit.LastLines(out.String(), 40))
 		}
 	})
 	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
 		case <-exited:
-			t.Fatalf("containerd exited (%v):\n%s", exitErr(), lastLines(out.String(), 40))
+			t.Fatalf("containerd exited (%v):\n%s", exitErr(), testkit.LastLines(out.String(), 40))
 		default:
 		}
 		err := criAnswers(sock)
@@ -102,7 +101,7 @@ func Containerd(t testing.TB) string {
 			return sock
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("containerd's CRI ImageService does not answer on %s within a minute: %v\n%s", sock, err, lastLines(out.String(), 40))
+			t.Fatalf("containerd's CRI ImageService does not answer on %s within a minute: %v\n%s", sock, err, testkit.LastLines(out.String(), 40))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -123,12 +122,4 @@ func criAnswers(sock string) error {
 	defer cancel()
 	_, err = runtimeapi.NewImageServiceClient(conn).ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	return err
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
