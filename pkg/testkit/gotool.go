@@ -57,14 +57,18 @@ func GoBuild(t testing.TB, pkg string) string {
 }
 
 // GoFlags is GOFLAGS for a build of a weft program that a test starts
-// another way than GoBuild (`make run`): the environment's GOFLAGS, -race
-// when the test binary has the race detector, so the build uses the
-// packages compiled for the tests instead of compiling them all again, and
-// -buildvcs=false, as GoBuild builds: the same program built into
-// GoBuild's file is then found up to date there instead of linked again.
-// (A GOFLAGS in the environment replaces the one of `go env -w`.)
+// another way than GoBuild (`make run`): the GOFLAGS GoBuild's own go
+// command has (`go env GOFLAGS`: the environment's, else `go env -w`'s,
+// which a GOFLAGS set for a command would replace), -race when the test
+// binary has the race detector, so the build uses the packages compiled
+// for the tests instead of compiling them all again, and -buildvcs=false,
+// as GoBuild builds: the same program built into GoBuild's file is then
+// found up to date there instead of linked again.
 func GoFlags() string {
 	flags := os.Getenv("GOFLAGS")
+	if out, err := exec.Command("go", "env", "GOFLAGS").Output(); err == nil {
+		flags = strings.TrimSpace(string(out))
+	}
 	if raceEnabled {
 		flags += " -race"
 	}
