@@ -77,7 +77,7 @@ func WithControllerManager(more ...string) Option {
 
 // AssetsDir is where Start finds kube-apiserver, etcd and
 // kube-controller-manager: $KUBEBUILDER_ASSETS when set, else the folder
-// hack/envtest/build.sh builds into by default (in CacheDir).
+// hack/envtest/build.sh builds into by default (in testkit.CacheDir).
 func AssetsDir() string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
@@ -87,7 +87,7 @@ func AssetsDir() string {
 
 // Binary returns the path of one of the test control plane's programs
 // (kube-apiserver, etcd, kube-controller-manager) in AssetsDir, or ends
-// the test through Need when it has not been built.
+// the test through testkit.Need when it has not been built.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	p, err := binaries(name)
@@ -118,7 +118,7 @@ var quietControllerRuntime sync.Once
 // Start starts a Kubernetes control plane for the test and stops it when the
 // test ends. The binaries must have been built (`make deps` builds them, or
 // run hack/envtest/build.sh); when they are missing the test ends through
-// Need.
+// testkit.Need.
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	var o options

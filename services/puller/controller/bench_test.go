@@ -82,7 +82,7 @@ func newBenchRig(b *testing.B) *benchRig {
 	r := &benchRig{rig: &rig{kube: kubetest.Start(b), bus: testkit.NATS(b)}}
 	r.kube.InstallCRDs(b, crdDir)
 	m := &mirror{r: r.rig, logf: b.Logf, known: map[string]string{}}
-	testkit.Run(b, m.follow)
+	testkit.Run(b, m.run)
 	r.probe = newProbe(b, r.rig)
 	r.namespace(b, benchNamespace, nil)
 	r.policy(b, "bench", v1alpha1.PrePullPolicySpec{Mode: v1alpha1.ModeCRI, Workloads: v1alpha1.WorkloadSelector{
@@ -417,110 +417,4 @@ func (p *probe) times(b *testing.B, start time.Time, rv, ppi string) roundTimes 
 		b.Fatalf("not seen: %s (PrePullImages created: %s)", strings.Join(missing, "; "), strings.Join(seen, ", "))
 	}
 	return t
-}
-
-// follow is the mirror driven by plain watches rather than informers:
-// every type is listed, then watched from the list's resourceVersion
-// (listed again when its watch ends), and one goroutine writes and
-// announces what changed.
-func (m *mirror) follow(ctx context.Context) error {
-	kv, err := m.r.bus.JS.KeyValue(ctx, msg.BucketResources)
-	if err != nil {
-		return err
-	}
-	m.kv = kv
-	events := make(chan mirrorEvent, 1024)
-	var wg sync.WaitGroup
-	for _, mt := range mirroredTypes {
-		wg.Go(func() { m.watchType(ctx, mt, events) })
-	}
-	defer wg.Wait()
-	for {
-		var ev mirrorEvent
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev = <-events:
-		}
-		if err := m.apply(ctx, ev); err != nil && ctx.Err() == nil {
-			return err
-		}
-	}
-}
-
-// mirrorEvent is a watch event of type typ, or with listed set the
-// complete list of the type.
-type mirrorEvent struct {
-	typ     string
-	deleted bool
-	item    unstructured.Unstructured
-	listed  bool
-	items   []unstructured.Unstructured
-}
-
-func (m *mirror) apply(ctx context.Context, ev mirrorEvent) error {
-	if !ev.listed {
-		key := msg.ResourceKey(source, ev.typ, ev.item.GetNamespace(), ev.item.GetName())
-		if ev.deleted {
-			if _, ok := m.known[key]; !ok {
-				return nil
-			}
-			return m.delete(ctx, key)
-		}
-		return m.put(ctx, ev.typ, key, ev.item)
-	}
-	seen := map[string]bool{}
-	for _, item := range ev.items {
-		key := msg.ResourceKey(source, ev.typ, item.GetNamespace(), item.GetName())
-		seen[key] = true
-		if err := m.put(ctx, ev.typ, key, item); err != nil {
-			return err
-		}
-	}
-	prefix := msg.ResourcePrefix(source, ev.typ)
-	for key := range m.known {
-		if strings.HasPrefix(key, prefix) && !seen[key] {
-			if err := m.delete(ctx, key); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (m *mirror) watchType(ctx context.Context, mt mirrored, events chan<- mirrorEvent) {
-	send := func(ev mirrorEvent) bool {
-		select {
-		case events <- ev:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for ctx.Err() == nil {
-		res := m.r.kube.Client.Resource(mt.gvr)
-		list, err := res.List(ctx, metav1.ListOptions{LabelSelector: mt.selector})
-		if err != nil { // a CRD not served yet
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if !send(mirrorEvent{typ: mt.typ, listed: true, items: list.Items}) {
-			return
-		}
-		w, err := res.Watch(ctx, metav1.ListOptions{LabelSelector: mt.selector, ResourceVersion: list.GetResourceVersion()})
-		if err != nil {
-			continue
-		}
-		for ev := range w.ResultChan() {
-			u, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted) {
-				continue // an error: the watch ends, the type is listed again
-			}
-			if !send(mirrorEvent{typ: mt.typ, deleted: ev.Type == watch.Deleted, item: *u}) {
-				w.Stop()
-				return
-			}
-		}
-		w.Stop()
-	}
 }

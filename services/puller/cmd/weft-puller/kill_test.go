@@ -96,7 +96,7 @@ puller:
 		t.Fatal(err)
 	}
 	for i := range killNodes {
-		readyNode(t, cs, fmt.Sprintf("node-%02d", i))
+		kube.ReadyNode(t, fmt.Sprintf("node-%02d", i), nil)
 	}
 	policy, err := v1alpha1.ToUnstructured(&v1alpha1.PrePullPolicy{ObjectMeta: metav1.ObjectMeta{Name: "all"},
 		Spec: v1alpha1.PrePullPolicySpec{
@@ -213,26 +213,6 @@ puller:
 		}
 		return nil
 	})
-}
-
-// readyNode creates a Ready, untainted Node.
-func readyNode(t *testing.T, cs kubernetes.Interface, name string) {
-	t.Helper()
-	ctx := context.Background()
-	node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	if node, err = cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The node lifecycle controller (not running) lifts the not-ready
-	// taint of a Ready node.
-	node.Spec.Taints = nil
-	if _, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // allPulled is nil once every workload's PrePullImage is Completed with
