@@ -238,6 +238,7 @@ func (c *Checker) run(ctx context.Context, dir, cfg string, aliases []string) ([
 
 	cmd := exec.CommandContext(runCtx, c.bin, "-c", "-f", cfg)
 	cmd.Dir = dir
+	cmd.Env = Environ(os.Environ())
 	out := &cappedBuffer{max: maxOutput}
 	// The same comparable writer for both streams: exec serialises the writes
 	// and keeps haproxy's interleaving of stdout and stderr.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/weftio/weft/pkg/config"
 	"github.com/weftio/weft/pkg/testkit"
+	"github.com/weftio/weft/services/validator/haproxycheck"
 )
 
 const quickstart = "../../../../examples/quickstart/weft.yaml"
@@ -206,6 +207,15 @@ func TestHAProxyServesTheBootstrapAndStopsWithItsContext(t *testing.T) {
 		t.Errorf("admin socket: %v", err)
 	} else {
 		c.Close()
+	}
+	// The master runs with glibc's malloc on huge pages, and so does
+	// every worker a reload execs from it.
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", hp.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "GLIBC_TUNABLES=" + haproxycheck.HugePages; !slices.Contains(strings.Split(string(environ), "\x00"), want) {
+		t.Errorf("haproxy's environment has no %s: %q", want, environ)
 	}
 	cancel()
 	if err := hp.Wait(); err != nil {

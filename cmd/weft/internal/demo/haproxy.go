@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/weftio/weft/services/validator/haproxycheck"
 )
 
 var (
@@ -68,6 +70,9 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	cmd := exec.CommandContext(ctx, o.Bin, "-W", "-db", "-f", cfg, "-S", o.MasterSocket)
 	h := &HAProxy{MasterSocket: o.MasterSocket, AdminSocket: o.AdminSocket, ctx: ctx, out: newLineLog(o.Log.With("process", "haproxy"), ctx), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = h.out, h.out
+	// glibc's malloc on huge pages: HAProxy parses the whole configuration
+	// at each reload, as haproxy -c does (haproxycheck.HugePages)
+	cmd.Env = haproxycheck.Environ(os.Environ())
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.Cancel = func() error { return stopGroup(cmd.Process) }
 	cmd.WaitDelay = stopTimeout
