@@ -144,7 +144,7 @@ chaos-short:
 ## or a kube-apiserver to a real HAProxy. SCALE_BENCH picks benchmarks,
 ## SCALE_BENCHTIME the changes timed per benchmark. The kube ones run in a
 ## network namespace of their own (unshare -n, as root).
-SCALE_BENCH ?= AtScale|InitialSyncToServed|WatcherProcessRSS|HundredThousand
+SCALE_BENCH ?= AtScale|InitialSyncToServed|WatcherProcessRSS|HundredThousand|UpProcess
 SCALE_BENCHTIME ?= 30x
 bench-scale: deps
 	cd cmd/weft && $(GO) test -run '^$$' -bench '$(SCALE_BENCH)' -benchtime $(SCALE_BENCHTIME) -timeout 180m .

@@ -100,6 +100,8 @@ var scaleLogs = flag.String("scale-logs", "", "write the services' logs of each 
 // and writes those that start during the timed changes to this file, one
 // JSON object a line: name, trace, start (ms after the first change) and
 // ms, for where a change's time goes between and within the services.
+// BenchmarkInitialSyncToServed writes the spans of the initial sync, its
+// one "change" from the services' start until every host is served.
 var scaleSpans = flag.String("scale-spans", "", "write the spans of the timed changes to this file")
 
 // writeSpans writes the spans -scale-spans asks for, of those that
@@ -276,9 +278,11 @@ func BenchmarkInitialSyncToServed(b *testing.B) {
 		b.Run(size.name, func(b *testing.B) {
 			w, dir, kube, cs, port := prepareScale(b, fromManifests, size.n)
 			s := startScale(b, fromManifests, w, dir, kube, cs, port)
-			took := s.allServed(b, 10*time.Minute).Sub(s.started)
+			served := s.allServed(b, 10*time.Minute)
+			took := served.Sub(s.started)
 			writeHeapProfile(b)
 			writeLogs(b, s)
+			writeSpans(b, s, []time.Time{s.started}, []time.Time{served})
 			s.stop()
 			reportOnce(b, map[string]float64{"sync-s": took.Seconds()})
 		})
@@ -384,7 +388,11 @@ func synced(js jetstream.JetStream, source string, n int) error {
 }
 
 // vmRSS reads VmRSS of /proc/<pid>/status in bytes.
-func vmRSS(b testing.TB, pid string) int64 {
+func vmRSS(b testing.TB, pid string) int64 { return procStatus(b, pid, "VmRSS") }
+
+// procStatus is a size field of /proc/<pid>/status (VmRSS, VmHWM), in
+// bytes.
+func procStatus(b testing.TB, pid, field string) int64 {
 	b.Helper()
 	f, err := os.Open(filepath.Join("/proc", pid, "status"))
 	if err != nil {
@@ -393,7 +401,7 @@ func vmRSS(b testing.TB, pid string) int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
 				b.Fatal(err)
@@ -401,8 +409,81 @@ func vmRSS(b testing.TB, pid string) int64 {
 			return kb << 10
 		}
 	}
-	b.Fatal(errors.New("no VmRSS in /proc/" + pid + "/status"))
+	b.Fatal(errors.New("no " + field + " in /proc/" + pid + "/status"))
 	return 0
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(b testing.TB, pid int) []int {
+	b.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []int
+	for _, p := range stats {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses
+		_, rest, ok := strings.Cut(string(data[bytes.LastIndexByte(data, ')')+1:]), " ")
+		if f := strings.Fields(rest); ok && len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// BenchmarkUpProcess runs `weft up` as its own process (built as the
+// tests build it, its NATS server embedded) on N Ingresses with their
+// Services and EndpointSlices from manifests, delivering to an HAProxy the
+// benchmark starts, as BenchmarkHundredThousand's rig does; but the
+// process measured holds weft alone, not the benchmark's probes, echo
+// backends and world. It reports the time from the start of the process
+// until every host is served (load-s), weft's resident memory then
+// (rss-MB, VmRSS) and at its peak (peak-MB, VmHWM), HAProxy's (its master
+// and workers, haproxy-MB), and one endpoint change served while all are
+// held (edit-ms).
+func BenchmarkUpProcess(b *testing.B) {
+	bin := testkit.GoBuild(b, "github.com/weftio/weft/cmd/weft")
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"10k", 10000}, {"100k", hundredThousand}} {
+		b.Run(size.name, func(b *testing.B) {
+			w, dir, _, _, port := prepareScale(b, fromManifests, size.n)
+			cfg := filepath.Join(dir, "weft.yaml")
+			if err := os.WriteFile(cfg, []byte(scaleConfig(fromManifests, "", port, dir)), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			ss := &scaleStack{w: w, src: fromManifests, port: port, stack: &stack{t: b, dir: dir}}
+			ss.drv, ss.haproxyPid = startScaleHAProxy(b, dir, port)
+			ss.started = time.Now()
+			p := testkit.StartProcess(b, bin, "up", "--config", cfg, "--data-dir", filepath.Join(dir, "data"),
+				"--nats-listen", "127.0.0.1:"+strconv.Itoa(testkit.FreePort(b)), "--listen", "127.0.0.1:0", "--log-level", "warn")
+			load := ss.allServed(b, 20*time.Minute).Sub(ss.started)
+			pid := strconv.Itoa(p.Pid())
+			rss, peak := procStatus(b, pid, "VmRSS"), procStatus(b, pid, "VmHWM")
+			haproxy := vmRSS(b, strconv.Itoa(ss.haproxyPid))
+			for _, c := range childrenOf(b, ss.haproxyPid) {
+				haproxy += vmRSS(b, strconv.Itoa(c))
+			}
+			i := size.n / 2
+			start := time.Now()
+			want := ss.flip(b, i)
+			edit := ss.served(b, w.host(i), want, servedTimeout).Sub(start)
+			ss.only(b, w.host(i), want)
+			reportOnce(b, map[string]float64{
+				"load-s":     load.Seconds(),
+				"rss-MB":     float64(rss) / (1 << 20),
+				"peak-MB":    float64(peak) / (1 << 20),
+				"haproxy-MB": float64(haproxy) / (1 << 20),
+				"edit-ms":    float64(edit.Microseconds()) / 1000,
+			})
+		})
+	}
 }
 
 // TestScaleRigServes is the scale benchmarks' rig at 20 Ingresses, from
