@@ -637,11 +637,21 @@ func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, erro
 	if err != nil {
 		return Bundle{}, err
 	}
+	// A file of several chunks another load in the process joined
+	// lately is taken whole; only the other files' chunks are read.
 	var refs []string
 	size := 0
-	for _, f := range m.Files {
-		refs = append(refs, f.Chunks...)
+	prior := make([]joinedFile, len(m.Files))
+	for i, f := range m.Files {
 		size += f.Size
+		if len(f.Chunks) > 1 {
+			joined.atLeast(2 * f.Size)
+			if j, ok := joined.get(contentKey(f.Chunks)); ok {
+				prior[i] = j
+				continue
+			}
+		}
+		refs = append(refs, f.Chunks...)
 	}
 	if !s.cacheFixed {
 		s.cache.atLeast(size + size/2)
@@ -653,7 +663,13 @@ func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, erro
 	}
 	b := Bundle{Target: m.Target, Base: m.Base, Main: m.Main, Hash: m.Hash, Files: make([]BundleFile, len(m.Files))}
 	for i, f := range m.Files {
-		content, ends := joinChunks(f.Chunks, f.Size, chunks)
+		content, ends := prior[i].content, prior[i].ends
+		if content == nil {
+			content, ends = joinChunks(f.Chunks, f.Size, chunks)
+			if len(f.Chunks) > 1 {
+				joined.put(contentKey(f.Chunks), joinedFile{content: content, ends: ends})
+			}
+		}
 		// Each chunk was checked against its hash: the file's digest
 		// is taken from them (ComputeHash reads no content).
 		b.Files[i] = BundleFile{Path: f.Path, Kind: f.Kind, Name: f.Name, Content: content,
@@ -666,6 +682,25 @@ func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, erro
 	b.Files = slices.Clone(b.Files)
 	return b, nil
 }
+
+// joinedFile is the content of a file of several chunks, joined, and
+// where each chunk ends in it.
+type joinedFile struct {
+	content []byte
+	ends    []int
+}
+
+// joined holds the files of several chunks that loads in this process
+// joined last, by their chunks (contentKey), for every BundleStore: the
+// stages of one process (weft up's validator and deployer, each with its
+// own store) load the same bundle one after the other, and at 1,000
+// Ingresses joining its main file a second time was a quarter of what a
+// change allocated (BENCHMARKS.md). A key names the content exactly
+// (each chunk is checked against its hash when read), so a store finds
+// there only what it would have joined itself, whatever it can still
+// read; contents are read only, as every loaded file's is. It keeps twice
+// the largest such file loaded: the bundle two stages load, and the next.
+var joined = newLRU[string, joinedFile](0, func(j joinedFile) int { return cap(j.content) })
 
 // joinChunks returns the content made of the chunks refs in order, and
 // where each ends in it. A content of one chunk is that chunk's bytes, not

@@ -636,3 +636,69 @@ func TestLoadBundleOnceAtATime(t *testing.T) {
 		t.Errorf("the store that loaded the bundle loads it gone from the stream: %v, want ErrNotStored", err)
 	}
 }
+
+// TestLoadBundleJoinsAFileOnceInAProcess: a second store in the process
+// (another stage's) loading a bundle another store loaded finds its files
+// of several chunks joined already: the same bytes, their chunks not read
+// again; a file that changed is joined anew from its chunks.
+func TestLoadBundleJoinsAFileOnceInAProcess(t *testing.T) {
+	js := provisioned(t)
+	ctx := context.Background()
+	// Files no other test of the package stores: the joined files are
+	// the process's.
+	b := storedBundle(t, "web", 437, 0)
+	changed := storedBundle(t, "web", 437, 7)
+	for _, x := range []msg.Bundle{b, changed} {
+		if err := msg.NewBundleStore(js).PutBundle(ctx, "", x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var requests atomic.Int64
+	sub, err := js.Conn().Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	load := func(s *msg.BundleStore, want msg.Bundle) (msg.Bundle, int64) {
+		t.Helper()
+		if err := js.Conn().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		before := requests.Load()
+		got, err := s.LoadBundle(ctx, want.Hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the last requests reach the subscription
+		if !bytes.Equal(mainFile(t, got), mainFile(t, want)) {
+			t.Fatalf("loaded %s's main file differs from the one stored", want.Hash)
+		}
+		return got, requests.Load() - before
+	}
+	main := func(x msg.Bundle) *byte { return &mainFile(t, x)[0] }
+
+	first, byFirst := load(msg.NewBundleStore(js), b)
+	second, bySecond := load(msg.NewBundleStore(js), b)
+	if main(first) != main(second) {
+		t.Error("a second store joined the main file again")
+	}
+	if bySecond >= byFirst {
+		t.Errorf("the second store's load made %d requests, the first's %d: want fewer, the main file's chunks not read", bySecond, byFirst)
+	}
+	next, _ := load(msg.NewBundleStore(js), changed)
+	if main(next) == main(first) {
+		t.Error("a changed main file came from the file joined before")
+	}
+}
+
+// mainFile is the content of b's main file.
+func mainFile(t *testing.T, b msg.Bundle) []byte {
+	t.Helper()
+	for _, f := range b.Files {
+		if f.Path == b.Main {
+			return f.Content
+		}
+	}
+	t.Fatalf("bundle %s has no main file %s", b.Hash, b.Main)
+	return nil
+}
