@@ -195,8 +195,10 @@ func bundleSize(b Bundle) int {
 //
 // Reading, chunks are checked against their hash and kept in a bounded
 // cache, and the bundles loaded last by the chunks of their manifest: a
-// later load of one reads only its description. Loads of one name at once
-// read it once, so a stage that will need a bundle starts loading it
+// later load of one reads only its description. A file of several chunks
+// that any store of the process joined lately is taken as joined, its
+// chunks not read (the process's stages share it). Loads of one name at
+// once read it once, so a stage that will need a bundle starts loading it
 // early (Prefetch). The object a name
 // stored whole by an older weft (a bundle's or configuration's JSON in
 // nats.go's object store format) still loads.
