@@ -567,30 +567,13 @@ func TestLoadBundleOnceAtATime(t *testing.T) {
 	if err := msg.NewBundleStore(js).PutBundle(ctx, "", b); err != nil {
 		t.Fatal(err)
 	}
-	// Every JetStream request the stores below make, counted on the server.
-	var requests atomic.Int64
-	sub, err := js.Conn().Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	requestsOf := jsRequests(t, js)
 	load := func(s *msg.BundleStore) error {
 		got, err := s.LoadBundle(ctx, b.Hash)
 		if err == nil && got.Hash != b.Hash {
 			err = fmt.Errorf("loaded %s, want %s", got.Hash, b.Hash)
 		}
 		return err
-	}
-	// requestsOf returns how many requests f made.
-	requestsOf := func(f func()) int64 {
-		t.Helper()
-		if err := js.Conn().Flush(); err != nil {
-			t.Fatal(err)
-		}
-		before := requests.Load()
-		f()
-		time.Sleep(50 * time.Millisecond) // the last requests reach the subscription
-		return requests.Load() - before
 	}
 
 	first := requestsOf(func() {
@@ -653,27 +636,19 @@ func TestLoadBundleJoinsAFileOnceInAProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var requests atomic.Int64
-	sub, err := js.Conn().Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	load := func(s *msg.BundleStore, want msg.Bundle) (msg.Bundle, int64) {
+	requestsOf := jsRequests(t, js)
+	load := func(s *msg.BundleStore, want msg.Bundle) (got msg.Bundle, requests int64) {
 		t.Helper()
-		if err := js.Conn().Flush(); err != nil {
-			t.Fatal(err)
-		}
-		before := requests.Load()
-		got, err := s.LoadBundle(ctx, want.Hash)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond) // the last requests reach the subscription
+		requests = requestsOf(func() {
+			var err error
+			if got, err = s.LoadBundle(ctx, want.Hash); err != nil {
+				t.Fatal(err)
+			}
+		})
 		if !bytes.Equal(mainFile(t, got), mainFile(t, want)) {
 			t.Fatalf("loaded %s's main file differs from the one stored", want.Hash)
 		}
-		return got, requests.Load() - before
+		return got, requests
 	}
 	main := func(x msg.Bundle) *byte { return &mainFile(t, x)[0] }
 
@@ -688,6 +663,28 @@ func TestLoadBundleJoinsAFileOnceInAProcess(t *testing.T) {
 	next, _ := load(msg.NewBundleStore(js), changed)
 	if main(next) == main(first) {
 		t.Error("a changed main file came from the file joined before")
+	}
+}
+
+// jsRequests counts every JetStream request made on js's server from now
+// on; the function it returns tells how many f made.
+func jsRequests(t *testing.T, js jetstream.JetStream) func(f func()) int64 {
+	t.Helper()
+	var requests atomic.Int64
+	sub, err := js.Conn().Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func(f func()) int64 {
+		t.Helper()
+		if err := js.Conn().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		before := requests.Load()
+		f()
+		time.Sleep(50 * time.Millisecond) // the last requests reach the subscription
+		return requests.Load() - before
 	}
 }
 
