@@ -79,7 +79,7 @@ func (d *demoRun) leftNothing(t *testing.T, out string) {
 func (d *demoRun) noProcessNorPort(t *testing.T) {
 	t.Helper()
 	waitFor(t, "nothing left of weft", func() error {
-		if left := processesNaming(t, d.dir); len(left) > 0 {
+		if left := testkit.ProcessesNaming(t, d.dir); len(left) > 0 {
 			return fmt.Errorf("processes left: %q", left)
 		}
 		for _, a := range d.ports() {
@@ -208,7 +208,7 @@ func TestUpKilledLeavesNothing(t *testing.T) {
 		t.Fatal("weft exited 0 after SIGKILL")
 	}
 	waitFor(t, "nothing left of weft", func() error {
-		if left := processesNaming(t, d.dir); len(left) > 0 {
+		if left := testkit.ProcessesNaming(t, d.dir); len(left) > 0 {
 			return fmt.Errorf("processes left: %q", left)
 		}
 		for _, a := range d.ports() {
@@ -257,10 +257,8 @@ func TestUpExitsWithItsParent(t *testing.T) {
 	t.Cleanup(func() {
 		_ = parent.Process.Kill()
 		<-done
-		for _, p := range processesNaming(t, d.dir) {
-			if pid, err := strconv.Atoi(strings.SplitN(p, ":", 2)[0]); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+		for _, p := range testkit.ProcessesNaming(t, d.dir) {
+			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
 		}
 		if t.Failed() {
 			t.Logf("weft's output:\n%s", readFile(logFile))
@@ -434,10 +432,8 @@ func TestMakeRunStopsWithMake(t *testing.T) {
 			t.Cleanup(func() {
 				_ = mk.Process.Kill()
 				<-done
-				for _, p := range processesNaming(t, d.dir) {
-					if pid, err := strconv.Atoi(strings.SplitN(p, ":", 2)[0]); err == nil {
-						_ = syscall.Kill(pid, syscall.SIGKILL)
-					}
+				for _, p := range testkit.ProcessesNaming(t, d.dir) {
+					_ = syscall.Kill(p.Pid, syscall.SIGKILL)
 				}
 				if t.Failed() {
 					t.Logf("make's output:\n%s", out)

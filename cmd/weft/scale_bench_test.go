@@ -413,29 +413,6 @@ func procStatus(b testing.TB, pid, field string) int64 {
 	return 0
 }
 
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(b testing.TB, pid int) []int {
-	b.Helper()
-	stats, err := filepath.Glob("/proc/[0-9]*/stat")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out []int
-	for _, p := range stats {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses
-		_, rest, ok := strings.Cut(string(data[bytes.LastIndexByte(data, ')')+1:]), " ")
-		if f := strings.Fields(rest); ok && len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			out = append(out, child)
-		}
-	}
-	return out
-}
-
 // BenchmarkUpProcess runs `weft up` as its own process (built as the
 // tests build it, its NATS server embedded) on N Ingresses with their
 // Services and EndpointSlices from manifests, delivering to an HAProxy the
@@ -459,16 +436,18 @@ func BenchmarkUpProcess(b *testing.B) {
 				b.Fatal(err)
 			}
 			ss := &scaleStack{w: w, src: fromManifests, port: port, stack: &stack{t: b, dir: dir}}
-			ss.drv, ss.haproxyPid = startScaleHAProxy(b, dir, port)
+			ss.drv = startScaleHAProxy(b, dir, port)
 			ss.started = time.Now()
 			p := testkit.StartProcess(b, bin, "up", "--config", cfg, "--data-dir", filepath.Join(dir, "data"),
 				"--nats-listen", "127.0.0.1:"+strconv.Itoa(testkit.FreePort(b)), "--listen", "127.0.0.1:0", "--log-level", "warn")
 			load := ss.allServed(b, 20*time.Minute).Sub(ss.started)
 			pid := strconv.Itoa(p.Pid())
 			rss, peak := procStatus(b, pid, "VmRSS"), procStatus(b, pid, "VmHWM")
-			haproxy := vmRSS(b, strconv.Itoa(ss.haproxyPid))
-			for _, c := range childrenOf(b, ss.haproxyPid) {
-				haproxy += vmRSS(b, strconv.Itoa(c))
+			// HAProxy's master and workers, old and new: each runs with
+			// its configuration file's path on its command line
+			var haproxy int64
+			for _, p := range testkit.ProcessesNaming(b, filepath.Join(dir, "out", "haproxy.cfg")) {
+				haproxy += vmRSS(b, strconv.Itoa(p.Pid))
 			}
 			i := size.n / 2
 			start := time.Now()

@@ -266,9 +266,7 @@ type scaleStack struct {
 	src  scaleSource
 	port int // HAProxy's HTTP port
 	drv  *runtime.Driver
-	// haproxyPid is HAProxy's master process.
-	haproxyPid int
-	kube       kubernetes.Interface
+	kube kubernetes.Interface
 	// started is when the services were started.
 	started time.Time
 }
@@ -346,7 +344,7 @@ func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *
 	if err := os.WriteFile(filepath.Join(dir, "weft.yaml"), []byte(scaleConfig(src, kubeconfig, httpPort, dir)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	ss.drv, ss.haproxyPid = startScaleHAProxy(b, dir, httpPort)
+	ss.drv = startScaleHAProxy(b, dir, httpPort)
 	cfg, err := config.Load(filepath.Join(dir, "weft.yaml"))
 	if err != nil {
 		b.Fatal(err)
@@ -375,8 +373,8 @@ func startScale(b testing.TB, src scaleSource, w *scaleWorld, dir string, kube *
 
 // startScaleHAProxy starts HAProxy (master-worker, until the test ends)
 // on the bootstrap configuration in dir/out, listening on httpPort, and
-// returns a runtime driver on its sockets and the master's pid.
-func startScaleHAProxy(b testing.TB, dir string, httpPort int) (*runtime.Driver, int) {
+// returns a runtime driver on its sockets.
+func startScaleHAProxy(b testing.TB, dir string, httpPort int) *runtime.Driver {
 	b.Helper()
 	master, admin := filepath.Join(dir, "master.sock"), filepath.Join(dir, "admin.sock")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -393,7 +391,7 @@ func startScaleHAProxy(b testing.TB, dir string, httpPort int) (*runtime.Driver,
 	if err != nil {
 		b.Fatal(err)
 	}
-	return drv, hp.Pid
+	return drv
 }
 
 // served waits until a fresh connection to host is answered by the

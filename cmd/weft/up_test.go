@@ -184,23 +184,6 @@ func readFile(p string) string {
 	return string(b)
 }
 
-// processesNaming lists the processes whose command line contains s.
-func processesNaming(t *testing.T, s string) []string {
-	t.Helper()
-	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, p := range cmdlines {
-		b, _ := os.ReadFile(p)
-		if line := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(line, s) {
-			out = append(out, filepath.Base(filepath.Dir(p))+": "+line)
-		}
-	}
-	return out
-}
-
 // TestUpDemo runs `weft up --demo` on the quickstart as `make run` does,
 // sends HTTP through the HAProxy it starts, and stops it with an interrupt:
 // HAProxy and its workers are gone with it.
@@ -254,13 +237,13 @@ func (p *weftProcess) stopsWithHAProxy(t *testing.T, dir string) {
 	if !ok || pid == 0 {
 		t.Fatalf("no log record says HAProxy serves the target, with its pid: %v", ready)
 	}
-	if !slices.ContainsFunc(processesNaming(t, dir), func(p string) bool { return strings.Contains(p, "haproxy -W") }) {
+	if !slices.ContainsFunc(testkit.ProcessesNaming(t, dir), func(p testkit.LiveProcess) bool { return strings.Contains(p.Cmdline, "haproxy -W") }) {
 		t.Fatal("no haproxy process names the copy's folder")
 	}
 	if err := p.interrupt(t); err != nil {
 		t.Fatalf("weft exited with %v after an interrupt", err)
 	}
-	if left := processesNaming(t, dir); len(left) > 0 {
+	if left := testkit.ProcessesNaming(t, dir); len(left) > 0 {
 		t.Fatalf("processes left after weft stopped: %q", left)
 	}
 	if err := syscall.Kill(int(pid), 0); !errors.Is(err, syscall.ESRCH) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,4 +133,39 @@ func StartCommand(t testing.TB, cmd *exec.Cmd, grace time.Duration) (stop func()
 	}
 	t.Cleanup(stop)
 	return stop, done, func() error { <-done; return waitErr }
+}
+
+// LiveProcess is a process running on the machine: its pid and its
+// command line, the arguments joined by spaces.
+type LiveProcess struct {
+	Pid     int
+	Cmdline string
+}
+
+// String is "pid: command line".
+func (p LiveProcess) String() string { return strconv.Itoa(p.Pid) + ": " + p.Cmdline }
+
+// ProcessesNaming lists the live processes whose command line contains s
+// (read from /proc; one that ends while it reads is left out).
+func ProcessesNaming(tb testing.TB, s string) []LiveProcess {
+	tb.Helper()
+	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []LiveProcess
+	for _, p := range cmdlines {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		line := strings.TrimSpace(string(bytes.ReplaceAll(data, []byte{0}, []byte{' '})))
+		if !strings.Contains(line, s) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			out = append(out, LiveProcess{Pid: pid, Cmdline: line})
+		}
+	}
+	return out
 }

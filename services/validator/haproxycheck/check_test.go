@@ -572,26 +572,6 @@ func waitStarted(t *testing.T, root string, done <-chan struct{}) {
 	t.Fatal("haproxy never started the lua script")
 }
 
-// processesMatching lists live processes whose command line contains s.
-func processesMatching(t *testing.T, s string) []string {
-	t.Helper()
-	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []string
-	for _, p := range cmdlines {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if line := string(bytes.ReplaceAll(data, []byte{0}, []byte{' '})); strings.Contains(line, s) {
-			found = append(found, filepath.Base(filepath.Dir(p))+": "+line)
-		}
-	}
-	return found
-}
-
 func requireProc(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
@@ -630,10 +610,10 @@ func TestCheckTimeoutKillsHaproxy(t *testing.T) {
 	if r.got != nil {
 		t.Errorf("want no problems, got:%s", dump(r.got))
 	}
-	if left := processesMatching(t, root); len(left) > 0 {
+	if left := testkit.ProcessesNaming(t, root); len(left) > 0 {
 		t.Errorf("haproxy still running after Check returned: %v", left)
 	}
-	if left := processesMatching(t, marker); len(left) > 0 {
+	if left := testkit.ProcessesNaming(t, marker); len(left) > 0 {
 		t.Errorf("haproxy's child still running after Check returned: %v", left)
 	}
 	assertNoTempDirs(t, root)
@@ -665,10 +645,10 @@ func TestCheckCancelKillsHaproxy(t *testing.T) {
 	if got != nil {
 		t.Errorf("want no problems, got:%s", dump(got))
 	}
-	if left := processesMatching(t, root); len(left) > 0 {
+	if left := testkit.ProcessesNaming(t, root); len(left) > 0 {
 		t.Errorf("haproxy still running after Check returned: %v", left)
 	}
-	if left := processesMatching(t, marker); len(left) > 0 {
+	if left := testkit.ProcessesNaming(t, marker); len(left) > 0 {
 		t.Errorf("haproxy's child still running after Check returned: %v", left)
 	}
 	assertNoTempDirs(t, root)
