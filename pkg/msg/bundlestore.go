@@ -197,7 +197,8 @@ func bundleSize(b Bundle) int {
 // cache, and the bundles loaded last by the chunks of their manifest: a
 // later load of one reads only its description. A file of several chunks
 // that any store of the process joined lately is taken as joined, its
-// chunks not read (the process's stages share it). Loads of one name at
+// chunks not read but kept in the cache as its parts (the process's
+// stages share it). Loads of one name at
 // once read it once, so a stage that will need a bundle starts loading it
 // early (Prefetch). The object a name
 // stored whole by an older weft (a bundle's or configuration's JSON in
@@ -639,25 +640,32 @@ func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, erro
 	if err != nil {
 		return Bundle{}, err
 	}
-	// A file of several chunks another load in the process joined
-	// lately is taken whole; only the other files' chunks are read.
-	var refs []string
 	size := 0
-	prior := make([]joinedFile, len(m.Files))
-	for i, f := range m.Files {
+	for _, f := range m.Files {
 		size += f.Size
-		if len(f.Chunks) > 1 {
-			joined.atLeast(2 * f.Size)
-			if j, ok := joined.get(contentKey(f.Chunks)); ok {
-				prior[i] = j
-				continue
-			}
-		}
-		refs = append(refs, f.Chunks...)
 	}
 	if !s.cacheFixed {
 		s.cache.atLeast(size + size/2)
 		s.loaded.atLeast(size)
+	}
+	// A file of several chunks another load in the process joined
+	// lately is taken whole, its chunks kept in this store's cache as
+	// if read (a next bundle then reads only the chunks it changed);
+	// only the other files' chunks are read.
+	var refs []string
+	keys := make([]string, len(m.Files))
+	prior := make([]*joinedFile, len(m.Files))
+	for i, f := range m.Files {
+		if len(f.Chunks) > 1 {
+			joined.atLeast(2 * f.Size)
+			keys[i] = contentKey(f.Chunks)
+			if j, ok := joined.get(keys[i]); ok {
+				prior[i] = &j
+				s.cacheChunks(f.Chunks, j)
+				continue
+			}
+		}
+		refs = append(refs, f.Chunks...)
 	}
 	chunks, err := s.chunks(ctx, refs)
 	if err != nil {
@@ -665,11 +673,14 @@ func (s *BundleStore) loadBundle(ctx context.Context, name string) (Bundle, erro
 	}
 	b := Bundle{Target: m.Target, Base: m.Base, Main: m.Main, Hash: m.Hash, Files: make([]BundleFile, len(m.Files))}
 	for i, f := range m.Files {
-		content, ends := prior[i].content, prior[i].ends
-		if content == nil {
+		var content []byte
+		var ends []int
+		if j := prior[i]; j != nil {
+			content, ends = j.content, j.ends
+		} else {
 			content, ends = joinChunks(f.Chunks, f.Size, chunks)
-			if len(f.Chunks) > 1 {
-				joined.put(contentKey(f.Chunks), joinedFile{content: content, ends: ends})
+			if keys[i] != "" {
+				joined.put(keys[i], joinedFile{content: content, ends: ends})
 			}
 		}
 		// Each chunk was checked against its hash: the file's digest
@@ -703,6 +714,16 @@ type joinedFile struct {
 // read; contents are read only, as every loaded file's is. It keeps twice
 // the largest such file loaded: the bundle two stages load, and the next.
 var joined = newLRU[string, joinedFile](0, func(j joinedFile) int { return cap(j.content) })
+
+// cacheChunks puts in the store's chunk cache each chunk refs names, as
+// the part of j's content it is (no copy).
+func (s *BundleStore) cacheChunks(refs []string, j joinedFile) {
+	start := 0
+	for k, ref := range refs {
+		s.cache.put(ref, j.content[start:j.ends[k]:j.ends[k]])
+		start = j.ends[k]
+	}
+}
 
 // joinChunks returns the content made of the chunks refs in order, and
 // where each ends in it. A content of one chunk is that chunk's bytes, not

@@ -653,16 +653,23 @@ func TestLoadBundleJoinsAFileOnceInAProcess(t *testing.T) {
 	main := func(x msg.Bundle) *byte { return &mainFile(t, x)[0] }
 
 	first, byFirst := load(msg.NewBundleStore(js), b)
-	second, bySecond := load(msg.NewBundleStore(js), b)
+	other := msg.NewBundleStore(js)
+	second, bySecond := load(other, b)
 	if main(first) != main(second) {
 		t.Error("a second store joined the main file again")
 	}
 	if bySecond >= byFirst {
 		t.Errorf("the second store's load made %d requests, the first's %d: want fewer, the main file's chunks not read", bySecond, byFirst)
 	}
-	next, _ := load(msg.NewBundleStore(js), changed)
+	// The second store keeps the chunks of the file it took joined, as
+	// if it had read them: the changed bundle's load reads only the
+	// chunks the change made, not the main file's all over.
+	next, byNext := load(other, changed)
 	if main(next) == main(first) {
 		t.Error("a changed main file came from the file joined before")
+	}
+	if byNext*2 > byFirst {
+		t.Errorf("the second store's load of a bundle with one line changed made %d requests, a load of all its chunks %d", byNext, byFirst)
 	}
 }
 
