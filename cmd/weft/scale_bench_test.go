@@ -321,9 +321,13 @@ func BenchmarkHundredThousand(b *testing.B) {
 	runtime.ReadMemStats(&ms)
 	rss := vmRSS(b, "self")
 	i := hundredThousand / 2
+	stopProfile := startChangesProfile(b)
 	start := time.Now()
 	want := s.flip(b, i)
-	edit := s.served(b, s.w.host(i), want, servedTimeout).Sub(start)
+	served := s.served(b, s.w.host(i), want, servedTimeout)
+	stopProfile()
+	edit := served.Sub(start)
+	writeSpans(b, s, []time.Time{start}, []time.Time{served})
 	s.only(b, s.w.host(i), want)
 	s.stop()
 	reportOnce(b, map[string]float64{

@@ -114,7 +114,7 @@ func seedJinja2(t *testing.T, cfg *config.Config) (map[string]string, []string) 
 		s := testkit.Jinja2Store{IndexByCount: len(st.IndexBy()), Objects: []testkit.Jinja2Object{}}
 		for _, it := range st.Items() {
 			keys, _ := st.Keys(it.ID)
-			s.Objects = append(s.Objects, testkit.Jinja2Object{ID: it.ID, Keys: keys, Obj: it.Object})
+			s.Objects = append(s.Objects, testkit.Jinja2Object{ID: it.ID, Keys: keys, Obj: it.Object()})
 		}
 		in.Types[typ] = s
 	}

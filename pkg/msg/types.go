@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -108,6 +109,25 @@ func (r Resource) Validate() error {
 	}
 	if r.Object == nil {
 		return fmt.Errorf("%w: object is missing", ErrInvalid)
+	}
+	return nil
+}
+
+// ResourceJSON is a Resource read with its object left as the JSON it was
+// written as, for a reader that keeps the object's bytes rather than a
+// decoded tree (the renderer's index). It has the Resource's schema; its
+// Object shadows the Resource's, which stays nil.
+type ResourceJSON struct {
+	Resource
+	Object json.RawMessage `json:"object"`
+}
+
+func (r ResourceJSON) Validate() error {
+	if err := need("source", r.Source, "type", r.Type, "name", r.Name, "hash", r.Hash); err != nil {
+		return err
+	}
+	if len(r.Object) == 0 || r.Object[0] != '{' {
+		return fmt.Errorf("%w: object is missing or not an object", ErrInvalid)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ type changeLog struct {
 type pendingChange struct {
 	typ, key string
 	rev      uint64
-	old, new map[string]any
+	old, new *index.Object // decoded when the render reports the change
 }
 
 // note records one index change (run inside the index write).
@@ -116,7 +116,7 @@ func objectChanges(m map[string]*pendingChange) (out []msg.ObjectChange, more in
 			oc.Op = msg.OpDelete
 		}
 		if p.old != nil && p.new != nil {
-			fields := fieldDiff(p.old, p.new)
+			fields := fieldDiff(p.old.Map(), p.new.Map())
 			if len(fields) > msg.MaxChangedFields {
 				oc.FieldsMore = len(fields) - msg.MaxChangedFields
 				fields = fields[:msg.MaxChangedFields]

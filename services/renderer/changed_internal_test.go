@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/weftio/weft/pkg/msg"
+	"github.com/weftio/weft/pkg/render/index"
 )
 
 func TestFieldDiff(t *testing.T) {
@@ -35,9 +36,17 @@ func TestFieldDiff(t *testing.T) {
 // and counts the rest.
 func TestObjectChangesAreCapped(t *testing.T) {
 	m := map[string]*pendingChange{}
-	old, new := map[string]any{}, map[string]any{}
+	oldTree, newTree := map[string]any{}, map[string]any{}
 	for i := range msg.MaxChangedFields + 3 {
-		old[fmt.Sprint("f", i)], new[fmt.Sprint("f", i)] = 1, 2
+		oldTree[fmt.Sprint("f", i)], newTree[fmt.Sprint("f", i)] = 1, 2
+	}
+	old, err := index.ObjectOf(oldTree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	new, err := index.ObjectOf(newTree)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for i := range msg.MaxProvenanceChanged + 5 {
 		key := msg.ResourceKey("s", "svc", "ns", fmt.Sprintf("o%03d", i))

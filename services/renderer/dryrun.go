@@ -99,8 +99,9 @@ func (r *renderer) overlay(p proposal) (base, with *index.Index, err error) {
 		top = rev
 		for _, typ := range r.ix.Types() {
 			for _, it := range r.ix.Store(typ).Items() {
-				base.Upsert(typ, it.ID, it.Rev, it.Object)
-				with.Upsert(typ, it.ID, it.Rev, it.Object)
+				p := index.Put{Type: typ, ID: it.ID, Rev: it.Rev, JSON: it.JSON(), Object: it.Object()}
+				base.Put(p)
+				with.Put(p)
 			}
 		}
 	})
@@ -327,8 +328,9 @@ func valuesOf(ix *index.Index) map[string]any {
 	items := ix.Store(config.ValuesType).Items()
 	out := make(map[string]any, len(items))
 	for _, it := range items {
-		if name, _ := it.Object["name"].(string); name != "" {
-			out[name] = it.Object["value"]
+		obj := it.Object()
+		if name, _ := obj["name"].(string); name != "" {
+			out[name] = obj["value"]
 		}
 	}
 	return out

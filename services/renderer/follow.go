@@ -73,23 +73,25 @@ func ahead(c msg.Change, last uint64, age time.Duration) error {
 
 // put stores one resource value of the bucket in the index at rev.
 func (f *follower) put(typ, key string, rev uint64, data []byte) bool {
-	obj, ok := f.decode(key, rev, data)
-	return ok && f.ix.Upsert(typ, key, rev, obj)
+	p, ok := f.decode(typ, key, rev, data)
+	return ok && f.ix.Put(p)
 }
 
-// decode reads one resource value of the bucket; an unreadable one is
+// decode reads one resource value of the bucket for the index: the
+// object's JSON, which the index keeps, and its tree. An unreadable one is
 // logged and ignored.
-func (f *follower) decode(key string, rev uint64, data []byte) (map[string]any, bool) {
-	var res msg.Resource
+func (f *follower) decode(typ, key string, rev uint64, data []byte) (index.Put, bool) {
+	var res msg.ResourceJSON
 	if err := msg.Decode(data, &res); err != nil {
 		f.log.Error("unreadable resource in bucket; ignored", "key", key, "revision", rev, "err", err)
-		return nil, false
+		return index.Put{}, false
 	}
-	obj, ok := index.Normalize(res.Object).(map[string]any)
-	if !ok {
-		f.log.Error("resource in bucket without an object; ignored", "key", key, "revision", rev)
+	obj, err := index.Decode(res.Object)
+	if err != nil {
+		f.log.Error("unreadable object in bucket; ignored", "key", key, "revision", rev, "err", err)
+		return index.Put{}, false
 	}
-	return obj, ok
+	return index.Put{Type: typ, ID: key, Rev: rev, JSON: res.Object, Object: obj}, true
 }
 
 // decodeEntry reads one live entry of the bucket (a put of a resource
@@ -99,6 +101,5 @@ func (f *follower) decodeEntry(e jetstream.KeyValueEntry) (index.Put, bool) {
 	if err != nil || e.Operation() != jetstream.KeyValuePut {
 		return index.Put{}, false
 	}
-	obj, ok := f.decode(e.Key(), e.Revision(), e.Value())
-	return index.Put{Type: typ, ID: e.Key(), Rev: e.Revision(), Object: obj}, ok
+	return f.decode(typ, e.Key(), e.Revision(), e.Value())
 }

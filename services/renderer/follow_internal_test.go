@@ -116,8 +116,8 @@ func (g *followRig) equalBucket(f *follower, keys []string, what string) {
 		if !held {
 			g.t.Fatalf("%s: %s is in the bucket at revision %d, not in the index", what, key, e.Revision())
 		}
-		if it.Rev != e.Revision() || !reflect.DeepEqual(it.Object, want) {
-			g.t.Fatalf("%s: %s: index has revision %d %v, bucket %d %v", what, key, it.Rev, it.Object, e.Revision(), want)
+		if it.Rev != e.Revision() || !reflect.DeepEqual(it.Object(), want) {
+			g.t.Fatalf("%s: %s: index has revision %d %v, bucket %d %v", what, key, it.Rev, it.Object(), e.Revision(), want)
 		}
 	}
 	if st.Len() != live {

@@ -144,7 +144,8 @@ func (r *renderer) syncWhole(ctx context.Context) error {
 }
 
 // readAll decodes the current values a watch delivers (up to its nil
-// marker): one goroutine reads the watch, one per CPU decodes (a snapshot
+// marker) and prepares them for the index: one goroutine reads the watch,
+// one per CPU decodes (a snapshot
 // has each key once, so the order they are decoded in does not matter; the
 // index takes them in one write, sorting its id lists once). A watch that
 // ends early gives nothing.
@@ -180,6 +181,12 @@ func (r *renderer) readAll(ctx context.Context, updates <-chan jetstream.KeyValu
 				p, ok := r.follow.decodeEntry(e)
 				if !ok {
 					continue
+				}
+				// Its index keys read here, on every CPU; what waits
+				// for the index holds the object's JSON, not its tree.
+				p, err := r.ix.Prepare(p)
+				if err != nil {
+					continue // unreachable: decodeEntry decoded it
 				}
 				select {
 				case decoded <- p:

@@ -463,8 +463,8 @@ func newRenderer(ctx context.Context, env svc.Env, cfg *config.Config) (*rendere
 func (r *renderer) invalidate(c index.Change) {
 	var changes []engine.Change
 	if c.Type == config.ValuesType {
-		for _, obj := range []map[string]any{c.Old, c.New} {
-			if name, _ := obj["name"].(string); name != "" {
+		for _, obj := range []*index.Object{c.Old, c.New} {
+			if name := valueNameOf(obj); name != "" {
 				changes = append(changes, engine.Change{Value: name})
 			}
 		}
@@ -492,12 +492,21 @@ func (r *renderer) invalidate(c index.Change) {
 
 // valueName is the name of the value an index change of ValuesType is of.
 func valueName(c index.Change) string {
-	for _, obj := range []map[string]any{c.New, c.Old} {
-		if name, _ := obj["name"].(string); name != "" {
+	for _, obj := range []*index.Object{c.New, c.Old} {
+		if name := valueNameOf(obj); name != "" {
 			return name
 		}
 	}
 	return ""
+}
+
+// valueNameOf is the name a stored value (nil: none) is of.
+func valueNameOf(obj *index.Object) string {
+	if obj == nil {
+		return ""
+	}
+	name, _ := obj.Map()["name"].(string)
+	return name
 }
 
 func (r *renderer) run(ctx context.Context) error {

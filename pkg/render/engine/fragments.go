@@ -118,9 +118,11 @@ type entry struct {
 
 // job is one entry to render in this render.
 type job struct {
-	e   *entry
-	obj map[string]any
-	rev uint64
+	e *entry
+	// it is the object at its revision, decoded when its entry renders:
+	// the jobs of a render hold the index's encoded objects, not a tree
+	// for each.
+	it index.Item
 
 	out    string
 	parts  map[string]string
@@ -347,7 +349,7 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 				fs.order = slices.DeleteFunc(fs.order, func(x *entry) bool { return x == e })
 				continue
 			}
-			jobs = append(jobs, &job{e: e, obj: it.Object, rev: it.Rev})
+			jobs = append(jobs, &job{e: e, it: it})
 		}
 		fs.pending = fs.pending[:0]
 	}
@@ -377,7 +379,7 @@ func (s *Set) updateFragments(ctx context.Context, in *Input, res resourcesMap, 
 		if !slices.Equal(e.errors, j.errors) {
 			c.errVer++
 		}
-		e.errors, e.deps, e.rev, e.dirty = j.errors, j.deps, j.rev, false
+		e.errors, e.deps, e.rev, e.dirty = j.errors, j.deps, j.it.Rev, false
 		c.register(e)
 		out.FragmentsRendered = append(out.FragmentsRendered, EntryRef{Fragment: e.state.f.name, ID: e.id})
 	}
@@ -540,7 +542,7 @@ func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, valu
 	view := newValuesView(values)
 	st := &renderState{ctx: ctx, in: in, parts: map[string]*strings.Builder{}}
 	st.data = exec.NewContext(map[string]any{
-		"obj":            objectMap(j.obj),
+		"obj":            objectMap(j.it.Object()),
 		"id":             j.e.id,
 		"resources":      res.recording(rec),
 		"values":         view,

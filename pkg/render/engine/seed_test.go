@@ -146,7 +146,7 @@ func TestSeedExampleGolden(t *testing.T) {
 	if got := ix.Counts(); got["ingresses"] != 3 || got["endpoints"] != 5 || got["services"] != 5 {
 		t.Fatalf("unexpected counts %v", got)
 	}
-	if _, still := ix.Store("ingresses").Items()[0].Object["metadata"].(map[string]any)["managedFields"]; still {
+	if _, still := ix.Store("ingresses").Items()[0].Object()["metadata"].(map[string]any)["managedFields"]; still {
 		t.Fatal("ignored field metadata.managedFields was stored")
 	}
 	out, err := set.Render(context.Background(), Input{Resources: ix.Stores(), Path: seedPath})

@@ -162,7 +162,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			items := s.readAll()
 			out := make([]any, len(items))
 			for i, it := range items {
-				out[i] = []any{it.ID, objectMap(it.Object)}
+				out[i] = []any{it.ID, objectMap(it.Object())}
 			}
 			return out, nil
 		}), true
@@ -186,7 +186,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			items := s.readAll()
 			out := make([]any, len(items))
 			for i, it := range items {
-				out[i] = objectMap(it.Object)
+				out[i] = objectMap(it.Object())
 			}
 			return out, nil
 		}), true

@@ -12,8 +12,8 @@
 // delete or purge marker itself, never one derived from another write). A
 // change whose revision is not newer than the one already applied for that
 // id is ignored, so redelivered and duplicate changes alter nothing. An
-// upsert of the content already stored (deep-equal) takes its revision but
-// is no change: it reports false and reaches no observer.
+// upsert of the content already stored (the same JSON) takes its revision
+// but is no change: it reports false and reaches no observer.
 // Deletions leave a tombstone with their revision, so an older upsert
 // delivered late cannot resurrect the object, and any later write, whose
 // revision is strictly higher, wins. Forget removes an id a reader found
@@ -28,16 +28,24 @@
 // section can start, so no reader sees the change before every observer
 // has; it may call Store methods but must not call Upsert, Delete or Read.
 //
+// Storage: the Index keeps each object as its JSON, which holds no
+// pointers for the garbage collector to follow and is a fraction of the
+// size of the decoded tree. Readers get plain map[string]any / []any trees
+// as Decode makes them (integers as int, which templates print as Jinja2
+// does), decoded on first use and shared, through a weak reference, until
+// the next garbage collection: renders that follow each other with no
+// collection between decode an object they all read once, and a tree no
+// reader holds is not kept. Two reads of one revision are equal but need
+// not be the same map. The Index never modifies a tree it handed out, and readers must
+// not modify what they get. Content is compared by its JSON: an upsert is
+// no change when its JSON is byte for byte the stored one.
+//
 // Concurrency: any number of readers and one writer. Writers (Upsert,
 // Delete) take the write lock; every read method takes the read lock and
 // returns data the writer never touches again (slices are fresh copies).
-// Stored objects are plain map[string]any / []any trees as decoded by
-// encoding/json (Decode keeps integers as int, which templates print as
-// Jinja2 does); the Index never modifies them, the caller must not modify
-// an object after handing it to Upsert, and readers must not modify what
-// they get. Each read is consistent on its own; a reader that needs several
-// reads to see one revision (a whole render) wraps them in Read, which holds
-// writers off until it returns.
+// Each read is consistent on its own; a reader that needs several reads to
+// see one revision (a whole render) wraps them in Read, which holds writers
+// off until it returns.
 package index
 
 import (
@@ -46,13 +54,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"unique"
+	"weak"
 
 	"github.com/weftio/weft/pkg/config/fieldpath"
 )
@@ -88,7 +96,7 @@ type Change struct {
 	Rev  uint64
 	// Old and New are the object before and after the change; nil when
 	// absent (New of a deletion, Old of a creation).
-	Old, New map[string]any
+	Old, New *Object
 	// OldKeys and NewKeys are the object's index key tuples (one key per
 	// index_by path) before and after; nil when the object is absent.
 	OldKeys, NewKeys []string
@@ -96,10 +104,18 @@ type Change struct {
 
 // Item is one stored object, its id and the revision it was stored at.
 type Item struct {
-	ID     string
-	Rev    uint64
-	Object map[string]any
+	ID  string
+	Rev uint64
+	obj *Object
 }
+
+// Object returns the item's object, decoded (see the package
+// documentation on storage).
+func (it Item) Object() map[string]any { return it.obj.Map() }
+
+// JSON returns the item's object as the Index keeps it; the caller must
+// not modify it.
+func (it Item) JSON() []byte { return it.obj.raw }
 
 // Store holds the objects of one type. It is what templates see as
 // resources.<type>. All methods are safe for concurrent use with the
@@ -122,8 +138,55 @@ type Store struct {
 
 type entry struct {
 	rev  uint64
-	obj  map[string]any
+	obj  *Object
 	keys []string // the object's index key values, one per index_by path
+}
+
+// Object is one revision of a stored object: its JSON, and the tree
+// decoded from it, kept until the next collection. It never changes.
+type Object struct {
+	raw  []byte
+	mu   sync.Mutex
+	memo weak.Pointer[tree]
+}
+
+type tree struct{ m map[string]any }
+
+// newObject keeps raw, with m (what Decode made of raw) as its tree for
+// now.
+func newObject(raw []byte, m map[string]any) *Object {
+	o := &Object{raw: raw}
+	o.memo = weak.Make(&tree{m})
+	return o
+}
+
+// ObjectOf is tree as the Index keeps it (encoded, and decoded again), or
+// an error when tree does not encode as JSON.
+func ObjectOf(tree map[string]any) (*Object, error) {
+	o, _, err := Put{Object: tree}.stored()
+	return o, err
+}
+
+// JSON returns the object as the Index keeps it; the caller must not
+// modify it.
+func (o *Object) JSON() []byte { return o.raw }
+
+// Map returns the object's tree, decoding its JSON again when the last
+// tree was collected. The JSON was decoded when it was stored, so it
+// decodes again.
+func (o *Object) Map() map[string]any {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t := o.memo.Value(); t != nil {
+		return t.m
+	}
+	m, err := Decode(o.raw)
+	if err != nil {
+		// Unreachable: the same bytes decoded when they were stored.
+		panic(fmt.Sprintf("index: stored object no longer decodes: %v", err))
+	}
+	o.memo = weak.Make(&tree{m})
+	return m
 }
 
 // New builds an empty Index for the given types, compiling every index_by
@@ -162,22 +225,34 @@ func New(specs []Spec) (*Index, error) {
 // Upsert stores obj as the current state of id in typ at revision rev.
 // It returns false, changing nothing, when typ is unknown or rev is not
 // newer than the revision already applied for id (including a deletion).
+// obj must be a JSON tree; the Index keeps its encoding (see the package
+// documentation), so one that does not encode is not stored either.
 func (ix *Index) Upsert(typ, id string, rev uint64, obj map[string]any) bool {
-	st := ix.stores[typ]
+	return ix.Put(Put{Type: typ, ID: id, Rev: rev, Object: obj})
+}
+
+// Put is Upsert of one Put, which may carry the object's JSON.
+func (ix *Index) Put(p Put) bool {
+	st := ix.stores[p.Type]
 	if st == nil {
+		return false
+	}
+	p, err := ix.Prepare(p)
+	if err != nil {
 		return false
 	}
 	ix.gate.Lock()
 	defer ix.gate.Unlock()
-	c, ok := ix.upsert(st, id, rev, obj, true)
+	c, ok := ix.upsert(st, p.ID, p.Rev, p.obj, p.keys, true)
 	if ok {
 		ix.notify(c)
 	}
 	return ok
 }
 
-// upsert stores obj; lock says whether to take mu (UpsertMany holds it).
-func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any, lock bool) (Change, bool) {
+// upsert stores o, whose index keys are keys; lock says whether to take
+// mu (UpsertMany holds it).
+func (ix *Index) upsert(st *Store, id string, rev uint64, o *Object, keys []string, lock bool) (Change, bool) {
 	if lock {
 		ix.mu.Lock()
 		defer ix.mu.Unlock()
@@ -185,14 +260,13 @@ func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any, lo
 	if !st.newer(id, rev) {
 		return Change{}, false
 	}
-	if old := st.entries[id]; old != nil && reflect.DeepEqual(old.obj, obj) {
+	if old := st.entries[id]; old != nil && bytes.Equal(old.obj.raw, o.raw) {
 		// Written again with the same content: a newer revision, no change.
 		old.rev = rev
 		ix.bump(rev)
 		return Change{}, false
 	}
-	keys := st.keysOf(obj)
-	c := Change{Type: st.typ, ID: id, Rev: rev, New: obj, NewKeys: keys}
+	c := Change{Type: st.typ, ID: id, Rev: rev, New: o, NewKeys: keys}
 	st.changes++
 	if old := st.entries[id]; old != nil {
 		c.Old, c.OldKeys = old.obj, old.keys
@@ -200,10 +274,10 @@ func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any, lo
 			st.unindex(id, old.keys)
 			st.index(id, keys)
 		}
-		old.rev, old.obj, old.keys = rev, obj, keys
+		old.rev, old.obj, old.keys = rev, o, keys
 	} else {
 		delete(st.tombstones, id)
-		st.entries[id] = &entry{rev: rev, obj: obj, keys: keys}
+		st.entries[id] = &entry{rev: rev, obj: o, keys: keys}
 		st.ids = insertSorted(st.ids, id)
 		st.index(id, keys)
 	}
@@ -211,11 +285,70 @@ func (ix *Index) upsert(st *Store, id string, rev uint64, obj map[string]any, lo
 	return c, true
 }
 
-// Put is one object for UpsertMany.
+// Put is one object for Put and UpsertMany: its JSON, or its tree, or both.
 type Put struct {
 	Type, ID string
 	Rev      uint64
-	Object   map[string]any
+	// JSON is the object as JSON, kept as it is (the caller must not
+	// modify it afterwards). Without it, Object is encoded.
+	JSON []byte
+	// Object is the object's tree. With JSON, it must be what Decode makes
+	// of JSON (a caller that decoded it already spares the Index doing it
+	// again); it may be left nil.
+	Object map[string]any
+
+	// Set by Prepare: what the Index keeps, and its index keys in it.
+	obj  *Object
+	keys []string
+	by   *Index
+}
+
+// Prepare does for p, ahead of Put or UpsertMany and outside their lock,
+// what they would: encode or decode the object and read its index keys.
+// Decoders running at once can each prepare theirs. The Put returned holds
+// the object as the Index keeps it, not its tree, so a caller that gathers
+// many holds their JSON only. An object that neither decodes (JSON) nor
+// encodes (Object) is an error; a type the Index does not have is not
+// (Put and UpsertMany ignore it).
+func (ix *Index) Prepare(p Put) (Put, error) {
+	if p.obj != nil && p.by == ix {
+		return p, nil
+	}
+	o, m := p.obj, map[string]any(nil)
+	if o != nil {
+		m = o.Map() // prepared by another Index: its keys here
+	} else {
+		var err error
+		if o, m, err = p.stored(); err != nil {
+			return Put{}, err
+		}
+	}
+	if st := ix.stores[p.Type]; st != nil {
+		p.keys = st.keysOf(m)
+	}
+	p.JSON, p.Object, p.obj, p.by = o.raw, nil, o, ix
+	return p, nil
+}
+
+// stored returns what the Index keeps of p and its tree.
+func (p Put) stored() (*Object, map[string]any, error) {
+	raw, m := p.JSON, p.Object
+	if len(raw) == 0 {
+		b, err := json.Marshal(p.Object)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode object %s: %w", p.ID, err)
+		}
+		// The tree of the encoding, not the caller's: every later read
+		// decodes the same bytes, and must find the same values.
+		raw, m = b, nil
+	}
+	if m == nil {
+		var err error
+		if m, err = Decode(raw); err != nil {
+			return nil, nil, fmt.Errorf("object %s: %w", p.ID, err)
+		}
+	}
+	return newObject(raw, m), m, nil
 }
 
 // UpsertMany applies puts as Upsert applies each (same revision rules,
@@ -223,16 +356,26 @@ type Put struct {
 // and returns how many changed the Index. It is the way to fill an Index
 // from a snapshot: objects new to a Store are appended and its id lists
 // sorted once at the end, where Upsert inserts each in order.
+//
+// A put whose object neither decodes (JSON) nor encodes (Object) is not
+// applied.
 func (ix *Index) UpsertMany(puts []Put) int {
+	ready := make([]Put, 0, len(puts))
+	for _, p := range puts {
+		if p, err := ix.Prepare(p); err == nil {
+			ready = append(ready, p)
+		}
+	}
 	ix.gate.Lock()
 	defer ix.gate.Unlock()
-	changes := ix.upsertMany(puts)
+	changes := ix.upsertMany(ready)
 	for _, c := range changes {
 		ix.notify(c)
 	}
 	return len(changes)
 }
 
+// upsertMany applies prepared puts.
 func (ix *Index) upsertMany(puts []Put) []Change {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -251,14 +394,14 @@ func (ix *Index) upsertMany(puts []Put) []Change {
 				ix.sortStore(st, levels)
 				delete(unsorted, st)
 			}
-			if c, ok := ix.upsert(st, p.ID, p.Rev, p.Object, false); ok {
+			if c, ok := ix.upsert(st, p.ID, p.Rev, p.obj, p.keys, false); ok {
 				changes = append(changes, c)
 			}
 			continue
 		}
-		keys := st.keysOf(p.Object)
+		keys := p.keys
 		delete(st.tombstones, p.ID)
-		st.entries[p.ID] = &entry{rev: p.Rev, obj: p.Object, keys: keys}
+		st.entries[p.ID] = &entry{rev: p.Rev, obj: p.obj, keys: keys}
 		lists := unsorted[st]
 		if lists == nil {
 			lists = map[listRef]int{{level: -1}: len(st.ids)}
@@ -275,7 +418,7 @@ func (ix *Index) upsertMany(puts []Put) []Change {
 		}
 		st.changes++
 		ix.bump(p.Rev)
-		changes = append(changes, Change{Type: st.typ, ID: p.ID, Rev: p.Rev, New: p.Object, NewKeys: keys})
+		changes = append(changes, Change{Type: st.typ, ID: p.ID, Rev: p.Rev, New: p.obj, NewKeys: keys})
 	}
 	for st, levels := range unsorted {
 		ix.sortStore(st, levels)
@@ -529,7 +672,7 @@ func (st *Store) Get(id string) (map[string]any, bool) {
 	if e == nil {
 		return nil, false
 	}
-	return e.obj, true
+	return e.obj.Map(), true
 }
 
 // Item returns the object stored under id with its revision.
@@ -540,7 +683,7 @@ func (st *Store) Item(id string) (Item, bool) {
 	if e == nil {
 		return Item{}, false
 	}
-	return Item{ID: id, Rev: e.rev, Object: e.obj}, true
+	return Item{ID: id, Rev: e.rev, obj: e.obj}, true
 }
 
 // Changes returns how many Upserts and Deletes have altered the Store (each
@@ -582,7 +725,7 @@ func (st *Store) Items() []Item {
 	out := make([]Item, len(st.ids))
 	for i, id := range st.ids {
 		e := st.entries[id]
-		out[i] = Item{ID: id, Rev: e.rev, Object: e.obj}
+		out[i] = Item{ID: id, Rev: e.rev, obj: e.obj}
 	}
 	return out
 }
@@ -608,7 +751,7 @@ func (st *Store) GetIndexed(keys ...string) []map[string]any {
 	}
 	out := make([]map[string]any, len(ids))
 	for i, id := range ids {
-		out[i] = st.entries[id].obj
+		out[i] = st.entries[id].obj.Map()
 	}
 	return out
 }

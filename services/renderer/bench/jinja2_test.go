@@ -60,7 +60,7 @@ func writeJinja2Input(tb testing.TB, dir string, ix *index.Index, spec engine.Sp
 		s := store{IndexByCount: len(st.IndexBy()), Objects: []object{}}
 		for _, it := range st.Items() {
 			keys, _ := st.Keys(it.ID)
-			s.Objects = append(s.Objects, object{ID: it.ID, Keys: keys, Obj: it.Object})
+			s.Objects = append(s.Objects, object{ID: it.ID, Keys: keys, Obj: it.Object()})
 		}
 		types[typ] = s
 	}
