@@ -820,26 +820,6 @@ func removeSorted(s []string, id string) []string {
 	return slices.Delete(s, i, i+1)
 }
 
-// Decode decodes one JSON object the way templates want it: integers
-// become int (float64 only for numbers with a fraction or exponent, or
-// beyond int's range), so a port renders as 80 rather than 80.0, as it
-// does in Jinja2.
-func Decode(data []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("decode object: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("decode object: trailing data after the object")
-	}
-	if obj == nil {
-		return nil, errors.New("decode object: not a JSON object")
-	}
-	return Normalize(obj).(map[string]any), nil
-}
-
 // Normalize converts, in place, the numbers of a decoded JSON tree to int
 // where they are whole: json.Number as produced by UseNumber, and float64
 // as produced by a plain json.Unmarshal (which cannot tell 80 from 80.0).
