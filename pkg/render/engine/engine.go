@@ -285,6 +285,8 @@ type Set struct {
 	outs       *outputCache
 	lastValues map[string]any // the values of the last render
 	haveValues bool
+	// kept are the objects the outputs read, decoded, for the next render.
+	kept keptTrees
 	// errors are the registered errors of the last render, at errorsKey.
 	errors     []RegisteredError
 	errorsKey  errorsKey
@@ -628,10 +630,12 @@ func (s *Set) Render(ctx context.Context, in Input) (*Output, error) {
 	if values == nil {
 		values = map[string]any{}
 	}
-	res := newResources(in.Resources)
 	out := &Output{Files: make([]File, 0, len(s.outputs))}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.kept.start()
+	defer s.kept.end()
+	res := newResources(in.Resources, &s.kept)
 	s.checkValues(values)
 	cacheable := s.outs.check(res)
 	if s.cache != nil {

@@ -544,7 +544,7 @@ func (s *Set) renderEntry(ctx context.Context, in *Input, res resourcesMap, valu
 	st.data = exec.NewContext(map[string]any{
 		"obj":            objectMap(j.it.Object()),
 		"id":             j.e.id,
-		"resources":      res.recording(rec),
+		"resources":      res.recording(rec, false),
 		"values":         view,
 		"register_error": st.registerError,
 		"fetch":          st.fetch,

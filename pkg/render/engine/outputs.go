@@ -292,7 +292,7 @@ func (s *Set) renderOutput(st *renderState, res resourcesMap, values map[string]
 	rec := &reads{}
 	view := newValuesView(values)
 	st.data = exec.NewContext(map[string]any{
-		"resources":      res.recording(rec),
+		"resources":      res.recording(rec, true),
 		"values":         view,
 		"register_error": st.registerError,
 		"fetch":          st.fetch,

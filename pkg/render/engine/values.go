@@ -19,12 +19,13 @@ import (
 type resourcesMap map[string]any
 
 // newResources wraps the caller's resources once per render; every output
-// and fragment entry of the render shares the stores' snapshots.
-func newResources(in map[string]any) resourcesMap {
+// and fragment entry of the render shares the stores' snapshots, and the
+// outputs keep the trees they read in kept (nil: none kept).
+func newResources(in map[string]any, kept *keptTrees) resourcesMap {
 	out := make(resourcesMap, len(in))
 	for typ, v := range in {
 		if st, ok := v.(*index.Store); ok && st != nil {
-			out[typ] = &storeValue{d: &storeData{st: st}}
+			out[typ] = &storeValue{d: &storeData{st: st, kept: kept}}
 			continue
 		}
 		out[typ] = wrapObject(v)
@@ -32,16 +33,69 @@ func newResources(in map[string]any) resourcesMap {
 	return out
 }
 
-// recording returns a copy of r whose stores record reads into rec.
-func (r resourcesMap) recording(rec *reads) resourcesMap {
+// recording returns a copy of r whose stores record reads into rec; keep
+// says whether the objects they read are kept for the next render (an
+// output's reads, not a fragment entry's).
+func (r resourcesMap) recording(rec *reads, keep bool) resourcesMap {
 	out := make(resourcesMap, len(r))
 	for typ, v := range r {
 		if sv, ok := v.(*storeValue); ok {
-			v = &storeValue{d: sv.d, rec: rec}
+			v = &storeValue{d: sv.d, rec: rec, keep: keep}
 		}
 		out[typ] = v
 	}
 	return out
+}
+
+// keptTrees are the objects the outputs of a Set read in its last render
+// and in this one, decoded, by the index's Object of their revision. The
+// index keeps objects as JSON and a tree only until the next garbage
+// collection; a template whose outputs read every object on every render
+// (a loop over a type, a lookup per item) would decode them all each
+// time. What the outputs read is kept until the end of the next render,
+// so an object read render after render is decoded once per revision.
+// Fragment entries' reads are not kept: an entry renders again only when
+// what it read changed, and a library of fragments over 100,000 objects
+// would otherwise hold every tree its first render decoded.
+type keptTrees struct {
+	mu        sync.Mutex
+	prev, cur map[*index.Object]map[string]any
+}
+
+// start begins a render: the last render's trees become the ones to take
+// from, and those this render does not read are dropped at its end.
+func (k *keptTrees) start() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.prev, k.cur = k.cur, map[*index.Object]map[string]any{}
+}
+
+// end drops the trees of the last render this one did not read.
+func (k *keptTrees) end() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.prev = nil
+}
+
+// of returns it's object, decoded, and keeps it.
+func (k *keptTrees) of(it index.Item) map[string]any {
+	o := it.Stored()
+	k.mu.Lock()
+	t, ok := k.cur[o]
+	if !ok {
+		if t, ok = k.prev[o]; ok {
+			k.cur[o] = t
+		}
+	}
+	k.mu.Unlock()
+	if ok {
+		return t
+	}
+	t = it.Object()
+	k.mu.Lock()
+	k.cur[o] = t
+	k.mu.Unlock()
+	return t
 }
 
 func (r resourcesMap) sortedKeys() []string {
@@ -113,6 +167,7 @@ func (r resourcesMap) GetAttribute(name string) (*exec.Value, bool) {
 // of the render, so they all iterate the same snapshot.
 type storeData struct {
 	st    *index.Store
+	kept  *keptTrees
 	once  sync.Once
 	items []index.Item
 }
@@ -128,8 +183,17 @@ func (d *storeData) snapshot() []index.Item {
 // lookup by its key tuple, or the whole type (items, keys, values, len,
 // length, get_indexed without keys, printing the store).
 type storeValue struct {
-	d   *storeData
-	rec *reads
+	d    *storeData
+	rec  *reads
+	keep bool // an output's: the trees it reads are kept (keptTrees)
+}
+
+// tree returns it's object as templates see it.
+func (s *storeValue) tree(it index.Item) objectMap {
+	if s.keep && s.d.kept != nil {
+		return objectMap(s.d.kept.of(it))
+	}
+	return objectMap(it.Object())
 }
 
 func (s *storeValue) readAll() []index.Item {
@@ -139,11 +203,15 @@ func (s *storeValue) readAll() []index.Item {
 	return s.d.snapshot()
 }
 
-func (s *storeValue) get(id string) (map[string]any, bool) {
+func (s *storeValue) get(id string) (objectMap, bool) {
 	if s.rec != nil {
 		s.rec.object(s.d.st.Type(), id)
 	}
-	return s.d.st.Get(id)
+	it, ok := s.d.st.Item(id)
+	if !ok {
+		return nil, false
+	}
+	return s.tree(it), true
 }
 
 // String renders a store in messages and {{ }} as a short description.
@@ -162,7 +230,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			items := s.readAll()
 			out := make([]any, len(items))
 			for i, it := range items {
-				out[i] = []any{it.ID, objectMap(it.Object())}
+				out[i] = []any{it.ID, s.tree(it)}
 			}
 			return out, nil
 		}), true
@@ -186,7 +254,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 			items := s.readAll()
 			out := make([]any, len(items))
 			for i, it := range items {
-				out[i] = objectMap(it.Object())
+				out[i] = s.tree(it)
 			}
 			return out, nil
 		}), true
@@ -196,7 +264,7 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 				return nil, exec.ErrInvalidCall(errors.New("get() takes 1 or 2 positional arguments"))
 			}
 			if obj, ok := s.get(args.Args[0].String()); ok {
-				return objectMap(obj), nil
+				return obj, nil
 			}
 			if len(args.Args) == 2 {
 				return args.Args[1].Interface(), nil
@@ -219,10 +287,10 @@ func (s *storeValue) GetAttribute(name string) (*exec.Value, bool) {
 					s.rec.lookup(s.d.st.Type(), keys)
 				}
 			}
-			objs := s.d.st.GetIndexed(keys...)
-			out := make([]any, len(objs))
-			for i, obj := range objs {
-				out[i] = objectMap(obj)
+			items := s.d.st.GetIndexedItems(keys...)
+			out := make([]any, len(items))
+			for i, it := range items {
+				out[i] = s.tree(it)
 			}
 			return out, nil
 		}), true
@@ -244,7 +312,7 @@ func (s *storeValue) GetItem(key any) (*exec.Value, bool) {
 		return exec.AsValue(nil), false
 	}
 	if obj, ok := s.get(id); ok {
-		return exec.AsValue(objectMap(obj)), true
+		return exec.AsValue(obj), true
 	}
 	return exec.AsValue(nil), false
 }

@@ -117,6 +117,10 @@ func (it Item) Object() map[string]any { return it.obj.Map() }
 // not modify it.
 func (it Item) JSON() []byte { return it.obj.raw }
 
+// Stored returns the item's object as the Index keeps it: one Object per
+// stored revision, so it names that revision's content.
+func (it Item) Stored() *Object { return it.obj }
+
 // Store holds the objects of one type. It is what templates see as
 // resources.<type>. All methods are safe for concurrent use with the
 // Index's writer.
@@ -735,6 +739,19 @@ func (st *Store) Items() []Item {
 // more keys than index_by paths it returns nothing. The lookup is one map
 // access for the full tuple and for any prefix of it.
 func (st *Store) GetIndexed(keys ...string) []map[string]any {
+	items := st.GetIndexedItems(keys...)
+	if len(items) == 0 {
+		return nil
+	}
+	out := make([]map[string]any, len(items))
+	for i, it := range items {
+		out[i] = it.Object()
+	}
+	return out
+}
+
+// GetIndexedItems is GetIndexed as Items, the objects not decoded.
+func (st *Store) GetIndexedItems(keys ...string) []Item {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	var ids []string
@@ -749,9 +766,10 @@ func (st *Store) GetIndexed(keys ...string) []map[string]any {
 	if len(ids) == 0 {
 		return nil
 	}
-	out := make([]map[string]any, len(ids))
+	out := make([]Item, len(ids))
 	for i, id := range ids {
-		out[i] = st.entries[id].obj.Map()
+		e := st.entries[id]
+		out[i] = Item{ID: id, Rev: e.rev, obj: e.obj}
 	}
 	return out
 }
