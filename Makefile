@@ -166,6 +166,8 @@ soak: deps
 ## fuzz: run each decoder fuzzer, and the validator's fast path against haproxy -c, for a while
 fuzz:
 	@cd pkg/msg && for f in $$($(GO) test -list 'Fuzz.*' . | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s . || exit 1; done
+	@# the renderer index's JSON decoder against encoding/json
+	cd pkg/render/index && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s .
 	@# the validator's fast path against the real haproxy -c
 	cd services/validator/fastpath && $(GO) test -run '^$$' -fuzz '^FuzzFastVerdict$$' -fuzztime 60s -parallel 1 .
 
