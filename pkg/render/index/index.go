@@ -36,9 +36,12 @@
 // the next garbage collection: renders that follow each other with no
 // collection between decode an object they all read once, and a tree no
 // reader holds is not kept. Two reads of one revision are equal but need
-// not be the same map. The Index never modifies a tree it handed out, and readers must
-// not modify what they get. Content is compared by its JSON: an upsert is
-// no change when its JSON is byte for byte the stored one.
+// not be the same map. The Index never modifies a tree it handed out, and
+// readers must not modify what they get. Content is compared by its JSON:
+// an upsert is no change when its JSON is byte for byte the stored one. A
+// writer that has the JSON (the renderer, from its bucket) puts it as it
+// is; one with a tree has it encoded. Items and Changes carry the stored
+// *Object of their revision, decoded only when asked for.
 //
 // Concurrency: any number of readers and one writer. Writers (Upsert,
 // Delete) take the write lock; every read method takes the read lock and
