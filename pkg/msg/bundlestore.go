@@ -198,9 +198,8 @@ func bundleSize(b Bundle) int {
 // later load of one reads only its description. A file of several chunks
 // that any store of the process joined lately is taken as joined, its
 // chunks not read but kept in the cache as its parts (the process's
-// stages share it). Loads of one name at
-// once read it once, so a stage that will need a bundle starts loading it
-// early (Prefetch). The object a name
+// stages share it). Loads of one name at once read it once, so a stage
+// that will need a bundle starts loading it early (Prefetch). The object a name
 // stored whole by an older weft (a bundle's or configuration's JSON in
 // nats.go's object store format) still loads.
 //

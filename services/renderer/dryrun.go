@@ -88,22 +88,10 @@ func (r *renderer) dryRun(ctx context.Context, p proposal) ([]refusal, error) {
 // overlay copies the index (the resources bucket as this replica follows
 // it) twice: as it is, and with p in place.
 func (r *renderer) overlay(p proposal) (base, with *index.Index, err error) {
-	if base, err = index.New(r.specs); err != nil {
-		return nil, nil, err
-	}
-	if with, err = index.New(r.specs); err != nil {
-		return nil, nil, err
-	}
 	var top uint64
 	r.ix.Read(func(rev uint64) {
 		top = rev
-		for _, typ := range r.ix.Types() {
-			for _, it := range r.ix.Store(typ).Items() {
-				p := index.Put{Type: typ, ID: it.ID, Rev: it.Rev, JSON: it.JSON(), Object: it.Object()}
-				base.Put(p)
-				with.Put(p)
-			}
-		}
+		base, with = r.ix.Clone(), r.ix.Clone()
 	})
 	if with.Store(p.typ) == nil {
 		return nil, nil, fmt.Errorf("type %s is not indexed", p.typ)

@@ -1,7 +1,6 @@
 package index
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,12 +20,6 @@ import (
 func Decode(data []byte) (map[string]any, error) {
 	d := decoder{data: data}
 	d.space()
-	if d.i >= len(d.data) || d.data[d.i] != '{' {
-		if !json.Valid(data) {
-			return nil, fmt.Errorf("decode object: %w", d.errorAt("looking for beginning of value"))
-		}
-		return nil, errors.New("decode object: not a JSON object")
-	}
 	v, err := d.value(0)
 	if err != nil {
 		return nil, fmt.Errorf("decode object: %w", err)
@@ -35,7 +28,11 @@ func Decode(data []byte) (map[string]any, error) {
 	if d.i < len(d.data) {
 		return nil, errors.New("decode object: trailing data after the object")
 	}
-	return v.(map[string]any), nil
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("decode object: not a JSON object")
+	}
+	return m, nil
 }
 
 // keys interns object keys: objects of one kind repeat the same keys, and
@@ -163,19 +160,8 @@ func (d *decoder) object(depth int) (any, error) {
 			return nil, err
 		}
 		m[internKey(k)] = v
-		d.space()
-		if d.i >= len(d.data) {
-			return nil, d.errorAt("")
-		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case '}':
-			d.i++
-			return m, nil
-		default:
-			return nil, d.errorAt("after object key:value pair")
+		if end, err := d.next('}', "after object key:value pair"); end || err != nil {
+			return m, err
 		}
 	}
 }
@@ -197,21 +183,28 @@ func (d *decoder) array(depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		d.space()
-		if d.i >= len(d.data) {
-			return nil, d.errorAt("")
-		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case ']':
-			d.i++
-			return a, nil
-		default:
-			return nil, d.errorAt("after array element")
+		if end, err := d.next(']', "after array element"); end || err != nil {
+			return a, err
 		}
 	}
+}
+
+// next reads what follows a member of an object or array: a comma (and
+// the space after it), or its closing byte (end).
+func (d *decoder) next(closing byte, where string) (end bool, err error) {
+	d.space()
+	switch {
+	case d.i >= len(d.data):
+		return false, d.errorAt("")
+	case d.data[d.i] == ',':
+		d.i++
+		d.space()
+		return false, nil
+	case d.data[d.i] == closing:
+		d.i++
+		return true, nil
+	}
+	return false, d.errorAt(where)
 }
 
 // number reads a number as UseNumber and Normalize make it: int when
@@ -393,23 +386,28 @@ func (d *decoder) hex4() (rune, error) {
 			d.i = len(d.data)
 			return 0, d.errorAt("")
 		}
-		c := d.data[d.i+k]
-		var v byte
-		switch {
-		case c >= '0' && c <= '9':
-			v = c - '0'
-		case c >= 'a' && c <= 'f':
-			v = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			v = c - 'A' + 10
-		default:
+		v, ok := hexDigit(d.data[d.i+k])
+		if !ok {
 			d.i += k
 			return 0, d.errorAt("in \\u hexadecimal character escape")
 		}
-		r = r<<4 | rune(v)
+		r = r<<4 | v
 	}
 	d.i += 4
 	return r, nil
+}
+
+// hexDigit is the value of one hexadecimal digit.
+func hexDigit(c byte) (rune, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return rune(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return rune(c - 'a' + 10), true
+	case c >= 'A' && c <= 'F':
+		return rune(c - 'A' + 10), true
+	}
+	return 0, false
 }
 
 // lowSurrogate peeks at a `\uXXXX` right at i, as the second half of a
@@ -420,16 +418,11 @@ func (d *decoder) lowSurrogate() (rune, bool) {
 	}
 	var r rune
 	for _, c := range d.data[d.i+2 : d.i+6] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
+		v, ok := hexDigit(c)
+		if !ok {
 			return 0, false
 		}
+		r = r<<4 | v
 	}
 	return r, true
 }

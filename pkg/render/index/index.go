@@ -56,6 +56,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -590,6 +591,38 @@ func (ix *Index) Read(fn func(rev uint64)) {
 	ix.gate.RLock()
 	defer ix.gate.RUnlock()
 	fn(ix.Revision())
+}
+
+// Clone returns a copy of the Index as it is now, with no observer: the
+// same stored objects (which never change), in stores of their own, so
+// writes to either leave the other as it was.
+func (ix *Index) Clone() *Index {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := &Index{stores: make(map[string]*Store, len(ix.stores)), types: slices.Clone(ix.types), rev: ix.rev}
+	for typ, st := range ix.stores {
+		c := &Store{
+			typ:        st.typ,
+			indexBy:    st.indexBy,
+			mu:         &out.mu,
+			entries:    make(map[string]*entry, len(st.entries)),
+			ids:        slices.Clone(st.ids),
+			tombstones: maps.Clone(st.tombstones),
+			prefixes:   make([]map[string][]string, len(st.prefixes)),
+			changes:    st.changes,
+		}
+		for id, e := range st.entries {
+			c.entries[id] = &entry{rev: e.rev, obj: e.obj, keys: e.keys}
+		}
+		for k, level := range st.prefixes {
+			c.prefixes[k] = make(map[string][]string, len(level))
+			for key, ids := range level {
+				c.prefixes[k][key] = slices.Clone(ids)
+			}
+		}
+		out.stores[typ] = c
+	}
+	return out
 }
 
 // Counts returns the number of stored objects per type.

@@ -231,3 +231,41 @@ func BenchmarkHeld(b *testing.B) {
 		})
 	})
 }
+
+// TestClone: a clone holds what the Index held, indexed alike, and writes
+// to either (new, changed, deleted objects) leave the other as it was.
+func TestClone(t *testing.T) {
+	ix := newIndex(t)
+	ix.Upsert("endpoints", "ns/a", 1, slice("ns", "a", "web"))
+	ix.Upsert("endpoints", "ns/b", 2, slice("ns", "b", "web"))
+	ix.Delete("endpoints", "ns/gone", 3)
+	c := ix.Clone()
+	if !reflect.DeepEqual(stored(c.Store("endpoints")), stored(ix.Store("endpoints"))) || c.Revision() != 3 {
+		t.Fatalf("clone %v at %d", stored(c.Store("endpoints")), c.Revision())
+	}
+	c.Upsert("endpoints", "ns/a", 4, slice("ns", "a", "api"))
+	c.Upsert("endpoints", "ns/c", 5, slice("ns", "c", "web"))
+	ix.Delete("endpoints", "ns/b", 6)
+	if c.Upsert("endpoints", "ns/gone", 2, slice("ns", "gone", "web")) {
+		t.Error("the clone lost the tombstone of ns/gone")
+	}
+	for _, tc := range []struct {
+		ix        *Index
+		web, api  []string
+		revisions uint64
+	}{
+		{ix, []string{"ns/a"}, []string{}, 6},
+		{c, []string{"ns/b", "ns/c"}, []string{"ns/a"}, 5},
+	} {
+		st := tc.ix.Store("endpoints")
+		if got := names(st.GetIndexed("web")); !reflect.DeepEqual(got, tc.web) {
+			t.Errorf("GetIndexed(web) = %v, want %v", got, tc.web)
+		}
+		if got := names(st.GetIndexed("api")); !reflect.DeepEqual(got, tc.api) {
+			t.Errorf("GetIndexed(api) = %v, want %v", got, tc.api)
+		}
+		if tc.ix.Revision() != tc.revisions {
+			t.Errorf("revision %d, want %d", tc.ix.Revision(), tc.revisions)
+		}
+	}
+}

@@ -21,11 +21,12 @@ import (
 // The benchmarks, each at 100, 1,000 and 10,000 Ingresses:
 //
 //	BenchmarkJinja2            Python's Jinja2 3.1 rendering Spec(false); ns/op is its median render
-//	BenchmarkFullRender        (a) every output without fragments
+//	BenchmarkFullRender        (a) every output without fragments, a fresh Set each render
+//	BenchmarkFullRenderOneChange (a) on one Set, after one EndpointSlice change
 //	BenchmarkFragmentsCold     (b) with fragments, from an empty cache
 //	BenchmarkFragmentsOneChange (c) with fragments, after one EndpointSlice change
 //	BenchmarkTargetOneChange   (c) through target.Render: plus the bundle and its hash
-//	BenchmarkIndexLoad         (d) loading the index; heap it retains
+//	BenchmarkIndexLoad         (d) loading the index from JSON; heap it retains
 //
 // Every benchmark also reports min-ns/op, its fastest op (the steadiest
 // figure on a shared, noisy machine), and cpu-ns/op, the process's CPU time
@@ -277,35 +278,19 @@ func (o *oneChange) step() {
 // BenchmarkFullRenderOneChange is (a) as the renderer runs a template
 // without fragments: one Set, one EndpointSlice changed before each
 // render, so every output, which reads every object, renders again.
-func BenchmarkFullRenderOneChange(b *testing.B) {
-	for _, n := range sizes {
-		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			set := compile(b, false)
-			oc := newOneChange(b, n, set.Invalidate)
-			in := engine.Input{Resources: oc.ix.Stores(), Values: Values}
-			ctx := context.Background()
-			if _, err := set.Render(ctx, in); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			fastest := measure(b, nil, func() {
-				oc.step()
-				if _, err := set.Render(ctx, in); err != nil {
-					b.Fatal(err)
-				}
-			})
-			reportRatio(b, workloadTemplate, n, fastest)
-		})
-	}
-}
+func BenchmarkFullRenderOneChange(b *testing.B) { benchmarkOneChange(b, false) }
 
 // BenchmarkFragmentsOneChange (c) changes one EndpointSlice and renders
 // again: one fragment entry is rendered, the rest reused, and the outputs
 // join them.
-func BenchmarkFragmentsOneChange(b *testing.B) {
+func BenchmarkFragmentsOneChange(b *testing.B) { benchmarkOneChange(b, true) }
+
+// benchmarkOneChange renders the workload (with fragments or without)
+// once, then again after each change of one EndpointSlice, on one Set.
+func benchmarkOneChange(b *testing.B, fragments bool) {
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			set := compile(b, true)
+			set := compile(b, fragments)
 			oc := newOneChange(b, n, set.Invalidate)
 			in := engine.Input{Resources: oc.ix.Stores(), Values: Values}
 			ctx := context.Background()
@@ -322,7 +307,9 @@ func BenchmarkFragmentsOneChange(b *testing.B) {
 				}
 				rendered += len(out.FragmentsRendered)
 			})
-			b.ReportMetric(float64(rendered)/float64(b.N), "entries/op")
+			if fragments {
+				b.ReportMetric(float64(rendered)/float64(b.N), "entries/op")
+			}
 			reportRatio(b, workloadTemplate, n, fastest)
 		})
 	}

@@ -103,7 +103,13 @@ func Index(cfg *config.Config, objects []manifests.Object) (*index.Index, error)
 		for _, p := range strip {
 			p.Delete(o.Body)
 		}
-		ix.Upsert(typ, msg.ResourceKey("offline", typ, o.Namespace, o.Name), uint64(i+1), index.Normalize(o.Body).(map[string]any))
+		// The index keeps the object as JSON: one that does not encode
+		// is an error here, not an object left out.
+		put, err := ix.Prepare(index.Put{Type: typ, ID: msg.ResourceKey("offline", typ, o.Namespace, o.Name), Rev: uint64(i + 1), Object: o.Body})
+		if err != nil {
+			return nil, err
+		}
+		ix.Put(put)
 	}
 	return ix, nil
 }
